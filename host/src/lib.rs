@@ -1,0 +1,1 @@
+//! reconciled: a WebAssembly-hosted reconciler runtime for Kubernetes.

@@ -1,0 +1,54 @@
+//! `testenv`: start the loopback control plane by hand, or just build its binaries.
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: testenv <up|prepare>
+  up       start etcd and kube-apiserver on loopback, print a kubeconfig, run until Ctrl-C
+  prepare  build (or find cached) kube-apiserver, kubectl and etcd, print their paths";
+
+fn main() -> ExitCode {
+    let arg = std::env::args().nth(1);
+    let result = match arg.as_deref() {
+        Some("up") => up(),
+        Some("prepare") => prepare(),
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("testenv: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn prepare() -> anyhow::Result<()> {
+    let bins = testenv::binaries::ensure()?;
+    println!("kube-apiserver {}", bins.kube_apiserver.display());
+    println!("kubectl        {}", bins.kubectl.display());
+    println!("etcd           {}", bins.etcd.display());
+    Ok(())
+}
+
+fn up() -> anyhow::Result<()> {
+    let cp = testenv::ControlPlane::start()?;
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+    let kubectl = testenv::binaries::ensure()?.kubectl;
+    println!("control plane up at {}", cp.server_url());
+    println!("  export KUBECONFIG={kubeconfig}");
+    println!(
+        "  {} --kubeconfig {kubeconfig} get namespaces",
+        kubectl.display()
+    );
+    println!("press Ctrl-C to stop");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(tokio::signal::ctrl_c())?;
+    println!("stopping");
+    drop(cp);
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! The loopback control plane behaves like a real cluster: kubectl works, RBAC is enforced.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::Api;
+use kube::api::{ListParams, ObjectMeta, PostParams};
+use testenv::ControlPlane;
+
+async fn namespace(client: &kube::Client, name: &str) {
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+#[test]
+fn kubectl_with_the_written_kubeconfig_lists_default() {
+    let cp = ControlPlane::shared();
+    let out = cp
+        .kubectl()
+        .args(["get", "namespaces", "-o", "name"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.lines().any(|l| l == "namespace/default"),
+        "no default namespace in {stdout:?}"
+    );
+
+    let out = cp
+        .kubectl()
+        .args(["version", "-o", "json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["serverVersion"]["gitVersion"],
+        testenv::binaries::kubernetes_version(),
+        "/version must tell the truth"
+    );
+}
+
+#[tokio::test]
+async fn admin_writes_and_a_limited_user_is_forbidden_until_granted() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "rbac-check";
+    namespace(&admin, ns).await;
+
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("one".into()),
+            ..Default::default()
+        },
+        data: Some([("k".to_string(), "v".to_string())].into()),
+        ..Default::default()
+    };
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    assert_eq!(cms.get("one").await.unwrap().data.unwrap()["k"], "v");
+    let names: Vec<_> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert!(names.contains(&"one".to_string()), "{names:?}");
+
+    let user = cp.user("limited-lisa", &["testers"]).unwrap();
+    let as_user =
+        Api::<ConfigMap>::namespaced(kube::Client::try_from(user.config.clone()).unwrap(), ns);
+    match as_user.list(&ListParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("a user with no rights listed configmaps: {other:?}"),
+    }
+
+    let rule = PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["configmaps".into()]),
+        verbs: vec!["list".into(), "get".into()],
+        ..Default::default()
+    };
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some("read-cm".into()),
+            ..Default::default()
+        },
+        rules: Some(vec![rule]),
+    };
+    Api::<Role>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("read-cm".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: "read-cm".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: user.name.clone(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+
+    // The RBAC authorizer reads from an informer, so a grant takes effect a moment later.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match as_user.list(&ListParams::default()).await {
+            Ok(list) => {
+                assert_eq!(list.items.len(), 1);
+                break;
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("still failing 10 s after the grant: {e}"),
+        }
+    }
+}
