@@ -1,0 +1,1 @@
+//! Delta FIFO (being written).

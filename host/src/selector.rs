@@ -1,0 +1,1 @@
+//! Selectors (being written).
