@@ -95,7 +95,9 @@ impl Transform {
 
     /// Applies the transform in place.
     pub fn apply(&self, value: &mut Value) {
-        let Some(obj) = value.as_object_mut() else { return };
+        let Some(obj) = value.as_object_mut() else {
+            return;
+        };
         if self.metadata_only {
             obj.retain(|k, _| k == "apiVersion" || k == "kind" || k == "metadata");
         }
@@ -185,17 +187,22 @@ impl Object {
         type_meta: Option<(&str, &str)>,
     ) -> Result<Self> {
         let Some(obj) = value.as_object_mut() else {
-            return Err(Error::NotAnObject { kind: kind_of(&value) });
+            return Err(Error::NotAnObject {
+                kind: kind_of(&value),
+            });
         };
         if let Some((api_version, kind)) = type_meta {
-            obj.entry("apiVersion").or_insert_with(|| api_version.into());
+            obj.entry("apiVersion")
+                .or_insert_with(|| api_version.into());
             obj.entry("kind").or_insert_with(|| kind.into());
         }
         transform.apply(&mut value);
         let meta = value.get("metadata").unwrap_or(&Value::Null);
         let Some(name) = str_at(meta, "name") else {
             let text = value.to_string();
-            return Err(Error::NoName { snippet: text.chars().take(120).collect() });
+            return Err(Error::NoName {
+                snippet: text.chars().take(120).collect(),
+            });
         };
         let namespace = str_at(meta, "namespace").filter(|ns| !ns.is_empty());
         let key: Arc<str> = object_key(namespace, name).into();
@@ -222,12 +229,17 @@ impl Object {
                         kind: str_at(r, "kind").unwrap_or_default().into(),
                         name: str_at(r, "name").unwrap_or_default().into(),
                         uid: str_at(r, "uid").unwrap_or_default().into(),
-                        controller: r.get("controller").and_then(Value::as_bool).unwrap_or(false),
+                        controller: r
+                            .get("controller")
+                            .and_then(Value::as_bool)
+                            .unwrap_or(false),
                     })
                     .collect()
             })
             .unwrap_or_default();
-        let json = serde_json::to_vec(&value).expect("a JSON value serializes").into_boxed_slice();
+        let json = serde_json::to_vec(&value)
+            .expect("a JSON value serializes")
+            .into_boxed_slice();
         Ok(Self {
             key,
             ns_len,
@@ -262,7 +274,11 @@ impl Object {
 
     /// The name.
     pub fn name(&self) -> &str {
-        if self.ns_len > 0 { &self.key[self.ns_len as usize + 1..] } else { &self.key }
+        if self.ns_len > 0 {
+            &self.key[self.ns_len as usize + 1..]
+        } else {
+            &self.key
+        }
     }
 
     /// The uid; empty if the object had none (never the case for objects from the API server).
@@ -320,7 +336,11 @@ impl Object {
         self.key.len()
             + self.uid.len()
             + self.resource_version.len()
-            + self.labels.iter().map(|(k, v)| k.len() + v.len() + 32).sum::<usize>()
+            + self
+                .labels
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 32)
+                .sum::<usize>()
             + self
                 .owners
                 .iter()
@@ -372,7 +392,10 @@ mod tests {
         assert_eq!(o.name(), "web-1");
         assert_eq!(o.uid(), "u1");
         assert_eq!(o.resource_version_number(), Some(42));
-        assert_eq!(o.labels().collect::<Vec<_>>(), vec![("app", "shop"), ("tier", "web")]);
+        assert_eq!(
+            o.labels().collect::<Vec<_>>(),
+            vec![("app", "shop"), ("tier", "web")]
+        );
         assert_eq!(o.label("tier"), Some("web"));
         assert_eq!(o.label("nope"), None);
         assert_eq!(o.controller().unwrap().uid.as_ref(), "rs1");
@@ -390,7 +413,10 @@ mod tests {
 
     #[test]
     fn transform_is_idempotent() {
-        let t = Transform { drop_paths: vec!["spec.nodeName".into()], ..Transform::default() };
+        let t = Transform {
+            drop_paths: vec!["spec.nodeName".into()],
+            ..Transform::default()
+        };
         let once = Object::from_value(pod(), &t, None).unwrap();
         let twice = Object::from_value(once.to_value(), &t, None).unwrap();
         assert_eq!(once, twice);
@@ -399,7 +425,10 @@ mod tests {
 
     #[test]
     fn metadata_only_keeps_type_and_metadata() {
-        let t = Transform { metadata_only: true, ..Transform::default() };
+        let t = Transform {
+            metadata_only: true,
+            ..Transform::default()
+        };
         let v = Object::from_value(pod(), &t, None).unwrap().to_value();
         assert!(v.get("spec").is_none());
         assert_eq!(v["kind"], "Pod");
@@ -411,7 +440,10 @@ mod tests {
         let item = json!({"metadata": {"name": "n1", "resourceVersion": "1"}});
         let o = Object::from_value(item, &Transform::none(), Some(("v1", "Node"))).unwrap();
         let v = o.to_value();
-        assert_eq!((v["apiVersion"].as_str(), v["kind"].as_str()), (Some("v1"), Some("Node")));
+        assert_eq!(
+            (v["apiVersion"].as_str(), v["kind"].as_str()),
+            (Some("v1"), Some("Node"))
+        );
         assert_eq!(o.key(), "n1");
         assert_eq!(o.namespace(), None);
         assert_eq!(o.name(), "n1");
@@ -419,7 +451,8 @@ mod tests {
 
     #[test]
     fn rejects_what_is_not_an_object() {
-        let err = Object::from_value(json!({"metadata": {}}), &Transform::none(), None).unwrap_err();
+        let err =
+            Object::from_value(json!({"metadata": {}}), &Transform::none(), None).unwrap_err();
         assert!(err.to_string().contains("no metadata.name"), "{err}");
         let err = Object::from_value(json!([1]), &Transform::none(), None).unwrap_err();
         assert!(err.to_string().contains("an array"), "{err}");

@@ -1,0 +1,83 @@
+//! Informer factory: one shared informer per (kind, scope), ref-counted, stopped when the last
+//! subscriber leaves.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::informer::{Informer, InformerKey, Options, Subscription};
+use crate::store;
+
+/// Hands out shared informers.
+///
+/// Where it may surprise: informers are shared by *exact* key. Two subscribers whose scopes
+/// differ at all (another namespace set, another selector, another transform) get two
+/// informers and two watches; the factory does not merge overlapping scopes.
+pub struct InformerFactory {
+    client: kube::Client,
+    options: Options,
+    informers: Mutex<HashMap<InformerKey, Weak<Informer>>>,
+}
+
+impl std::fmt::Debug for InformerFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InformerFactory")
+            .field("informers", &self.active().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl InformerFactory {
+    /// A factory whose informers use `client` and `options`.
+    pub fn new(client: kube::Client, options: Options) -> Self {
+        Self {
+            client,
+            options,
+            informers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The informer for `key`, started if nobody holds one. Must be called inside a tokio
+    /// runtime.
+    ///
+    /// Lookup and start happen under one lock with no `.await` in between, so two callers
+    /// racing for the same key always share one informer.
+    pub fn informer(&self, key: InformerKey) -> Arc<Informer> {
+        let mut map = self.informers.lock().unwrap();
+        if let Some(existing) = map.get(&key).and_then(Weak::upgrade) {
+            return existing;
+        }
+        map.retain(|_, w| w.strong_count() > 0);
+        let informer = Informer::start(self.client.clone(), key.clone(), self.options.clone());
+        map.insert(key, Arc::downgrade(&informer));
+        informer
+    }
+
+    /// Subscribes to the informer for `key`, declaring the field indexes this subscriber needs.
+    ///
+    /// Indexes are per informer: one subscriber's index serves every subscriber of that
+    /// informer, and declaring an existing index is not an error here.
+    pub fn subscribe(
+        &self,
+        key: InformerKey,
+        field_indexes: &[&str],
+    ) -> store::Result<Subscription> {
+        let informer = self.informer(key);
+        for idx in field_indexes {
+            match informer.store().add_field_index(idx) {
+                Ok(()) | Err(store::Error::DuplicateIndex(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(informer.subscribe(self.options.subscriber_buffer))
+    }
+
+    /// Informers currently alive.
+    pub fn active(&self) -> Vec<Arc<Informer>> {
+        self.informers
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+}

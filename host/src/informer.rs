@@ -1,0 +1,706 @@
+//! Shared informer: discovery → reflectors → delta FIFO → store/indexes → subscribers, with a
+//! health state that never hangs silently.
+//!
+//! **One watch per namespace.** A scope naming a set of namespaces runs one reflector per
+//! namespace, all feeding one FIFO and one store (each reflector's relist only tombstones keys of
+//! its own namespace). We chose this over one all-namespaces watch filtered locally, as
+//! controller-runtime does, for two reasons: a tenant-confined host is usually granted a Role per
+//! namespace, under which a cluster-wide watch is simply forbidden; and the API server then sends
+//! only the objects we keep. The cost is one connection per namespace.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use kube::core::GroupVersionKind;
+use tokio::sync::{Notify, watch};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::delta_fifo::{DeltaFifo, DeltaType, KnownObjects};
+use crate::discovery::{self, Resource};
+use crate::object::{ObjectRef, Transform};
+use crate::reflector::{self, Condition, Reflector};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::Store;
+
+/// Why an informer is not (yet) usable.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum SyncError {
+    /// RBAC denies list or watch; the message names the rule to add.
+    #[error("cache not synced: {0}")]
+    Forbidden(String),
+    /// The kind is not served (missing CRD?).
+    #[error("cache not synced: {0}")]
+    KindNotFound(String),
+    /// Still syncing when the wait ended.
+    #[error("cache not synced after {after:?}: {last}")]
+    Timeout {
+        /// How long we waited.
+        after: Duration,
+        /// The last status seen.
+        last: String,
+    },
+}
+
+/// Which namespaces an informer covers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Namespaces {
+    /// Every namespace (one watch), or a cluster-scoped kind.
+    All,
+    /// Exactly these namespaces (one watch each).
+    Only(BTreeSet<String>),
+}
+
+/// What slice of a kind an informer caches. Part of the informer's identity: subscribers with
+/// equal scopes share one informer, one watch and one store.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Scope {
+    /// The namespaces.
+    pub namespaces: Namespaces,
+    /// Server-side label selector.
+    pub labels: LabelSelector,
+    /// Server-side field selector.
+    pub fields: FieldSelector,
+    /// How objects are trimmed before caching (`metadata_only` included).
+    pub transform: Transform,
+}
+
+impl Default for Scope {
+    fn default() -> Self {
+        Self {
+            namespaces: Namespaces::All,
+            labels: LabelSelector::default(),
+            fields: FieldSelector::default(),
+            transform: Transform::default(),
+        }
+    }
+}
+
+impl Scope {
+    /// All objects in one namespace, default transform.
+    pub fn namespace(ns: &str) -> Self {
+        Self {
+            namespaces: Namespaces::Only([ns.to_string()].into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// An informer's identity: a kind plus a scope.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct InformerKey {
+    /// Group, version, kind.
+    pub group: String,
+    /// Version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// The slice of that kind.
+    pub scope: Scope,
+}
+
+impl InformerKey {
+    /// A key for `group/version/kind` (empty group for core) with `scope`.
+    pub fn new(group: &str, version: &str, kind: &str, scope: Scope) -> Self {
+        Self {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            scope,
+        }
+    }
+
+    fn gvk(&self) -> GroupVersionKind {
+        GroupVersionKind::gvk(&self.group, &self.version, &self.kind)
+    }
+}
+
+/// Tuning that is not part of an informer's identity.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Events a subscriber may have waiting before it is switched to a [`Event::Resync`].
+    pub subscriber_buffer: usize,
+    /// Periodic resync (off by default): a Sync for every stored key with nothing queued.
+    pub resync: Option<Duration>,
+    /// LIST page size.
+    pub page_size: u32,
+    /// Use WatchList for initial syncs when the server allows it.
+    pub watch_list: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            subscriber_buffer: 4096,
+            resync: None,
+            page_size: 500,
+            watch_list: true,
+        }
+    }
+}
+
+/// An informer's health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Discovery, preflight or the initial list is under way.
+    Syncing,
+    /// The cache holds the initial list and is watching.
+    Synced,
+    /// RBAC denies list or watch.
+    Forbidden,
+    /// The kind is not served.
+    KindNotFound,
+    /// Synced, but a watch is failing: reads may be stale.
+    Degraded,
+}
+
+/// State plus the reason, for readiness, metrics and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The state.
+    pub state: State,
+    /// Why, when the state is not `Synced`; the last error otherwise.
+    pub message: Option<String>,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.message {
+            Some(m) => write!(f, "{:?}: {m}", self.state),
+            None => write!(f, "{:?}", self.state),
+        }
+    }
+}
+
+/// What a subscriber receives.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// An object appeared (or, for a late subscriber, was already there).
+    Added(ObjectRef),
+    /// An object changed. `old` and `new` may be the same object for a resync.
+    Updated {
+        /// The previous version.
+        old: ObjectRef,
+        /// The new version.
+        new: ObjectRef,
+    },
+    /// An object was deleted.
+    Deleted {
+        /// The last version the cache saw.
+        last_known: ObjectRef,
+        /// The delete itself was not seen: a relist found the object gone. Its last state
+        /// may be older than the real final state.
+        final_state_unknown: bool,
+    },
+    /// This subscriber fell behind and events were dropped to bound its memory: treat every
+    /// object in the store as changed (re-read the store).
+    Resync,
+}
+
+/// An event plus whether a user caused it.
+#[derive(Debug, Clone)]
+pub struct Notification {
+    /// The event.
+    pub event: Event,
+    /// Nothing a user did: the initial list, or a resync or relist that changed nothing.
+    /// Controllers give these low priority.
+    pub background: bool,
+}
+
+#[derive(Debug, Default)]
+struct QueueInner {
+    snapshot: VecDeque<ObjectRef>,
+    events: VecDeque<Notification>,
+    overflowed: bool,
+    closed: bool,
+}
+
+/// One subscriber's bounded buffer.
+#[derive(Debug)]
+struct SubscriberQueue {
+    inner: Mutex<QueueInner>,
+    notify: Notify,
+    cap: usize,
+}
+
+impl SubscriberQueue {
+    fn push(&self, n: Notification) {
+        let mut q = self.inner.lock().unwrap();
+        if q.overflowed {
+            // Already owed a Resync, which covers this event too.
+        } else if q.events.len() >= self.cap {
+            q.events.clear();
+            q.events.shrink_to(self.cap.min(64));
+            q.overflowed = true;
+        } else {
+            q.events.push_back(n);
+        }
+        drop(q);
+        self.notify.notify_one();
+    }
+
+    fn close(&self) {
+        self.inner.lock().unwrap().closed = true;
+        self.notify.notify_one();
+    }
+}
+
+/// A subscription to an informer. Holding it keeps the informer (and its watches) alive.
+#[derive(Debug)]
+pub struct Subscription {
+    queue: Arc<SubscriberQueue>,
+    informer: Arc<Informer>,
+}
+
+impl Subscription {
+    /// The next notification; `None` once the informer has stopped.
+    ///
+    /// A new subscription first yields an `Added` (background) for every object already stored,
+    /// then live events, with nothing lost or repeated between the two.
+    pub async fn recv(&mut self) -> Option<Notification> {
+        loop {
+            let notified = self.queue.notify.notified();
+            {
+                let mut q = self.queue.inner.lock().unwrap();
+                if let Some(o) = q.snapshot.pop_front() {
+                    return Some(Notification {
+                        event: Event::Added(o),
+                        background: true,
+                    });
+                }
+                if q.overflowed && q.events.is_empty() {
+                    q.overflowed = false;
+                    return Some(Notification {
+                        event: Event::Resync,
+                        background: false,
+                    });
+                }
+                if let Some(n) = q.events.pop_front() {
+                    return Some(n);
+                }
+                if q.closed {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// The informer behind this subscription.
+    pub fn informer(&self) -> &Arc<Informer> {
+        &self.informer
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.queue.close();
+    }
+}
+
+/// Totals over an informer's reflectors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// LIST requests (pages).
+    pub lists: u64,
+    /// Relists after the initial sync.
+    pub relists: u64,
+    /// Watches opened.
+    pub watches: u64,
+    /// Initial syncs done through WatchList.
+    pub watch_list_syncs: u64,
+    /// Watch events received.
+    pub events: u64,
+    /// Objects dropped as unparseable.
+    pub bad_objects: u64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    key: InformerKey,
+    store: Arc<Store>,
+    fifo: OnceLock<Arc<DeltaFifo>>,
+    resource: OnceLock<Resource>,
+    status: watch::Sender<Status>,
+    subscribers: Mutex<Vec<Weak<SubscriberQueue>>>,
+    reflector_stats: Mutex<Vec<Arc<reflector::Stats>>>,
+    conditions: Mutex<Vec<watch::Receiver<Condition>>>,
+    health_changed: Notify,
+}
+
+/// A shared informer for one [`InformerKey`]. Dropping the last `Arc` stops its watches.
+#[derive(Debug)]
+pub struct Informer {
+    shared: Arc<Shared>,
+    driver: AbortHandle,
+    tasks: Arc<Mutex<Vec<AbortHandle>>>,
+}
+
+impl Drop for Informer {
+    fn drop(&mut self) {
+        self.driver.abort();
+        for t in self.tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
+        if let Some(f) = self.shared.fifo.get() {
+            f.close();
+        }
+        for q in self
+            .shared
+            .subscribers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+        {
+            q.close();
+        }
+    }
+}
+
+impl Informer {
+    /// Starts an informer: discovery, RBAC preflight, list, watch. Must be called inside a
+    /// tokio runtime; returns at once, before anything is synced.
+    pub fn start(client: kube::Client, key: InformerKey, options: Options) -> Arc<Self> {
+        let (status, _) = watch::channel(Status {
+            state: State::Syncing,
+            message: None,
+        });
+        let shared = Arc::new(Shared {
+            key,
+            store: Arc::new(Store::new()),
+            fifo: OnceLock::new(),
+            resource: OnceLock::new(),
+            status,
+            subscribers: Mutex::new(Vec::new()),
+            reflector_stats: Mutex::new(Vec::new()),
+            conditions: Mutex::new(Vec::new()),
+            health_changed: Notify::new(),
+        });
+        let tasks = Arc::new(Mutex::new(Vec::new()));
+        let driver =
+            tokio::spawn(drive(client, shared.clone(), options, tasks.clone())).abort_handle();
+        Arc::new(Self {
+            shared,
+            driver,
+            tasks,
+        })
+    }
+
+    /// The informer's identity.
+    pub fn key(&self) -> &InformerKey {
+        &self.shared.key
+    }
+
+    /// The store. Note that this is a cache and may be stale; before [`State::Synced`] it may
+    /// also be incomplete.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.shared.store
+    }
+
+    /// The resolved resource, once discovery has succeeded.
+    pub fn resource(&self) -> Option<&Resource> {
+        self.shared.resource.get()
+    }
+
+    /// The current health.
+    pub fn status(&self) -> Status {
+        self.shared.status.borrow().clone()
+    }
+
+    /// A receiver that sees every health change.
+    pub fn watch_status(&self) -> watch::Receiver<Status> {
+        self.shared.status.subscribe()
+    }
+
+    /// Totals over this informer's reflectors.
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats::default();
+        for r in self.shared.reflector_stats.lock().unwrap().iter() {
+            s.lists += r.lists.load(Ordering::Relaxed);
+            s.relists += r.relists.load(Ordering::Relaxed);
+            s.watches += r.watches.load(Ordering::Relaxed);
+            s.watch_list_syncs += r.watch_list_syncs.load(Ordering::Relaxed);
+            s.events += r.events.load(Ordering::Relaxed);
+            s.bad_objects += r.bad_objects.load(Ordering::Relaxed);
+        }
+        s
+    }
+
+    /// Waits until the cache holds the initial list.
+    ///
+    /// Returns at once with the reason when the informer is Forbidden or its kind is not
+    /// served: waiting would not help, and a silent hang is the failure this exists to
+    /// prevent. Degraded counts as synced (the cache is complete but may lag).
+    pub async fn wait_synced(&self, timeout: Duration) -> Result<(), SyncError> {
+        let mut rx = self.watch_status();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let st = rx.borrow_and_update().clone();
+            match st.state {
+                State::Synced | State::Degraded => return Ok(()),
+                State::Forbidden => {
+                    return Err(SyncError::Forbidden(st.message.unwrap_or_default()));
+                }
+                State::KindNotFound => {
+                    return Err(SyncError::KindNotFound(st.message.unwrap_or_default()));
+                }
+                State::Syncing => {}
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => {
+                    return Err(SyncError::Timeout {
+                        after: timeout,
+                        last: st.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Subscribes to events. The subscription first yields the current content as `Added`.
+    pub fn subscribe(self: &Arc<Self>, buffer: usize) -> Subscription {
+        let queue = Arc::new(SubscriberQueue {
+            inner: Mutex::new(QueueInner::default()),
+            notify: Notify::new(),
+            cap: buffer.max(1),
+        });
+        // Under the dispatch lock, so no event falls between the snapshot and the registration.
+        let mut subs = self.shared.subscribers.lock().unwrap();
+        queue.inner.lock().unwrap().snapshot = self.shared.store.all().into();
+        subs.retain(|w| w.strong_count() > 0);
+        subs.push(Arc::downgrade(&queue));
+        drop(subs);
+        Subscription {
+            queue,
+            informer: self.clone(),
+        }
+    }
+
+    /// Live subscriptions.
+    pub fn subscriber_count(&self) -> usize {
+        self.shared
+            .subscribers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|w| w.strong_count() > 0)
+            .count()
+    }
+}
+
+/// The informer's main task: resolve the kind, start reflectors, then process the FIFO.
+async fn drive(
+    client: kube::Client,
+    shared: Arc<Shared>,
+    options: Options,
+    tasks: Arc<Mutex<Vec<AbortHandle>>>,
+) {
+    let gvk = shared.key.gvk();
+    let mut backoff = Backoff::new(
+        Duration::from_millis(500),
+        Duration::from_secs(10),
+        Duration::from_secs(120),
+        0.5,
+    );
+    let resource = loop {
+        match discovery::resolve(&client, &gvk).await {
+            Ok(r) => break r,
+            Err(e) => {
+                let state = match e {
+                    discovery::Error::KindNotFound { .. } => State::KindNotFound,
+                    discovery::Error::Request { .. } => State::Syncing,
+                };
+                tracing::warn!(kind = %discovery::gvk_string(&gvk), error = %e, "discovery failed");
+                shared.status.send_replace(Status {
+                    state,
+                    message: Some(e.to_string()),
+                });
+                tokio::time::sleep(backoff.failure()).await;
+            }
+        }
+    };
+    let _ = shared.resource.set(resource.clone());
+
+    let scope = &shared.key.scope;
+    let namespaces: Vec<Option<String>> = match (&scope.namespaces, resource.namespaced) {
+        (Namespaces::Only(set), true) => set.iter().cloned().map(Some).collect(),
+        _ => vec![None],
+    };
+    let known: Arc<dyn KnownObjects> = shared.store.clone();
+    let fifo = Arc::new(DeltaFifo::new(known.clone(), namespaces.len()));
+    let _ = shared.fifo.set(fifo.clone());
+
+    for ns in namespaces {
+        let mut cfg = reflector::Config::new(resource.clone(), ns);
+        cfg.label_selector = (!scope.labels.is_empty()).then(|| scope.labels.to_string());
+        cfg.field_selector = (!scope.fields.is_empty()).then(|| scope.fields.to_string());
+        cfg.transform = scope.transform.clone();
+        cfg.page_size = options.page_size;
+        cfg.watch_list = options.watch_list;
+        let stats = Arc::new(reflector::Stats::default());
+        let (cond_tx, cond_rx) = watch::channel(Condition::Syncing);
+        shared.reflector_stats.lock().unwrap().push(stats.clone());
+        shared.conditions.lock().unwrap().push(cond_rx);
+        let r = Reflector::new(
+            client.clone(),
+            cfg,
+            fifo.clone(),
+            known.clone(),
+            stats,
+            cond_tx,
+        );
+        tasks
+            .lock()
+            .unwrap()
+            .push(tokio::spawn(r.run()).abort_handle());
+    }
+    tasks
+        .lock()
+        .unwrap()
+        .push(tokio::spawn(health(shared.clone())).abort_handle());
+    if let Some(period) = options.resync {
+        let fifo = fifo.clone();
+        tasks.lock().unwrap().push(
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(period);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    fifo.resync();
+                }
+            })
+            .abort_handle(),
+        );
+    }
+    process(shared, fifo).await;
+}
+
+/// Pops deltas into the store and fans them out to subscribers.
+async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>) {
+    let started = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut synced = false;
+    loop {
+        let popped = fifo
+            .pop(|_key, deltas| {
+                // The dispatch lock is held across store update and fan-out, so a concurrent
+                // `subscribe` sees either both or neither.
+                let mut subs = shared.subscribers.lock().unwrap();
+                subs.retain(|w| w.strong_count() > 0);
+                for delta in deltas {
+                    let obj = delta.object.object().clone();
+                    let n = match delta.kind {
+                        DeltaType::Deleted => {
+                            shared.store.remove(obj.key());
+                            Notification {
+                                event: Event::Deleted {
+                                    last_known: obj,
+                                    final_state_unknown: delta.object.is_tombstone(),
+                                },
+                                background: false,
+                            }
+                        }
+                        kind => {
+                            let relisted = matches!(kind, DeltaType::Replaced | DeltaType::Sync);
+                            match shared.store.upsert(obj.clone()) {
+                                None => Notification {
+                                    event: Event::Added(obj),
+                                    background: relisted && !synced,
+                                },
+                                Some(old) => {
+                                    let unchanged =
+                                        old.resource_version() == obj.resource_version();
+                                    Notification {
+                                        event: Event::Updated { old, new: obj },
+                                        background: relisted && unchanged,
+                                    }
+                                }
+                            }
+                        }
+                    };
+                    for q in subs.iter().filter_map(Weak::upgrade) {
+                        q.push(n.clone());
+                    }
+                }
+            })
+            .await;
+        if popped.is_none() {
+            return;
+        }
+        if !synced {
+            if fifo.has_synced() {
+                synced = true;
+                tracing::info!(
+                    kind = %shared.key.kind,
+                    objects = shared.store.len(),
+                    elapsed = ?started.elapsed(),
+                    "informer synced"
+                );
+                shared.health_changed.notify_one();
+            } else if last_progress.elapsed() > Duration::from_secs(5) {
+                last_progress = Instant::now();
+                tracing::info!(kind = %shared.key.kind, objects = shared.store.len(), elapsed = ?started.elapsed(), "informer syncing");
+            }
+        }
+    }
+}
+
+/// Recomputes the informer's status whenever a reflector's condition or the sync state changes.
+async fn health(shared: Arc<Shared>) {
+    loop {
+        let mut conds: Vec<watch::Receiver<Condition>> = shared.conditions.lock().unwrap().clone();
+        let synced = shared.fifo.get().is_some_and(|f| f.has_synced());
+        let current: Vec<Condition> = conds
+            .iter_mut()
+            .map(|c| c.borrow_and_update().clone())
+            .collect();
+        let forbidden = current.iter().find_map(|c| match c {
+            Condition::Forbidden(m) => Some(m.clone()),
+            _ => None,
+        });
+        let failing = current.iter().find_map(|c| match c {
+            Condition::Failing(m) => Some(m.clone()),
+            _ => None,
+        });
+        let status = match (forbidden, failing, synced) {
+            (Some(m), _, _) => Status {
+                state: State::Forbidden,
+                message: Some(m),
+            },
+            (None, Some(m), true) => Status {
+                state: State::Degraded,
+                message: Some(m),
+            },
+            (None, None, true) => Status {
+                state: State::Synced,
+                message: None,
+            },
+            (None, last, false) => Status {
+                state: State::Syncing,
+                message: last,
+            },
+        };
+        shared.status.send_if_modified(|cur| {
+            let changed = *cur != status;
+            *cur = status;
+            changed
+        });
+        if conds.is_empty() {
+            shared.health_changed.notified().await;
+            continue;
+        }
+        let changes = conds
+            .iter_mut()
+            .map(|c| Box::pin(c.changed()))
+            .collect::<Vec<_>>();
+        tokio::select! {
+            _ = futures::future::select_all(changes) => {}
+            _ = shared.health_changed.notified() => {}
+        }
+    }
+}

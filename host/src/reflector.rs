@@ -1,0 +1,572 @@
+//! Reflector: list (or WatchList), then watch from that resourceVersion, feeding the delta FIFO.
+//!
+//! Recovery follows client-go, which took a decade of production to get right:
+//! - a watch that closes cleanly is re-opened from the last resourceVersion, with no relist;
+//! - `410 Gone` (in the stream or as the HTTP status) relists: first at the last
+//!   resourceVersion, then, if that is gone too, with a quorum read;
+//! - 429 and connection errors back off (800 ms doubling to 30 s, with jitter);
+//! - a 403 sends the reflector back to the RBAC preflight, which names the missing rule.
+//!
+//! Bookmarks only move the resourceVersion forward; they never reach the FIFO.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::{AsyncBufReadExt, StreamExt};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::delta_fifo::{DeltaFifo, KnownObjects};
+use crate::discovery::Resource;
+use crate::object::{Object, ObjectRef, Transform, object_key};
+use crate::preflight;
+
+/// Why a list or watch attempt ended badly.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The resourceVersion (or continue token) is too old: relist.
+    #[error("resource version expired (410 Gone): {0}")]
+    Gone(String),
+    /// RBAC denies the request.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// Anything else: connection refused, 429, 5xx, a malformed response.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Result with this module's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(s) if s.code == 410 => Error::Gone(s.message.clone()),
+            kube::Error::Api(s) if s.code == 403 => Error::Forbidden(s.message.clone()),
+            other => Error::Failed(other.to_string()),
+        }
+    }
+}
+
+/// What to reflect.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The resolved resource.
+    pub resource: Resource,
+    /// One namespace, or `None` for all namespaces (or a cluster-scoped kind).
+    pub namespace: Option<String>,
+    /// A label selector in API syntax, passed to the server.
+    pub label_selector: Option<String>,
+    /// A field selector in API syntax, passed to the server.
+    pub field_selector: Option<String>,
+    /// Applied to every object once, before it enters the FIFO.
+    pub transform: Transform,
+    /// LIST page size [500].
+    pub page_size: u32,
+    /// Try WatchList (`sendInitialEvents=true`) for the initial sync, falling back to a paged
+    /// LIST when the server refuses it.
+    pub watch_list: bool,
+}
+
+impl Config {
+    /// Defaults for `resource` in `namespace`: no selectors, the default transform, pages of
+    /// 500, WatchList on.
+    pub fn new(resource: Resource, namespace: Option<String>) -> Self {
+        Self {
+            resource,
+            namespace,
+            label_selector: None,
+            field_selector: None,
+            transform: Transform::default(),
+            page_size: 500,
+            watch_list: true,
+        }
+    }
+}
+
+/// Counters for one reflector. `lists` counts LIST *requests* (pages), so "no relist happened"
+/// is `lists` staying put.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// LIST requests sent (one per page).
+    pub lists: AtomicU64,
+    /// Full re-synchronisations after the first one (each a relist or a WatchList).
+    pub relists: AtomicU64,
+    /// Watch requests opened.
+    pub watches: AtomicU64,
+    /// Initial syncs done through WatchList rather than LIST.
+    pub watch_list_syncs: AtomicU64,
+    /// Watch events received (bookmarks included).
+    pub events: AtomicU64,
+    /// Objects dropped because they could not be parsed.
+    pub bad_objects: AtomicU64,
+}
+
+/// What a reflector is doing, for health reporting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// Not yet synced: preflight, list or initial events under way.
+    Syncing,
+    /// Synced and watching.
+    Watching,
+    /// RBAC denies list or watch; the message names the rule to add.
+    Forbidden(String),
+    /// Requests are failing; the cache (if synced) is serving but may be stale.
+    Failing(String),
+}
+
+/// The annotation on the bookmark that ends a WatchList's initial events.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+#[derive(Deserialize)]
+struct WatchLine {
+    #[serde(rename = "type")]
+    kind: String,
+    object: Value,
+}
+
+enum WatchEnd {
+    /// The server ended the watch normally.
+    Closed { events: u64, elapsed: Duration },
+    /// A paged LIST completed (no stream involved).
+    Listed,
+}
+
+/// How a refused WatchList is told apart from other failures.
+const WATCH_LIST_REFUSED: &str = "watch-list refused by the server";
+
+/// Lists and watches one (resource, namespace, selectors) into a delta FIFO, forever.
+pub struct Reflector {
+    client: kube::Client,
+    cfg: Config,
+    fifo: Arc<DeltaFifo>,
+    known: Arc<dyn KnownObjects>,
+    stats: Arc<Stats>,
+    condition: watch::Sender<Condition>,
+    backoff: Backoff,
+    last_rv: String,
+    watch_list_refused: bool,
+    /// Completed syncs; the first is the initial one.
+    syncs: u64,
+}
+
+impl std::fmt::Debug for Reflector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reflector")
+            .field("resource", &self.cfg.resource.plural)
+            .field("namespace", &self.cfg.namespace)
+            .field("last_rv", &self.last_rv)
+            .finish_non_exhaustive()
+    }
+}
+
+fn rv_of(v: &Value) -> Option<&str> {
+    v.get("metadata")?.get("resourceVersion")?.as_str()
+}
+
+impl Reflector {
+    /// A reflector feeding `fifo`. `known` is the store behind the FIFO, used to reuse
+    /// unchanged objects during a relist instead of holding a second copy of the cache.
+    pub fn new(
+        client: kube::Client,
+        cfg: Config,
+        fifo: Arc<DeltaFifo>,
+        known: Arc<dyn KnownObjects>,
+        stats: Arc<Stats>,
+        condition: watch::Sender<Condition>,
+    ) -> Self {
+        Self {
+            client,
+            cfg,
+            fifo,
+            known,
+            stats,
+            condition,
+            backoff: Backoff::default(),
+            last_rv: String::new(),
+            watch_list_refused: false,
+            syncs: 0,
+        }
+    }
+
+    /// The last resourceVersion this reflector has seen (empty before the first sync).
+    pub fn last_resource_version(&self) -> &str {
+        &self.last_rv
+    }
+
+    fn report(&self, c: Condition) {
+        self.condition.send_if_modified(|cur| {
+            let changed = *cur != c;
+            *cur = c;
+            changed
+        });
+    }
+
+    fn scope(&self) -> String {
+        match &self.cfg.namespace {
+            Some(ns) => format!("{} in {ns:?}", self.cfg.resource.plural),
+            None => format!("{} (all namespaces)", self.cfg.resource.plural),
+        }
+    }
+
+    /// Runs until the task is aborted: the reflector never gives up, it backs off.
+    pub async fn run(mut self) {
+        // `Some(rv)`: a sync is needed, preferring data at least as new as `rv` (empty: a
+        // quorum read). `None`: synced; keep watching from `last_rv`.
+        let mut need_sync: Option<String> = Some(String::new());
+        loop {
+            let result = match need_sync.take() {
+                Some(hint) => {
+                    // A relist after 410 is routine: the cache keeps serving, so health stays as is.
+                    if self.syncs == 0 {
+                        self.report(Condition::Syncing);
+                    }
+                    self.preflight_until_allowed().await;
+                    let before = self.syncs;
+                    let result = if self.cfg.watch_list && !self.watch_list_refused {
+                        // Returns only when the stream ends, which is long after the sync if
+                        // the initial events arrived: the same stream carries on as the watch.
+                        self.watch_stream(true, &hint).await
+                    } else {
+                        self.list_sync(&hint).await
+                    };
+                    if self.syncs == before {
+                        match result {
+                            Err(Error::Failed(msg)) if msg.starts_with(WATCH_LIST_REFUSED) => {
+                                tracing::info!(scope = %self.scope(), %msg, "falling back to a paged LIST");
+                                self.watch_list_refused = true;
+                                need_sync = Some(hint);
+                            }
+                            Err(e) => {
+                                // An expired hint falls back to a quorum read.
+                                need_sync = Some(if matches!(e, Error::Gone(_)) {
+                                    String::new()
+                                } else {
+                                    hint
+                                });
+                                self.fail(e).await;
+                            }
+                            Ok(_) => need_sync = Some(hint),
+                        }
+                        continue;
+                    }
+                    result
+                }
+                None => self.watch_stream(false, &self.last_rv.clone()).await,
+            };
+            match result {
+                Ok(WatchEnd::Closed { events, elapsed }) => {
+                    if events == 0 && elapsed < Duration::from_secs(1) {
+                        self.fail(Error::Failed(
+                            "watch closed immediately with no events".into(),
+                        ))
+                        .await;
+                    }
+                }
+                Ok(WatchEnd::Listed) => {}
+                Err(Error::Gone(msg)) => {
+                    tracing::info!(scope = %self.scope(), %msg, rv = %self.last_rv, "watch expired; relisting");
+                    need_sync = Some(self.last_rv.clone());
+                }
+                Err(e @ Error::Forbidden(_)) => {
+                    need_sync = Some(self.last_rv.clone());
+                    self.fail(e).await;
+                }
+                Err(e) => self.fail(e).await,
+            }
+        }
+    }
+
+    /// Records a completed sync (LIST or WatchList): the FIFO has its Replace.
+    fn mark_synced(&mut self) {
+        self.syncs += 1;
+        if self.syncs > 1 {
+            self.stats.relists.fetch_add(1, Ordering::Relaxed);
+        }
+        self.backoff.reset();
+        self.report(Condition::Watching);
+    }
+
+    async fn fail(&mut self, e: Error) {
+        let delay = self.backoff.failure();
+        tracing::warn!(scope = %self.scope(), error = %e, retry_in = ?delay, "reflector error");
+        match &e {
+            Error::Forbidden(m) => self.report(Condition::Forbidden(m.clone())),
+            _ => self.report(Condition::Failing(e.to_string())),
+        }
+        tokio::time::sleep(delay).await;
+    }
+
+    /// Checks list/watch access until it is granted, reporting the missing rule meanwhile.
+    ///
+    /// Polls once a second while denied: there is nothing to watch for a grant that applies to
+    /// us, and a second is what "syncs within seconds of the grant" needs.
+    async fn preflight_until_allowed(&mut self) {
+        loop {
+            match preflight::check_list_watch(
+                &self.client,
+                &self.cfg.resource,
+                self.cfg.namespace.as_deref(),
+            )
+            .await
+            {
+                Ok(()) => return,
+                Err(preflight::Error::Denied(d)) => {
+                    let msg = d.to_string();
+                    if *self.condition.borrow() != Condition::Forbidden(msg.clone()) {
+                        tracing::error!(scope = %self.scope(), "{msg}");
+                    }
+                    self.report(Condition::Forbidden(msg));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e @ preflight::Error::Request { .. }) => {
+                    self.fail(Error::Failed(e.to_string())).await;
+                }
+            }
+        }
+    }
+
+    /// A paged LIST, then `replace`.
+    async fn list_sync(&mut self, rv_hint: &str) -> Result<WatchEnd> {
+        let (items, rv) = self.list_all(rv_hint).await?;
+        self.fifo.replace(items, self.cfg.namespace.as_deref());
+        self.last_rv = rv;
+        self.mark_synced();
+        Ok(WatchEnd::Listed)
+    }
+
+    fn query(&self, extra: &[(&str, &str)]) -> String {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        if let Some(l) = &self.cfg.label_selector {
+            q.append_pair("labelSelector", l);
+        }
+        if let Some(f) = &self.cfg.field_selector {
+            q.append_pair("fieldSelector", f);
+        }
+        for (k, v) in extra {
+            q.append_pair(k, v);
+        }
+        format!(
+            "{}?{}",
+            self.cfg.resource.url_path(self.cfg.namespace.as_deref()),
+            q.finish()
+        )
+    }
+
+    /// Converts one API item, reusing the stored object when its resourceVersion is unchanged.
+    fn to_object(&self, item: Value, type_meta: Option<(&str, &str)>) -> Option<ObjectRef> {
+        let meta = item.get("metadata");
+        let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str);
+        let ns = meta
+            .and_then(|m| m.get("namespace"))
+            .and_then(Value::as_str);
+        if let (Some(name), Some(rv)) = (name, rv_of(&item))
+            && let Some(existing) = self.known.get(&object_key(ns, name))
+            && existing.resource_version() == rv
+        {
+            return Some(existing);
+        }
+        match Object::from_value(item, &self.cfg.transform, type_meta) {
+            Ok(o) => Some(Arc::new(o)),
+            Err(e) => {
+                self.stats.bad_objects.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(scope = %self.scope(), error = %e, "dropping an object that cannot be cached");
+                None
+            }
+        }
+    }
+
+    /// A paged LIST. `rv_hint` non-empty: at least that fresh (`NotOlderThan`), else a quorum
+    /// read. An expired continue token restarts the whole list as a quorum read.
+    async fn list_all(&self, rv_hint: &str) -> Result<(Vec<ObjectRef>, String)> {
+        let limit = self.cfg.page_size.to_string();
+        let api_version = self.cfg.resource.api_version.clone();
+        let kind = self.cfg.resource.kind.clone();
+        let mut rv_hint = rv_hint.to_string();
+        'restart: loop {
+            let mut items = Vec::new();
+            let mut token = String::new();
+            loop {
+                let mut extra = vec![("limit", limit.as_str())];
+                if !token.is_empty() {
+                    extra.push(("continue", token.as_str()));
+                } else if !rv_hint.is_empty() {
+                    extra.push(("resourceVersion", rv_hint.as_str()));
+                    extra.push(("resourceVersionMatch", "NotOlderThan"));
+                }
+                let req = http::Request::get(self.query(&extra))
+                    .body(Vec::new())
+                    .expect("valid request");
+                self.stats.lists.fetch_add(1, Ordering::Relaxed);
+                let page: Value = match self.client.request::<Value>(req).await.map_err(Error::from)
+                {
+                    Ok(p) => p,
+                    Err(Error::Gone(msg)) if !token.is_empty() => {
+                        tracing::info!(scope = %self.scope(), %msg, "continue token expired; restarting the list");
+                        rv_hint.clear();
+                        continue 'restart;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let Value::Object(mut page) = page else {
+                    return Err(Error::Failed(
+                        "LIST returned something that is not a list".into(),
+                    ));
+                };
+                let list_rv = page
+                    .get("metadata")
+                    .and_then(|m| m.get("resourceVersion"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                token = page
+                    .get("metadata")
+                    .and_then(|m| m.get("continue"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                if let Some(Value::Array(page_items)) = page.remove("items") {
+                    items.reserve(page_items.len());
+                    items.extend(
+                        page_items
+                            .into_iter()
+                            .filter_map(|i| self.to_object(i, Some((&api_version, &kind)))),
+                    );
+                }
+                if token.is_empty() {
+                    return Ok((items, list_rv));
+                }
+            }
+        }
+    }
+
+    /// Opens one watch and processes it until it ends. With `initial`, it is a WatchList: its
+    /// initial events are gathered and replace the FIFO's content at the bookmark that ends
+    /// them (a sync, see [`Self::mark_synced`]), and the same stream then carries on as a
+    /// normal watch.
+    async fn watch_stream(&mut self, initial: bool, rv: &str) -> Result<WatchEnd> {
+        // Randomised so that a fleet of watchers does not reconnect in lockstep.
+        let timeout = fastrand::u64(300..=600);
+        let timeout_s = timeout.to_string();
+        let mut extra = vec![
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_s.as_str()),
+        ];
+        if initial {
+            extra.push(("sendInitialEvents", "true"));
+            extra.push(("resourceVersionMatch", "NotOlderThan"));
+            extra.push(("resourceVersion", rv));
+        } else {
+            extra.push(("resourceVersion", rv));
+        }
+        let req = http::Request::get(self.query(&extra))
+            .body(Vec::new())
+            .expect("valid request");
+        self.stats.watches.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let stream = match self.client.request_stream(req).await {
+            Ok(s) => s,
+            Err(kube::Error::Api(s)) if initial && matches!(s.code, 400 | 422) => {
+                return Err(Error::Failed(format!(
+                    "{WATCH_LIST_REFUSED}: {}",
+                    s.message
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // The server ends the watch at `timeoutSeconds`; a stream silent for much longer than
+        // that is a dead connection nobody told us about.
+        let deadline = started + Duration::from_secs(timeout + 30);
+        let mut lines = stream.lines();
+        let mut events = 0u64;
+        let mut gathered: Vec<ObjectRef> = Vec::new();
+        let mut initial = initial;
+        loop {
+            let line = match tokio::time::timeout_at(deadline, lines.next()).await {
+                Err(_) => return Err(Error::Failed("watch stalled past its timeout".into())),
+                Ok(None) => {
+                    if initial {
+                        return Err(Error::Failed(
+                            "watch-list stream ended before its initial events did".into(),
+                        ));
+                    }
+                    return Ok(WatchEnd::Closed {
+                        events,
+                        elapsed: started.elapsed(),
+                    });
+                }
+                Ok(Some(Err(e))) => return Err(Error::Failed(format!("watch stream broke: {e}"))),
+                Ok(Some(Ok(line))) => line,
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            events += 1;
+            self.stats.events.fetch_add(1, Ordering::Relaxed);
+            let event: WatchLine = match serde_json::from_str(&line) {
+                Ok(e) => e,
+                Err(e) => return Err(Error::Failed(format!("malformed watch event: {e}"))),
+            };
+            match event.kind.as_str() {
+                "ADDED" | "MODIFIED" | "DELETED" => {
+                    let rv = rv_of(&event.object).map(str::to_string);
+                    let Some(obj) = self.to_object(event.object, None) else {
+                        continue;
+                    };
+                    if initial {
+                        // Initial events are not in resourceVersion order: the RV moves only at
+                        // the bookmark that ends them.
+                        gathered.push(obj);
+                        continue;
+                    }
+                    match event.kind.as_str() {
+                        "ADDED" => self.fifo.add(obj),
+                        "MODIFIED" => self.fifo.update(obj),
+                        _ => self.fifo.delete(obj),
+                    }
+                    if let Some(rv) = rv {
+                        self.last_rv = rv;
+                    }
+                }
+                "BOOKMARK" => {
+                    if let Some(rv) = rv_of(&event.object) {
+                        self.last_rv = rv.to_string();
+                    }
+                    let ends_initial =
+                        event.object["metadata"]["annotations"][INITIAL_EVENTS_END] == "true";
+                    if initial && ends_initial {
+                        self.fifo
+                            .replace(std::mem::take(&mut gathered), self.cfg.namespace.as_deref());
+                        self.stats.watch_list_syncs.fetch_add(1, Ordering::Relaxed);
+                        initial = false;
+                        self.mark_synced();
+                    }
+                }
+                "ERROR" => {
+                    let code = event
+                        .object
+                        .get("code")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0);
+                    let msg = event
+                        .object
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    return Err(match code {
+                        410 => Error::Gone(msg),
+                        403 => Error::Forbidden(msg),
+                        _ => Error::Failed(format!("watch error {code}: {msg}")),
+                    });
+                }
+                other => return Err(Error::Failed(format!("unknown watch event type {other:?}"))),
+            }
+        }
+    }
+}

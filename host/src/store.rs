@@ -1,0 +1,855 @@
+//! Store and indexes: an informer's cache, keyed by `namespace/name`, indexed by namespace,
+//! owner UID, label and declared JSON-path fields.
+//!
+//! Reads are snapshots: one read lock covers a whole `list`, so a result never mixes two
+//! versions of the store. Returned objects are the stored `Arc`s, never copies.
+//!
+//! A query on a field that has no index is an error naming the index to declare. It never
+//! silently becomes a full scan, which is the controller-runtime trap this module exists to
+//! close.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use serde_json::Value;
+
+use crate::delta_fifo::KnownObjects;
+use crate::object::ObjectRef;
+use crate::selector::{LabelSelector, Operator};
+
+/// Errors from declaring indexes and querying the store.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    /// A field match on a field that has no index.
+    #[error(
+        "no index for field {field:?}: declare the field index {field:?} for this kind (declared field indexes: {declared:?}); a full scan is never done silently"
+    )]
+    UnindexedField {
+        /// The field asked for.
+        field: String,
+        /// The field indexes that exist.
+        declared: Vec<String>,
+    },
+    /// An index with this name already exists.
+    #[error("field index {0:?} is already declared")]
+    DuplicateIndex(String),
+    /// The index path is empty or malformed.
+    #[error("field index path {0:?} is not a dotted JSON path like \"spec.nodeName\"")]
+    BadIndexPath(String),
+}
+
+/// Result with this module's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Fields every store can match on without a declared index.
+const BUILTIN_FIELDS: [&str; 2] = ["metadata.name", "metadata.namespace"];
+
+/// What to list. Every condition narrows the result (they are ANDed).
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    /// Only objects in this namespace.
+    pub namespace: Option<String>,
+    /// Only objects whose labels match.
+    pub labels: LabelSelector,
+    /// Only objects whose field (a declared field index, or `metadata.name` /
+    /// `metadata.namespace`) has exactly this value.
+    pub fields: Vec<(String, String)>,
+    /// Only objects with an owner reference to this UID.
+    pub owner_uid: Option<String>,
+}
+
+type KeySet = HashSet<Arc<str>>;
+
+#[derive(Debug)]
+struct FieldIndex {
+    path: Vec<String>,
+    values: HashMap<Box<str>, KeySet>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    items: HashMap<Arc<str>, ObjectRef>,
+    by_namespace: HashMap<Box<str>, KeySet>,
+    by_owner: HashMap<Box<str>, KeySet>,
+    /// label key → label value → keys. Two levels so `key`, `key in (...)` and `key=value` all
+    /// find their candidates without a scan.
+    by_label: HashMap<Box<str>, HashMap<Box<str>, KeySet>>,
+    fields: HashMap<String, FieldIndex>,
+}
+
+/// An indexed, thread-safe object cache.
+///
+/// Note that this is a cache and may be stale: it holds what the informer has seen, which may
+/// lag the API server.
+#[derive(Debug, Default)]
+pub struct Store {
+    inner: RwLock<Inner>,
+    touched: AtomicU64,
+    index_failures: AtomicU64,
+}
+
+fn insert_key<K: std::hash::Hash + Eq>(map: &mut HashMap<K, KeySet>, value: K, key: &Arc<str>) {
+    map.entry(value).or_default().insert(key.clone());
+}
+
+/// Removes `key` from `map[value]`, pruning the set once empty so that indexes do not grow
+/// with every value ever seen.
+fn remove_key(map: &mut HashMap<Box<str>, KeySet>, value: &str, key: &str) {
+    if let Some(set) = map.get_mut(value) {
+        set.remove(key);
+        if set.is_empty() {
+            map.remove(value);
+        }
+    }
+}
+
+/// The values at a dotted path, fanning out through arrays (so `spec.containers.image` yields
+/// every container's image). Scalars index as their JSON text without quotes; a path that ends
+/// on an object or on an array of objects cannot be indexed.
+fn values_at(value: &Value, path: &[String]) -> Result<Vec<String>, String> {
+    let mut current = vec![value];
+    for part in path {
+        let mut next = Vec::new();
+        for v in current {
+            match v {
+                Value::Object(m) => next.extend(m.get(part)),
+                Value::Array(items) => {
+                    next.extend(items.iter().filter_map(|i| i.as_object()?.get(part)))
+                }
+                _ => {}
+            }
+        }
+        current = next;
+    }
+    let mut out = Vec::new();
+    for v in current {
+        let scalars: Vec<&Value> = match v {
+            Value::Array(items) => items.iter().collect(),
+            other => vec![other],
+        };
+        for s in scalars {
+            match s {
+                Value::String(s) => out.push(s.clone()),
+                Value::Number(n) => out.push(n.to_string()),
+                Value::Bool(b) => out.push(b.to_string()),
+                Value::Null => {}
+                Value::Object(_) | Value::Array(_) => {
+                    return Err(format!("the value at {:?} is not a scalar", path.join(".")));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Inner {
+    fn field_values(&self, obj: &ObjectRef, failures: &AtomicU64) -> Vec<(String, Vec<String>)> {
+        if self.fields.is_empty() {
+            return Vec::new();
+        }
+        let value = obj.to_value();
+        self.fields
+            .iter()
+            .map(|(name, idx)| {
+                let values = values_at(&value, &idx.path).unwrap_or_else(|reason| {
+                    // client-go panics here and takes the process down; one bad object must not.
+                    failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(index = %name, key = obj.key(), %reason, "field index failed; object indexed under no value");
+                    Vec::new()
+                });
+                (name.clone(), values)
+            })
+            .collect()
+    }
+
+    fn index(&mut self, obj: &ObjectRef, failures: &AtomicU64) {
+        let key = obj.key_arc();
+        if let Some(ns) = obj.namespace() {
+            insert_key(&mut self.by_namespace, ns.into(), key);
+        }
+        for owner in obj.owners() {
+            insert_key(&mut self.by_owner, owner.uid.clone(), key);
+        }
+        for (k, v) in obj.labels() {
+            insert_key(self.by_label.entry(k.into()).or_default(), v.into(), key);
+        }
+        for (name, values) in self.field_values(obj, failures) {
+            let idx = self.fields.get_mut(&name).expect("index exists");
+            for v in values {
+                insert_key(&mut idx.values, v.into_boxed_str(), key);
+            }
+        }
+    }
+
+    fn unindex(&mut self, obj: &ObjectRef, failures: &AtomicU64) {
+        let key = obj.key();
+        if let Some(ns) = obj.namespace() {
+            remove_key(&mut self.by_namespace, ns, key);
+        }
+        for owner in obj.owners() {
+            remove_key(&mut self.by_owner, &owner.uid, key);
+        }
+        for (k, v) in obj.labels() {
+            if let Some(values) = self.by_label.get_mut(k) {
+                remove_key(values, v, key);
+                if values.is_empty() {
+                    self.by_label.remove(k);
+                }
+            }
+        }
+        for (name, values) in self.field_values(obj, failures) {
+            let idx = self.fields.get_mut(&name).expect("index exists");
+            for v in values {
+                remove_key(&mut idx.values, &v, key);
+            }
+        }
+    }
+
+    /// Candidate keys from one label requirement, if the index can narrow it.
+    fn label_candidates(&self, key: &str, op: Operator, values: &[String]) -> Option<Vec<&KeySet>> {
+        let by_value = self.by_label.get(key);
+        match op {
+            Operator::Equals | Operator::In => Some(
+                values
+                    .iter()
+                    .filter_map(|v| by_value?.get(v.as_str()))
+                    .collect(),
+            ),
+            Operator::Exists => Some(by_value.map(|m| m.values().collect()).unwrap_or_default()),
+            // Negations match objects *without* the label too, so no index can narrow them.
+            Operator::NotEquals | Operator::NotIn | Operator::DoesNotExist => None,
+        }
+    }
+}
+
+impl Store {
+    /// An empty store with only the built-in indexes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Declares a field index on a dotted JSON path such as `spec.nodeName`; the path is also
+    /// the index's name. Objects already stored are indexed at once.
+    pub fn add_field_index(&self, path: &str) -> Result<()> {
+        let parts: Vec<String> = path.split('.').map(str::to_string).collect();
+        if path.is_empty() || parts.iter().any(String::is_empty) {
+            return Err(Error::BadIndexPath(path.to_string()));
+        }
+        let mut inner = self.inner.write().unwrap();
+        if inner.fields.contains_key(path) || BUILTIN_FIELDS.contains(&path) {
+            return Err(Error::DuplicateIndex(path.to_string()));
+        }
+        let mut idx = FieldIndex {
+            path: parts,
+            values: HashMap::new(),
+        };
+        for (key, obj) in &inner.items {
+            match values_at(&obj.to_value(), &idx.path) {
+                Ok(values) => {
+                    for v in values {
+                        insert_key(&mut idx.values, v.into_boxed_str(), key);
+                    }
+                }
+                Err(reason) => {
+                    self.index_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(index = path, key = %key, %reason, "field index failed; object indexed under no value");
+                }
+            }
+        }
+        inner.fields.insert(path.to_string(), idx);
+        Ok(())
+    }
+
+    /// The declared field indexes.
+    pub fn field_indexes(&self) -> Vec<String> {
+        let mut names: Vec<_> = self.inner.read().unwrap().fields.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Inserts or replaces an object, returning the previous version.
+    pub fn upsert(&self, obj: ObjectRef) -> Option<ObjectRef> {
+        let mut inner = self.inner.write().unwrap();
+        let old = inner.items.insert(obj.key_arc().clone(), obj.clone());
+        if let Some(old) = &old {
+            inner.unindex(old, &self.index_failures);
+        }
+        inner.index(&obj, &self.index_failures);
+        old
+    }
+
+    /// Removes an object by key, returning it.
+    pub fn remove(&self, key: &str) -> Option<ObjectRef> {
+        let mut inner = self.inner.write().unwrap();
+        let old = inner.items.remove(key)?;
+        inner.unindex(&old, &self.index_failures);
+        Some(old)
+    }
+
+    /// Replaces the whole content and rebuilds every index from scratch (declared field indexes
+    /// are kept). Readers see either the old or the new content, never a mix.
+    pub fn replace(&self, items: Vec<ObjectRef>) {
+        let mut inner = self.inner.write().unwrap();
+        let fields = std::mem::take(&mut inner.fields)
+            .into_iter()
+            .map(|(name, idx)| {
+                (
+                    name,
+                    FieldIndex {
+                        path: idx.path,
+                        values: HashMap::new(),
+                    },
+                )
+            })
+            .collect();
+        *inner = Inner {
+            fields,
+            ..Inner::default()
+        };
+        for obj in items {
+            inner.index(&obj, &self.index_failures);
+            inner.items.insert(obj.key_arc().clone(), obj);
+        }
+    }
+
+    /// The object stored under `key` (`namespace/name`, or `name` when cluster-scoped).
+    pub fn get(&self, key: &str) -> Option<ObjectRef> {
+        self.inner.read().unwrap().items.get(key).cloned()
+    }
+
+    /// Number of stored objects.
+    pub fn len(&self) -> usize {
+        self.inner.read().unwrap().items.len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every stored object, sorted by key: one consistent snapshot.
+    pub fn all(&self) -> Vec<ObjectRef> {
+        self.list(&Query::default())
+            .expect("an empty query needs no index")
+    }
+
+    /// Objects matching `query`, sorted by key, as one consistent snapshot.
+    ///
+    /// Uses the narrowest index the query allows (namespace, owner, a declared field, a positive
+    /// label requirement) and filters those candidates. Only a query with no indexable condition
+    /// at all (for example `app!=x` alone) scans the whole store. A field match on a field
+    /// without an index is an [`Error::UnindexedField`], never a scan.
+    pub fn list(&self, query: &Query) -> Result<Vec<ObjectRef>> {
+        let inner = self.inner.read().unwrap();
+        let mut name_filter = None;
+        let mut namespace = query.namespace.as_deref();
+        let mut field_sets: Vec<&KeySet> = Vec::new();
+        let empty = KeySet::new();
+        for (field, value) in &query.fields {
+            match field.as_str() {
+                "metadata.name" => name_filter = Some(value.as_str()),
+                // Two different namespaces in one query match nothing.
+                "metadata.namespace" => match namespace {
+                    Some(ns) if ns != value => return Ok(Vec::new()),
+                    _ => namespace = Some(value.as_str()),
+                },
+                _ => {
+                    let Some(idx) = inner.fields.get(field) else {
+                        let mut declared: Vec<String> = inner.fields.keys().cloned().collect();
+                        declared.sort();
+                        return Err(Error::UnindexedField {
+                            field: field.clone(),
+                            declared,
+                        });
+                    };
+                    field_sets.push(idx.values.get(value.as_str()).unwrap_or(&empty));
+                }
+            }
+        }
+
+        // Each entry is a union of key sets that every match must belong to.
+        let mut narrowing: Vec<Vec<&KeySet>> = field_sets.iter().map(|s| vec![*s]).collect();
+        if let Some(ns) = namespace {
+            narrowing.push(vec![inner.by_namespace.get(ns).unwrap_or(&empty)]);
+        }
+        if let Some(uid) = &query.owner_uid {
+            narrowing.push(vec![inner.by_owner.get(uid.as_str()).unwrap_or(&empty)]);
+        }
+        for req in query.labels.requirements() {
+            if let Some(sets) = inner.label_candidates(req.key(), req.operator(), req.values()) {
+                narrowing.push(sets);
+            }
+        }
+
+        let matches = |obj: &ObjectRef| {
+            namespace.is_none_or(|ns| obj.namespace() == Some(ns))
+                && name_filter.is_none_or(|n| obj.name() == n)
+                && query
+                    .owner_uid
+                    .as_deref()
+                    .is_none_or(|u| obj.owners().iter().any(|o| &*o.uid == u))
+                && field_sets.iter().all(|s| s.contains(obj.key()))
+                && query.labels.matches(|k| obj.label(k))
+        };
+
+        let mut out: Vec<ObjectRef> = Vec::new();
+        let mut touched = 0u64;
+        if let (Some(name), Some(ns)) = (name_filter, namespace) {
+            // namespace + name is a key lookup.
+            let key = crate::object::object_key(Some(ns), name);
+            if let Some(obj) = inner.items.get(key.as_str()) {
+                touched += 1;
+                if matches(obj) {
+                    out.push(obj.clone());
+                }
+            }
+        } else if let Some(smallest) = narrowing
+            .iter()
+            .min_by_key(|sets| sets.iter().map(|s| s.len()).sum::<usize>())
+        {
+            let mut seen: HashSet<&str> = HashSet::new();
+            for key in smallest.iter().flat_map(|s| s.iter()) {
+                if smallest.len() > 1 && !seen.insert(key) {
+                    continue;
+                }
+                touched += 1;
+                let obj = &inner.items[key];
+                if matches(obj) {
+                    out.push(obj.clone());
+                }
+            }
+        } else {
+            for obj in inner.items.values() {
+                touched += 1;
+                if matches(obj) {
+                    out.push(obj.clone());
+                }
+            }
+        }
+        drop(inner);
+        self.touched.fetch_add(touched, Ordering::Relaxed);
+        out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
+        Ok(out)
+    }
+
+    /// How many stored objects `list` calls have examined, in total. An indexed query adds about
+    /// the size of its result; a scan adds the size of the store.
+    pub fn touched(&self) -> u64 {
+        self.touched.load(Ordering::Relaxed)
+    }
+
+    /// How many times a field index function failed on an object (the object was indexed under
+    /// no value for that index).
+    pub fn index_failures(&self) -> u64 {
+        self.index_failures.load(Ordering::Relaxed)
+    }
+
+    /// Stored objects' approximate heap bytes, excluding index overhead.
+    pub fn object_bytes(&self) -> usize {
+        self.inner
+            .read()
+            .unwrap()
+            .items
+            .values()
+            .map(|o| o.heap_bytes())
+            .sum()
+    }
+
+    /// Number of distinct values held by each index, for tests and metrics: (namespace, owner,
+    /// label keys, field index → values).
+    pub fn index_sizes(&self) -> (usize, usize, usize, Vec<(String, usize)>) {
+        let inner = self.inner.read().unwrap();
+        let mut fields: Vec<_> = inner
+            .fields
+            .iter()
+            .map(|(n, i)| (n.clone(), i.values.len()))
+            .collect();
+        fields.sort();
+        (
+            inner.by_namespace.len(),
+            inner.by_owner.len(),
+            inner.by_label.len(),
+            fields,
+        )
+    }
+}
+
+impl KnownObjects for Store {
+    fn get(&self, key: &str) -> Option<ObjectRef> {
+        Store::get(self, key)
+    }
+
+    fn keys(&self, namespace: Option<&str>) -> Vec<Arc<str>> {
+        let inner = self.inner.read().unwrap();
+        match namespace {
+            None => inner.items.keys().cloned().collect(),
+            Some(ns) => inner
+                .by_namespace
+                .get(ns)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::{Object, Transform};
+    use serde_json::json;
+
+    fn obj(ns: &str, name: &str, labels: Value, spec: Value) -> ObjectRef {
+        Arc::new(
+            Object::from_value(
+                json!({"metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"), "resourceVersion": "1", "labels": labels}, "spec": spec}),
+                &Transform::none(),
+                None,
+            )
+            .unwrap(),
+        )
+    }
+
+    fn owned(ns: &str, name: &str, owner_uid: &str) -> ObjectRef {
+        Arc::new(
+            Object::from_value(
+                json!({"metadata": {"name": name, "namespace": ns, "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "o", "uid": owner_uid, "controller": true}]}}),
+                &Transform::none(),
+                None,
+            )
+            .unwrap(),
+        )
+    }
+
+    fn keys(objs: &[ObjectRef]) -> Vec<&str> {
+        objs.iter().map(|o| o.key()).collect()
+    }
+
+    fn q() -> Query {
+        Query::default()
+    }
+
+    #[test]
+    fn builtin_indexes_narrow_by_namespace_owner_and_label() {
+        let s = Store::new();
+        s.upsert(obj("a", "1", json!({"app": "web"}), json!({})));
+        s.upsert(obj("a", "2", json!({"app": "db"}), json!({})));
+        s.upsert(obj("b", "3", json!({"app": "web"}), json!({})));
+        s.upsert(owned("b", "4", "owner-1"));
+
+        let ns_a = s
+            .list(&Query {
+                namespace: Some("a".into()),
+                ..q()
+            })
+            .unwrap();
+        assert_eq!(keys(&ns_a), ["a/1", "a/2"]);
+        let web = s
+            .list(&Query {
+                labels: LabelSelector::parse("app=web").unwrap(),
+                ..q()
+            })
+            .unwrap();
+        assert_eq!(keys(&web), ["a/1", "b/3"]);
+        let web_in_b = Query {
+            namespace: Some("b".into()),
+            labels: LabelSelector::parse("app in (web,db)").unwrap(),
+            ..q()
+        };
+        assert_eq!(keys(&s.list(&web_in_b).unwrap()), ["b/3"]);
+        let by_owner = s
+            .list(&Query {
+                owner_uid: Some("owner-1".into()),
+                ..q()
+            })
+            .unwrap();
+        assert_eq!(keys(&by_owner), ["b/4"]);
+        let has_app = s
+            .list(&Query {
+                labels: LabelSelector::parse("app").unwrap(),
+                ..q()
+            })
+            .unwrap();
+        assert_eq!(has_app.len(), 3);
+        let not_web = s
+            .list(&Query {
+                labels: LabelSelector::parse("app!=web").unwrap(),
+                ..q()
+            })
+            .unwrap();
+        assert_eq!(
+            keys(&not_web),
+            ["a/2", "b/4"],
+            "!= matches objects without the label"
+        );
+    }
+
+    #[test]
+    fn field_index_may_yield_several_values() {
+        let s = Store::new();
+        s.add_field_index("spec.containers.image").unwrap();
+        s.upsert(obj(
+            "a",
+            "p1",
+            json!({}),
+            json!({"containers": [{"image": "nginx"}, {"image": "envoy"}]}),
+        ));
+        s.upsert(obj(
+            "a",
+            "p2",
+            json!({}),
+            json!({"containers": [{"image": "envoy"}]}),
+        ));
+        let q_envoy = Query {
+            fields: vec![("spec.containers.image".into(), "envoy".into())],
+            ..q()
+        };
+        assert_eq!(keys(&s.list(&q_envoy).unwrap()), ["a/p1", "a/p2"]);
+        let q_nginx = Query {
+            fields: vec![("spec.containers.image".into(), "nginx".into())],
+            ..q()
+        };
+        assert_eq!(keys(&s.list(&q_nginx).unwrap()), ["a/p1"]);
+    }
+
+    #[test]
+    fn unindexed_field_match_is_an_error_naming_the_index() {
+        let s = Store::new();
+        s.add_field_index("spec.nodeName").unwrap();
+        s.upsert(obj("a", "1", json!({}), json!({"nodeName": "n1"})));
+        let err = s
+            .list(&Query {
+                fields: vec![("spec.serviceAccountName".into(), "x".into())],
+                ..q()
+            })
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::UnindexedField {
+                field: "spec.serviceAccountName".into(),
+                declared: vec!["spec.nodeName".into()]
+            }
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("declare the field index \"spec.serviceAccountName\""),
+            "{msg}"
+        );
+        assert_eq!(s.touched(), 0, "an unindexed query must not scan");
+    }
+
+    #[test]
+    fn builtin_fields_need_no_declaration() {
+        let s = Store::new();
+        s.upsert(obj("a", "1", json!({}), json!({})));
+        s.upsert(obj("b", "1", json!({}), json!({})));
+        let by_name = Query {
+            fields: vec![("metadata.name".into(), "1".into())],
+            ..q()
+        };
+        assert_eq!(keys(&s.list(&by_name).unwrap()), ["a/1", "b/1"]);
+        let exact = Query {
+            fields: vec![
+                ("metadata.namespace".into(), "b".into()),
+                ("metadata.name".into(), "1".into()),
+            ],
+            ..q()
+        };
+        assert_eq!(keys(&s.list(&exact).unwrap()), ["b/1"]);
+        let contradiction = Query {
+            namespace: Some("a".into()),
+            fields: vec![("metadata.namespace".into(), "b".into())],
+            ..q()
+        };
+        assert!(s.list(&contradiction).unwrap().is_empty());
+    }
+
+    #[test]
+    fn adding_an_index_to_a_populated_store_reindexes_and_duplicates_are_refused() {
+        let s = Store::new();
+        for i in 0..10 {
+            s.upsert(obj(
+                "a",
+                &format!("p{i}"),
+                json!({}),
+                json!({"nodeName": format!("n{}", i % 2)}),
+            ));
+        }
+        s.add_field_index("spec.nodeName").unwrap();
+        let on_n1 = Query {
+            fields: vec![("spec.nodeName".into(), "n1".into())],
+            ..q()
+        };
+        assert_eq!(s.list(&on_n1).unwrap().len(), 5);
+        assert_eq!(
+            s.add_field_index("spec.nodeName").unwrap_err(),
+            Error::DuplicateIndex("spec.nodeName".into())
+        );
+        assert_eq!(
+            s.add_field_index("metadata.name").unwrap_err(),
+            Error::DuplicateIndex("metadata.name".into())
+        );
+        assert_eq!(
+            s.add_field_index("spec..x").unwrap_err(),
+            Error::BadIndexPath("spec..x".into())
+        );
+    }
+
+    #[test]
+    fn updates_move_index_entries_and_empty_sets_are_pruned() {
+        let s = Store::new();
+        s.add_field_index("spec.nodeName").unwrap();
+        s.upsert(obj(
+            "a",
+            "1",
+            json!({"v": "old"}),
+            json!({"nodeName": "n1"}),
+        ));
+        s.upsert(obj(
+            "a",
+            "1",
+            json!({"v": "new"}),
+            json!({"nodeName": "n2"}),
+        ));
+        let old = Query {
+            labels: LabelSelector::parse("v=old").unwrap(),
+            ..q()
+        };
+        assert!(s.list(&old).unwrap().is_empty());
+        let n2 = Query {
+            fields: vec![("spec.nodeName".into(), "n2".into())],
+            ..q()
+        };
+        assert_eq!(s.list(&n2).unwrap().len(), 1);
+        assert_eq!(
+            s.index_sizes(),
+            (1, 0, 1, vec![("spec.nodeName".into(), 1)])
+        );
+        s.remove("a/1");
+        assert_eq!(
+            s.index_sizes(),
+            (0, 0, 0, vec![("spec.nodeName".into(), 0)])
+        );
+    }
+
+    #[test]
+    fn replace_rebuilds_indexes() {
+        let s = Store::new();
+        s.add_field_index("spec.nodeName").unwrap();
+        s.upsert(obj(
+            "a",
+            "gone",
+            json!({"x": "1"}),
+            json!({"nodeName": "n1"}),
+        ));
+        s.replace(vec![obj(
+            "b",
+            "new",
+            json!({"y": "2"}),
+            json!({"nodeName": "n2"}),
+        )]);
+        assert_eq!(keys(&s.all()), ["b/new"]);
+        assert_eq!(
+            s.index_sizes(),
+            (1, 0, 1, vec![("spec.nodeName".into(), 1)])
+        );
+        let n2 = Query {
+            fields: vec![("spec.nodeName".into(), "n2".into())],
+            ..q()
+        };
+        assert_eq!(keys(&s.list(&n2).unwrap()), ["b/new"]);
+    }
+
+    #[test]
+    fn a_failing_index_function_does_not_take_the_store_down() {
+        let s = Store::new();
+        s.add_field_index("spec.nodeName").unwrap();
+        s.upsert(obj(
+            "a",
+            "weird",
+            json!({}),
+            json!({"nodeName": {"not": "a scalar"}}),
+        ));
+        s.upsert(obj("a", "fine", json!({}), json!({"nodeName": "n1"})));
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.index_failures(), 1);
+        let n1 = Query {
+            fields: vec![("spec.nodeName".into(), "n1".into())],
+            ..q()
+        };
+        assert_eq!(keys(&s.list(&n1).unwrap()), ["a/fine"]);
+    }
+
+    #[test]
+    fn indexed_lookup_touches_only_the_matches() {
+        let s = Store::new();
+        s.add_field_index("spec.nodeName").unwrap();
+        for i in 0..20_000 {
+            let node = if i % 2000 == 0 {
+                "hot".to_string()
+            } else {
+                format!("n{}", i % 97)
+            };
+            s.upsert(obj(
+                &format!("ns{}", i % 50),
+                &format!("p{i}"),
+                json!({"i": i.to_string()}),
+                json!({"nodeName": node}),
+            ));
+        }
+        let before = s.touched();
+        let hot = Query {
+            fields: vec![("spec.nodeName".into(), "hot".into())],
+            ..q()
+        };
+        assert_eq!(s.list(&hot).unwrap().len(), 10);
+        assert_eq!(s.touched() - before, 10);
+        let before = s.touched();
+        let label = Query {
+            labels: LabelSelector::parse("i in (5,6,7)").unwrap(),
+            ..q()
+        };
+        assert_eq!(s.list(&label).unwrap().len(), 3);
+        assert_eq!(s.touched() - before, 3);
+    }
+
+    #[test]
+    fn reads_share_the_stored_object() {
+        let s = Store::new();
+        let o = obj("a", "1", json!({}), json!({}));
+        s.upsert(o.clone());
+        assert!(Arc::ptr_eq(&o, &s.get("a/1").unwrap()));
+        assert!(Arc::ptr_eq(&o, &s.all()[0]));
+    }
+
+    #[test]
+    fn lists_are_snapshots_under_concurrent_writes() {
+        // A writer flips every object between two generations; a list must never see a mix.
+        let s = Arc::new(Store::new());
+        let gen_of = |o: &ObjectRef| o.label("gen").unwrap().to_string();
+        let write_gen = |s: &Store, g: &str| {
+            let items = (0..200)
+                .map(|i| obj("a", &format!("o{i}"), json!({"gen": g}), json!({})))
+                .collect();
+            s.replace(items);
+        };
+        write_gen(&s, "0");
+        let writer = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for round in 0..200 {
+                    write_gen(&s, &(round % 2).to_string());
+                }
+            })
+        };
+        for _ in 0..200 {
+            let all = s.all();
+            let first = gen_of(&all[0]);
+            assert!(
+                all.iter().all(|o| gen_of(o) == first),
+                "a list mixed two generations"
+            );
+        }
+        writer.join().unwrap();
+    }
+}
