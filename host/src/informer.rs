@@ -316,6 +316,8 @@ pub struct Stats {
     pub events: u64,
     /// Objects dropped as unparseable.
     pub bad_objects: u64,
+    /// The highest resourceVersion at which a reflector finished its first sync.
+    pub initial_sync_rv: u64,
 }
 
 #[derive(Debug)]
@@ -426,6 +428,9 @@ impl Informer {
             s.watch_list_syncs += r.watch_list_syncs.load(Ordering::Relaxed);
             s.events += r.events.load(Ordering::Relaxed);
             s.bad_objects += r.bad_objects.load(Ordering::Relaxed);
+            s.initial_sync_rv = s
+                .initial_sync_rv
+                .max(r.initial_sync_rv.load(Ordering::Relaxed));
         }
         s
     }

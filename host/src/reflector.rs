@@ -104,6 +104,9 @@ pub struct Stats {
     pub events: AtomicU64,
     /// Objects dropped because they could not be parsed.
     pub bad_objects: AtomicU64,
+    /// The resourceVersion the first sync ended at (0 until then): every event after it is a
+    /// watch event, everything at or before it came from the initial list.
+    pub initial_sync_rv: AtomicU64,
 }
 
 /// What a reflector is doing, for health reporting.
@@ -284,6 +287,10 @@ impl Reflector {
     /// Records a completed sync (LIST or WatchList): the FIFO has its Replace.
     fn mark_synced(&mut self) {
         self.syncs += 1;
+        if self.syncs == 1 {
+            let rv = self.last_rv.parse().unwrap_or(0);
+            self.stats.initial_sync_rv.store(rv, Ordering::Relaxed);
+        }
         if self.syncs > 1 {
             self.stats.relists.fetch_add(1, Ordering::Relaxed);
         }

@@ -18,6 +18,9 @@ pub mod etcd;
 pub mod kubeconfig;
 pub mod pki;
 pub mod process;
+pub mod proxy;
+
+pub use proxy::Proxy;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -116,6 +119,7 @@ pub struct ControlPlane {
     api_port: u16,
     admin: kube::Config,
     admin_kubeconfig: PathBuf,
+    extra_args: Vec<String>,
     dir: tempfile::TempDir,
 }
 
@@ -154,6 +158,13 @@ impl ControlPlane {
     ///
     /// On failure the run directory is kept and the error names the log to read.
     pub fn start() -> Result<Self> {
+        Self::start_with_args(&[])
+    }
+
+    /// Like [`start`](Self::start), with extra kube-apiserver flags, such as
+    /// `--feature-gates=WatchList=false`. They are kept for restarts.
+    pub fn start_with_args(extra_args: &[&str]) -> Result<Self> {
+        let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
         let started = Instant::now();
         let bins = binaries::ensure()?;
         let dir = tempfile::Builder::new()
@@ -161,7 +172,7 @@ impl ControlPlane {
             .tempdir()
             .map_err(io_err(&std::env::temp_dir()))?;
         let root = dir.path().to_path_buf();
-        match Self::start_in(bins, dir) {
+        match Self::start_in(bins, dir, extra_args) {
             Ok(cp) => {
                 eprintln!(
                     "testenv: kube-apiserver {} ready at https://127.0.0.1:{} in {:.1?} (kubeconfig: {})",
@@ -180,7 +191,7 @@ impl ControlPlane {
         }
     }
 
-    fn start_in(bins: Binaries, dir: tempfile::TempDir) -> Result<Self> {
+    fn start_in(bins: Binaries, dir: tempfile::TempDir, extra_args: Vec<String>) -> Result<Self> {
         let root = dir.path();
         let pki_dir = root.join("pki");
         std::fs::create_dir_all(&pki_dir).map_err(io_err(&pki_dir))?;
@@ -202,7 +213,7 @@ impl ControlPlane {
         let (etcd, etcd_ports) = Self::start_etcd_fresh(&bins, root)?;
         // If the apiserver fails from here on, dropping `etcd` stops it.
         let (apiserver, api_port, admin, admin_kubeconfig) =
-            Self::start_apiserver_fresh(&bins, root, &pki, etcd_ports.client)?;
+            Self::start_apiserver_fresh(&bins, root, &pki, etcd_ports.client, &extra_args)?;
         Ok(Self {
             apiserver: Mutex::new(apiserver),
             etcd: Mutex::new(etcd),
@@ -212,6 +223,7 @@ impl ControlPlane {
             api_port,
             admin,
             admin_kubeconfig,
+            extra_args,
             dir,
         })
     }
@@ -222,6 +234,7 @@ impl ControlPlane {
         root: &Path,
         pki: &pki::Pki,
         etcd_port: u16,
+        extra_args: &[String],
     ) -> Result<(Supervised, u16, kube::Config, PathBuf)> {
         let log = root.join("apiserver.log");
         let admin_kubeconfig = root.join("admin.kubeconfig");
@@ -237,7 +250,7 @@ impl ControlPlane {
                 "admin",
                 &admin_cert,
             )?;
-            let mut api = spawn_apiserver(bins, root, port, etcd_port)?;
+            let mut api = spawn_apiserver(bins, root, port, etcd_port, extra_args)?;
             match wait_apiserver_ready(&mut api, &admin, &log) {
                 Ok(()) => return Ok((api, port, admin, admin_kubeconfig)),
                 Err(e) if port_taken(&log) => {
@@ -311,6 +324,11 @@ impl ControlPlane {
         &self.admin_kubeconfig
     }
 
+    /// The apiserver's address, for a [`Proxy`] to forward to.
+    pub fn server_addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.api_port))
+    }
+
     /// The apiserver's URL.
     pub fn server_url(&self) -> String {
         format!("https://127.0.0.1:{}", self.api_port)
@@ -368,6 +386,7 @@ impl ControlPlane {
             self.dir.path(),
             self.api_port,
             self.etcd_ports.client,
+            &self.extra_args,
         )?;
         wait_apiserver_ready(&mut api, &self.admin, &log)
     }
@@ -427,7 +446,13 @@ impl Drop for ControlPlane {
     }
 }
 
-fn spawn_apiserver(bins: &Binaries, root: &Path, port: u16, etcd_port: u16) -> Result<Supervised> {
+fn spawn_apiserver(
+    bins: &Binaries,
+    root: &Path,
+    port: u16,
+    etcd_port: u16,
+    extra_args: &[String],
+) -> Result<Supervised> {
     let pki = root.join("pki");
     let p = |name: &str| pki.join(name).display().to_string();
     let log_path = root.join("apiserver.log");
@@ -458,6 +483,7 @@ fn spawn_apiserver(bins: &Binaries, root: &Path, port: u16, etcd_port: u16) -> R
         .arg("--endpoint-reconciler-type=none")
         .arg("--disable-admission-plugins=ServiceAccount")
         .arg("--profiling=false")
+        .args(extra_args)
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(io_err(&log_path))?)
         .stderr(log);

@@ -1,0 +1,481 @@
+//! Informer behaviour against the real apiserver: the list/watch handoff, RBAC preflight,
+//! discovery of CRDs, sharing, late and slow subscribers.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use reconciled::factory::InformerFactory;
+use reconciled::informer::{Event, Informer, InformerKey, Options, Scope, State, SyncError};
+use reconciled::store::Query;
+use testenv::ControlPlane;
+
+fn configmaps(ns: &str) -> InformerKey {
+    InformerKey::new("", "v1", "ConfigMap", Scope::namespace(ns))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Op {
+    Create,
+    Update,
+    Delete,
+}
+
+/// The writer's log and the informer's deliveries must agree key by key: every write after the
+/// initial sync arrives once, in order; every key's initial state arrives as one background add.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_informer_misses_no_event_and_sees_none_twice_at_the_handoff() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "handoff";
+    namespace(&admin, ns).await;
+
+    let log: Arc<Mutex<Vec<(String, Op, u64)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (log, stop, api) = (
+            log.clone(),
+            stop.clone(),
+            Api::<ConfigMap>::namespaced(admin.clone(), ns),
+        );
+        tokio::spawn(async move {
+            let mut exists = [false; 30];
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let i = fastrand::usize(..exists.len());
+                let name = format!("k{i}");
+                let rv = |o: &ConfigMap| {
+                    o.metadata
+                        .resource_version
+                        .as_deref()
+                        .unwrap()
+                        .parse::<u64>()
+                        .unwrap()
+                };
+                let (op, got) = if !exists[i] {
+                    (
+                        Op::Create,
+                        api.create(&PostParams::default(), &cm(&name, &[("n", &n.to_string())]))
+                            .await
+                            .map(|o| rv(&o)),
+                    )
+                } else if fastrand::u8(..4) == 0 {
+                    let deleted = api.delete(&name, &DeleteParams::default()).await;
+                    (
+                        Op::Delete,
+                        deleted.map(|e| e.left().map(|o| rv(&o)).unwrap_or(0)),
+                    )
+                } else {
+                    let patch = serde_json::json!({"data": {"n": n.to_string()}});
+                    (
+                        Op::Update,
+                        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await
+                            .map(|o| rv(&o)),
+                    )
+                };
+                let rv = got.unwrap_or_else(|e| panic!("{op:?} {name}: {e}"));
+                exists[i] = op != Op::Delete;
+                log.lock().unwrap().push((name, op, rv));
+                n += 1;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    let informer = Informer::start(cp.admin_client(), configmaps(ns), Options::default());
+    let mut sub = informer.subscribe(1 << 20);
+    informer.wait_synced(Duration::from_secs(30)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    writer.await.unwrap();
+    wait_cache_equals_list(&informer, &admin, ns, Duration::from_secs(20)).await;
+
+    let sync_rv = informer.stats().initial_sync_rv;
+    assert!(sync_rv > 0);
+    let mut initial: HashMap<String, Vec<u64>> = HashMap::new();
+    let mut live: HashMap<String, Vec<(Op, u64)>> = HashMap::new();
+    while let Ok(Some(n)) = tokio::time::timeout(Duration::from_millis(300), sub.recv()).await {
+        let (name, op, rv) = match &n.event {
+            Event::Added(o) => (
+                o.name().to_string(),
+                Op::Create,
+                o.resource_version_number().unwrap(),
+            ),
+            Event::Updated { new, .. } => (
+                new.name().to_string(),
+                Op::Update,
+                new.resource_version_number().unwrap(),
+            ),
+            Event::Deleted {
+                last_known,
+                final_state_unknown,
+            } => {
+                assert!(!final_state_unknown, "no relist should have happened");
+                (
+                    last_known.name().to_string(),
+                    Op::Delete,
+                    last_known.resource_version_number().unwrap(),
+                )
+            }
+            Event::Resync => panic!("the subscriber buffer should not overflow"),
+        };
+        if n.background {
+            assert_eq!(op, Op::Create, "initial events are adds");
+            initial.entry(name).or_default().push(rv);
+        } else {
+            live.entry(name).or_default().push((op, rv));
+        }
+    }
+
+    let log = log.lock().unwrap().clone();
+    // DELETE answers with the object at its last write, not at the deletion's revision. The
+    // writer is sequential and RVs are global, so a deletion lies strictly between its
+    // neighbours' RVs: place it there, and when the sync point falls inside that interval,
+    // accept the delete on either side of it.
+    // Only creates and updates report the revision they committed at, so the bounds come
+    // from the nearest of those on either side.
+    let commit = |(_, op, rv): &(String, Op, u64)| (*op != Op::Delete).then_some(*rv);
+    let mut per_key: BTreeMap<String, Vec<(Op, u64, u64)>> = BTreeMap::new();
+    for (i, (name, op, rv)) in log.iter().cloned().enumerate() {
+        let (lo, hi) = if op == Op::Delete {
+            (
+                log[..i].iter().rev().find_map(commit).unwrap_or(0),
+                log[i + 1..].iter().find_map(commit).unwrap_or(u64::MAX),
+            )
+        } else {
+            (rv, rv)
+        };
+        per_key.entry(name).or_default().push((op, lo, hi));
+    }
+    let mut checked_live = 0;
+    for (name, ops) in &per_key {
+        let straddling = ops
+            .iter()
+            .position(|(op, lo, hi)| *op == Op::Delete && *lo <= sync_rv && sync_rv < *hi);
+        let placements: Vec<Option<bool>> = match straddling {
+            Some(_) => vec![Some(true), Some(false)],
+            None => vec![None],
+        };
+        let got_initial = initial.get(name).cloned().unwrap_or_default();
+        let got_live = live.get(name).cloned().unwrap_or_default();
+        let strip = |v: &[(Op, u64)]| {
+            v.iter()
+                .map(|(op, rv)| (op.clone(), if *op == Op::Delete { 0 } else { *rv }))
+                .collect::<Vec<_>>()
+        };
+        let mut outcomes = Vec::new();
+        for before_sync in placements {
+            let is_before =
+                |i: usize, (op, lo, hi): &(Op, u64, u64)| match (op, Some(i) == straddling) {
+                    (Op::Delete, true) => before_sync.unwrap(),
+                    (Op::Delete, false) => *hi <= sync_rv,
+                    _ => *lo <= sync_rv,
+                };
+            let before: Vec<&(Op, u64, u64)> = ops
+                .iter()
+                .enumerate()
+                .filter(|(i, o)| is_before(*i, o))
+                .map(|(_, o)| o)
+                .collect();
+            let want_initial: Vec<u64> = match before.last() {
+                Some((Op::Delete, _, _)) | None => vec![],
+                Some((_, rv, _)) => vec![*rv],
+            };
+            let want_live: Vec<(Op, u64)> = ops
+                .iter()
+                .enumerate()
+                .filter(|(i, o)| !is_before(*i, o))
+                .map(|(_, (op, lo, _))| (op.clone(), *lo))
+                .collect();
+            let ok = got_initial == want_initial && strip(&got_live) == strip(&want_live);
+            if ok {
+                checked_live += want_live.len();
+            }
+            outcomes.push((ok, want_initial, want_live));
+        }
+        assert!(
+            outcomes.iter().any(|(ok, ..)| *ok),
+            "{name}: sync at RV {sync_rv}; got initial {got_initial:?} live {got_live:?}; wanted one of {outcomes:?}"
+        );
+    }
+    assert!(
+        checked_live > 50,
+        "the writer should have overlapped the watch; only {checked_live} live writes"
+    );
+    assert!(
+        log.iter().filter(|(_, _, rv)| *rv <= sync_rv).count() > 50,
+        "the writer should have overlapped the list"
+    );
+    eprintln!(
+        "handoff: {} writes, {} before the sync RV {sync_rv}, {checked_live} after; stats {:?}",
+        log.len(),
+        log.len() - checked_live,
+        informer.stats()
+    );
+}
+
+#[tokio::test]
+async fn forbidden_watch_is_reported_with_the_rule_and_syncs_once_granted() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "preflight";
+    namespace(&admin, ns).await;
+    let user = cp.user("preflight-pat", &[]).unwrap();
+
+    let rule = |verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["configmaps".into()]),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    let roles = Api::<Role>::namespaced(admin.clone(), ns);
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some("cm".into()),
+            ..Default::default()
+        },
+        rules: Some(vec![rule(&["list"])]),
+    };
+    roles.create(&PostParams::default(), &role).await.unwrap();
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("cm".into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: "cm".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: user.name.clone(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+
+    let client = kube::Client::try_from(user.config.clone()).unwrap();
+    let informer = Informer::start(client, configmaps(ns), Options::default());
+    let took = wait_state(&informer, State::Forbidden, Duration::from_secs(5)).await;
+    let err = informer
+        .wait_synced(Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    let SyncError::Forbidden(msg) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        msg.contains(r#"cannot watch configmaps in namespace "preflight""#),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(
+            r#"add rule {apiGroups:[""], resources:["configmaps"], verbs:["list","watch"]}"#
+        ),
+        "{msg}"
+    );
+    assert!(
+        err.to_string().starts_with("cache not synced: forbidden"),
+        "{err}"
+    );
+    eprintln!("forbidden reported after {took:?}: {msg}");
+
+    let grant = serde_json::json!({"rules": [rule(&["list", "watch"])]});
+    roles
+        .patch("cm", &PatchParams::default(), &Patch::Merge(&grant))
+        .await
+        .unwrap();
+    let took = wait_state(&informer, State::Synced, Duration::from_secs(5)).await;
+    eprintln!("synced {took:?} after the grant");
+}
+
+#[tokio::test]
+async fn a_missing_crd_is_reported_and_the_informer_syncs_once_it_is_installed() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let key = InformerKey::new("example.reconciled.dev", "v1", "Widget", Scope::default());
+    let informer = Informer::start(admin.clone(), key, Options::default());
+    wait_state(&informer, State::KindNotFound, Duration::from_secs(5)).await;
+    let err = informer
+        .wait_synced(Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("example.reconciled.dev/v1/Widget"),
+        "{err}"
+    );
+
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.reconciled.dev"},
+        "spec": {"group": "example.reconciled.dev", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .unwrap();
+    Api::<CustomResourceDefinition>::all(admin.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .unwrap();
+    wait_state(&informer, State::Synced, Duration::from_secs(30)).await;
+    assert_eq!(informer.resource().unwrap().plural, "widgets");
+}
+
+#[tokio::test]
+async fn subscribers_share_one_informer_and_the_last_one_out_stops_it() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "sharing";
+    namespace(&admin, ns).await;
+    let api = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+    for i in 0..5 {
+        api.create(&PostParams::default(), &cm(&format!("c{i}"), &[]))
+            .await
+            .unwrap();
+    }
+    let factory = InformerFactory::new(admin.clone(), Options::default());
+    let mut first = factory.subscribe(configmaps(ns), &[]).unwrap();
+    first
+        .informer()
+        .wait_synced(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let mut late = factory.subscribe(configmaps(ns), &["data.role"]).unwrap();
+    assert!(
+        Arc::ptr_eq(first.informer(), late.informer()),
+        "same key, same informer"
+    );
+    assert_eq!(first.informer().subscriber_count(), 2);
+    let other = factory
+        .subscribe(
+            InformerKey::new("", "v1", "ConfigMap", Scope::namespace("default")),
+            &[],
+        )
+        .unwrap();
+    assert!(
+        !Arc::ptr_eq(first.informer(), other.informer()),
+        "another scope, another informer"
+    );
+
+    // The late subscriber first gets the stored objects, then live events, in order.
+    let mut names = Vec::new();
+    for _ in 0..5 {
+        let n = late.recv().await.unwrap();
+        let Event::Added(o) = n.event else {
+            panic!("{n:?}")
+        };
+        assert!(n.background);
+        names.push(o.name().to_string());
+    }
+    assert_eq!(names, ["c0", "c1", "c2", "c3", "c4"]);
+    api.create(&PostParams::default(), &cm("c5", &[("role", "edge")]))
+        .await
+        .unwrap();
+    let n = late.recv().await.unwrap();
+    assert!(
+        matches!(&n.event, Event::Added(o) if o.name() == "c5") && !n.background,
+        "{n:?}"
+    );
+    let n = first.recv().await.unwrap();
+    assert!(
+        matches!(&n.event, Event::Added(o) if o.name() == "c0"),
+        "the first subscriber also saw the initial list: {n:?}"
+    );
+
+    // The index one subscriber declared serves everyone on that informer.
+    let q = Query {
+        fields: vec![("data.role".into(), "edge".into())],
+        ..Query::default()
+    };
+    assert_eq!(first.informer().store().list(&q).unwrap().len(), 1);
+
+    let weak = Arc::downgrade(first.informer());
+    drop(first);
+    assert!(weak.upgrade().is_some(), "one subscriber is left");
+    drop(late);
+    assert!(
+        weak.upgrade().is_none(),
+        "the last subscriber leaving stops the informer"
+    );
+    assert_eq!(
+        factory.active().len(),
+        1,
+        "only the other scope's informer is left"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_subscriber_gets_a_resync_instead_of_unbounded_memory() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "slow";
+    namespace(&admin, ns).await;
+    let informer = Informer::start(admin.clone(), configmaps(ns), Options::default());
+    informer.wait_synced(Duration::from_secs(10)).await.unwrap();
+    let mut slow = informer.subscribe(4);
+    let api = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+    for i in 0..20 {
+        api.create(&PostParams::default(), &cm(&format!("c{i}"), &[]))
+            .await
+            .unwrap();
+    }
+    wait_cache_equals_list(&informer, &admin, ns, Duration::from_secs(10)).await;
+    let n = slow.recv().await.unwrap();
+    assert!(
+        matches!(n.event, Event::Resync),
+        "expected a Resync after overflowing 4 slots, got {n:?}"
+    );
+    api.create(&PostParams::default(), &cm("after", &[]))
+        .await
+        .unwrap();
+    let n = slow.recv().await.unwrap();
+    assert!(
+        matches!(&n.event, Event::Added(o) if o.name() == "after"),
+        "live events resume: {n:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_initial_sync_uses_watch_list_and_no_list_request() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "watchlist";
+    namespace(&admin, ns).await;
+    let api = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+    for i in 0..3 {
+        api.create(&PostParams::default(), &cm(&format!("c{i}"), &[]))
+            .await
+            .unwrap();
+    }
+    let informer = Informer::start(admin.clone(), configmaps(ns), Options::default());
+    informer.wait_synced(Duration::from_secs(10)).await.unwrap();
+    let stats = informer.stats();
+    assert_eq!((stats.watch_list_syncs, stats.lists), (1, 0), "{stats:?}");
+    assert_eq!(informer.store().len(), 3);
+    let stored = informer.store().get(&format!("{ns}/c0")).unwrap();
+    let v = stored.to_value();
+    assert!(
+        v["metadata"].get("managedFields").is_none(),
+        "the default transform strips managedFields: {v}"
+    );
+    assert_eq!(
+        (v["apiVersion"].as_str(), v["kind"].as_str()),
+        (Some("v1"), Some("ConfigMap"))
+    );
+}
