@@ -348,6 +348,13 @@ impl DeltaFifo {
                     if !inner.initial_pending.is_empty() {
                         inner.initial_pending.remove(&key);
                     }
+                    // A large initial sync leaves capacity for every key behind; once drained,
+                    // give it back rather than hold tens of bytes per cached object forever.
+                    if inner.queue.is_empty() && inner.items.capacity() > 1024 {
+                        inner.items.shrink_to_fit();
+                        inner.queue.shrink_to_fit();
+                        inner.initial_pending.shrink_to_fit();
+                    }
                     return Some(process(&key, deltas));
                 }
             }

@@ -479,3 +479,88 @@ async fn the_initial_sync_uses_watch_list_and_no_list_request() {
         (Some("v1"), Some("ConfigMap"))
     );
 }
+
+#[tokio::test]
+async fn scopes_select_on_the_server_by_label_field_and_namespace_set() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    for ns in ["scope-a", "scope-b", "scope-c"] {
+        namespace(&admin, ns).await;
+        let api = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+        let mut web = cm("web", &[]);
+        web.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+        api.create(&PostParams::default(), &web).await.unwrap();
+        api.create(&PostParams::default(), &cm("db", &[]))
+            .await
+            .unwrap();
+    }
+    let two: std::collections::BTreeSet<String> =
+        ["scope-a".to_string(), "scope-b".to_string()].into();
+    let names = |i: &Informer| {
+        i.store()
+            .all()
+            .iter()
+            .map(|o| o.key().to_string())
+            .collect::<Vec<_>>()
+    };
+
+    let scope = Scope {
+        namespaces: reconciled::informer::Namespaces::Only(two.clone()),
+        ..Scope::default()
+    };
+    let both = Informer::start(
+        admin.clone(),
+        InformerKey::new("", "v1", "ConfigMap", scope),
+        Options::default(),
+    );
+    both.wait_synced(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        names(&both),
+        ["scope-a/db", "scope-a/web", "scope-b/db", "scope-b/web"],
+        "one watch per namespace, one store"
+    );
+
+    let labels = reconciled::selector::LabelSelector::parse("app=web").unwrap();
+    let scope = Scope {
+        namespaces: reconciled::informer::Namespaces::Only(two.clone()),
+        labels,
+        ..Scope::default()
+    };
+    let web = Informer::start(
+        admin.clone(),
+        InformerKey::new("", "v1", "ConfigMap", scope),
+        Options::default(),
+    );
+    web.wait_synced(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(names(&web), ["scope-a/web", "scope-b/web"]);
+
+    let fields = reconciled::selector::FieldSelector::parse("metadata.name=db").unwrap();
+    let scope = Scope {
+        namespaces: reconciled::informer::Namespaces::Only(two),
+        fields,
+        ..Scope::default()
+    };
+    let db = Informer::start(
+        admin.clone(),
+        InformerKey::new("", "v1", "ConfigMap", scope),
+        Options::default(),
+    );
+    db.wait_synced(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(names(&db), ["scope-a/db", "scope-b/db"]);
+
+    // A label-filtered informer sees an object leave its scope as a delete.
+    let mut sub = web.subscribe(64);
+    for _ in 0..2 {
+        assert!(sub.recv().await.unwrap().background);
+    }
+    let patch = serde_json::json!({"metadata": {"labels": {"app": "other"}}});
+    Api::<ConfigMap>::namespaced(admin.clone(), "scope-a")
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let n = sub.recv().await.unwrap();
+    assert!(
+        matches!(&n.event, Event::Deleted { last_known, .. } if last_known.key() == "scope-a/web"),
+        "{n:?}"
+    );
+}

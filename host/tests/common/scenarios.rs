@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use reconciled::informer::{Event, Informer, InformerKey, Options, Scope, Stats};
+use reconciled::informer::{Event, Informer, InformerKey, Options, Scope, State, Stats};
 use testenv::{ControlPlane, Proxy};
 
 use super::{cm, namespace, wait_cache_equals_list};
@@ -51,6 +51,8 @@ pub async fn relist_after_410_tombstones_gap_deletes(
     }
 
     proxy.pause();
+    // Cut off, the informer keeps serving its cache but must say it may be stale.
+    super::wait_state(&informer, State::Degraded, Duration::from_secs(10)).await;
     for i in 0..5 {
         api.delete(&format!("c{i:02}"), &DeleteParams::default())
             .await
@@ -101,6 +103,12 @@ pub async fn relist_after_410_tombstones_gap_deletes(
             // updates (low priority for a controller), real changes as foreground ones.
             Event::Updated { old, new } if old.resource_version() == new.resource_version() => {
                 assert!(n.background, "an unchanged object is background: {new:?}");
+                // Item 6: a relist reuses the stored object instead of holding a second copy.
+                assert!(
+                    std::sync::Arc::ptr_eq(&old, &new),
+                    "{} was re-allocated by the relist",
+                    new.name()
+                );
             }
             Event::Updated { new, .. } => {
                 assert!(!n.background, "a real change is foreground: {new:?}");

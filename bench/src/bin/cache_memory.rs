@@ -1,0 +1,259 @@
+//! Cache bytes per object: reconciled's informer store next to a kube-rs `reflector` +
+//! `watcher` store of `ConfigMap`, holding the same objects from the same apiserver in one run.
+//!
+//! ```text
+//! cargo run --release -p reconciled-bench --bin cache_memory -- 10000 100000
+//! ```
+//!
+//! The parent starts the loopback control plane and fills one namespace per size with ConfigMaps
+//! of about 1 KiB of data (the apiserver adds managedFields as it always does). Each cache then
+//! syncs in a child process of its own, so neither sees the other's heap. A counting allocator
+//! gives the live heap bytes the cache holds once synced (exact, repeatable); the RSS growth is
+//! reported beside it (what the OS sees, allocator slack included).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::process::Command;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards to the system allocator and only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--child") {
+        let [_, peer, kubeconfig, ns] = &args[..] else {
+            bail!("usage: --child <peer> <kubeconfig> <ns>")
+        };
+        return child(peer, kubeconfig, ns);
+    }
+    let sizes: Vec<usize> = if args.is_empty() {
+        vec![10_000, 100_000]
+    } else {
+        args.iter()
+            .map(|a| a.parse().context("sizes are object counts"))
+            .collect::<Result<_, _>>()?
+    };
+    parent(&sizes)
+}
+
+fn parent(sizes: &[usize]) -> anyhow::Result<()> {
+    let cp = testenv::ControlPlane::start()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let ns = format!("mem-{n}");
+        rt.block_on(fill(&cp, &ns, n))?;
+        let mut results = Vec::new();
+        for peer in ["reconciled", "kube-rs"] {
+            let out = Command::new(std::env::current_exe()?)
+                .args(["--child", peer])
+                .arg(cp.kubeconfig_path())
+                .arg(&ns)
+                .output()?;
+            if !out.status.success() {
+                bail!(
+                    "{peer} child failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+                format!(
+                    "{peer} child printed {:?}",
+                    String::from_utf8_lossy(&out.stdout)
+                )
+            })?;
+            eprintln!("{peer} ({n}): {v}");
+            results.push(v);
+        }
+        rows.push((n, results));
+    }
+    println!(
+        "| objects | reconciled heap B/obj | kube-rs heap B/obj | ratio | reconciled RSS B/obj | kube-rs RSS B/obj | RSS ratio | compact-JSON floor B/obj | as served (with managedFields) B/obj | sync s (ours / kube-rs) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (n, r) in rows {
+        let per = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0) / n as f64;
+        let (ours, peer) = (&r[0], &r[1]);
+        println!(
+            "| {n} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.1} / {:.1} |",
+            per(ours, "heap"),
+            per(peer, "heap"),
+            per(ours, "heap") / per(peer, "heap"),
+            per(ours, "rss"),
+            per(peer, "rss"),
+            per(ours, "rss") / per(peer, "rss"),
+            per(ours, "json_floor"),
+            per(ours, "served"),
+            ours["sync_s"].as_f64().unwrap_or(0.0),
+            peer["sync_s"].as_f64().unwrap_or(0.0),
+        );
+    }
+    Ok(())
+}
+
+/// Creates `n` ConfigMaps of ~1 KiB data in `ns`, 32 at a time, with progress.
+async fn fill(cp: &testenv::ControlPlane, ns: &str, n: usize) -> anyhow::Result<()> {
+    let client = cp.admin_client();
+    let meta = ObjectMeta {
+        name: Some(ns.into()),
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: meta,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let api = Api::<ConfigMap>::namespaced(client, ns);
+    let started = Instant::now();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            let done = &done;
+            async move {
+                // ~1 KiB of varied text, so no compression or interning could flatter anyone.
+                let payload: String = (0..1024)
+                    .map(|j| (b'a' + ((i * 7 + j * 13) % 26) as u8) as char)
+                    .collect();
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(format!("cm-{i:06}")),
+                        labels: Some(
+                            [
+                                ("app".to_string(), "bench".to_string()),
+                                ("shard".to_string(), (i % 10).to_string()),
+                            ]
+                            .into(),
+                        ),
+                        ..Default::default()
+                    },
+                    data: Some([("payload".to_string(), payload)].into()),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &cm).await?;
+                let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if d % 10_000 == 0 {
+                    eprintln!("filled {d}/{n} in {:.0?}", started.elapsed());
+                }
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<()>()
+        .await?;
+    eprintln!(
+        "filled {ns} with {n} ConfigMaps in {:.1?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+fn child(peer: &str, kubeconfig: &str, ns: &str) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let config = testenv::kubeconfig::load(kubeconfig.as_ref())?;
+    rt.block_on(async {
+        let client = kube::Client::try_from(config)?;
+        // Warm the client (TLS, connection pool) so its buffers are in the baseline.
+        Api::<Namespace>::all(client.clone()).get(ns).await?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (heap0, rss0) = (LIVE.load(Ordering::Relaxed), rss_bytes());
+        let started = Instant::now();
+        let report = match peer {
+            "reconciled" => {
+                use reconciled::informer::{Informer, InformerKey, Options, Scope};
+                let key = InformerKey::new("", "v1", "ConfigMap", Scope::namespace(ns));
+                let informer = Informer::start(client.clone(), key, Options::default());
+                informer.wait_synced(Duration::from_secs(600)).await?;
+                let sync_s = started.elapsed().as_secs_f64();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let (heap, rss) = (LIVE.load(Ordering::Relaxed) - heap0, rss_bytes().saturating_sub(rss0));
+                let objs = informer.store().all();
+                let json_floor: usize = objs.iter().map(|o| o.json().len()).sum();
+                let count = objs.len();
+                drop(objs);
+                // What the apiserver serves, managedFields included, for scale.
+                let served: usize = Api::<ConfigMap>::namespaced(client.clone(), ns)
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .iter()
+                    .map(|c| serde_json::to_vec(c).map(|v| v.len()).unwrap_or(0))
+                    .sum();
+                let report = serde_json::json!({"heap": heap, "rss": rss, "count": count, "json_floor": json_floor, "served": served, "sync_s": sync_s});
+                drop(informer);
+                report
+            }
+            "kube-rs" => {
+                use kube::runtime::{WatchStreamExt, reflector, watcher};
+                let (reader, writer) = reflector::store::<ConfigMap>();
+                let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+                let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).applied_objects();
+                let task = tokio::spawn(async move {
+                    futures::pin_mut!(stream);
+                    while stream.next().await.is_some() {}
+                });
+                reader.wait_until_ready().await?;
+                let sync_s = started.elapsed().as_secs_f64();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let (heap, rss) = (LIVE.load(Ordering::Relaxed) - heap0, rss_bytes().saturating_sub(rss0));
+                let report = serde_json::json!({"heap": heap, "rss": rss, "count": reader.state().len(), "sync_s": sync_s});
+                task.abort();
+                report
+            }
+            other => bail!("unknown peer {other}"),
+        };
+        println!("{report}");
+        anyhow::Ok(())
+    })
+}
