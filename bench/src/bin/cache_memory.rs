@@ -180,7 +180,7 @@ async fn fill(cp: &testenv::ControlPlane, ns: &str, n: usize) -> anyhow::Result<
                 };
                 api.create(&PostParams::default(), &cm).await?;
                 let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if d % 10_000 == 0 {
+                if d.is_multiple_of(10_000) {
                     eprintln!("filled {d}/{n} in {:.0?}", started.elapsed());
                 }
                 anyhow::Ok(())
