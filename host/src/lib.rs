@@ -3,13 +3,30 @@
 //! The modules follow the data path:
 //! reflector → delta FIFO → store/indexes → handlers → work queue → worker → guest → host imports.
 
-pub mod backoff;
-pub mod delta_fifo;
+// Resolving kinds and checking access, before anything is watched.
 pub mod discovery;
-pub mod factory;
-pub mod informer;
-pub mod object;
 pub mod preflight;
+
+// Informer core.
+pub mod backoff;
 pub mod reflector;
-pub mod selector;
+pub mod delta_fifo;
+pub mod object;
 pub mod store;
+pub mod selector;
+pub mod informer;
+pub mod factory;
+
+// Controller: events to keys to reconciles.
+pub mod handlers;
+pub mod work_queue;
+pub mod controller;
+
+// The guest: runtime, bindings, what it may call, and under which rules.
+pub mod guest;
+pub mod bindings;
+pub mod imports;
+pub mod grant;
+pub mod read_your_writes;
+
+pub mod config;

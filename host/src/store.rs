@@ -87,6 +87,7 @@ pub struct Store {
     inner: RwLock<Inner>,
     touched: AtomicU64,
     index_failures: AtomicU64,
+    changed: tokio::sync::Notify,
 }
 
 fn insert_key<K: std::hash::Hash + Eq>(map: &mut HashMap<K, KeySet>, value: K, key: &Arc<str>) {
@@ -276,6 +277,8 @@ impl Store {
             inner.unindex(old, &self.index_failures);
         }
         inner.index(&obj, &self.index_failures);
+        drop(inner);
+        self.changed.notify_waiters();
         old
     }
 
@@ -284,6 +287,8 @@ impl Store {
         let mut inner = self.inner.write().unwrap();
         let old = inner.items.remove(key)?;
         inner.unindex(&old, &self.index_failures);
+        drop(inner);
+        self.changed.notify_waiters();
         Some(old)
     }
 
@@ -311,6 +316,14 @@ impl Store {
             inner.index(&obj, &self.index_failures);
             inner.items.insert(obj.key_arc().clone(), obj);
         }
+        drop(inner);
+        self.changed.notify_waiters();
+    }
+
+    /// Notified after every change. To wait for a condition without missing a change: create
+    /// and `enable` the `Notified` future, check the condition, then await it.
+    pub fn changed(&self) -> &tokio::sync::Notify {
+        &self.changed
     }
 
     /// The object stored under `key` (`namespace/name`, or `name` when cluster-scoped).

@@ -101,7 +101,10 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                 waiting: HashMap::new(),
                 seq: 0,
                 failures: HashMap::new(),
-                bucket: Bucket { tokens: limit.burst, last: Instant::now() },
+                bucket: Bucket {
+                    tokens: limit.burst,
+                    last: Instant::now(),
+                },
                 shutting_down: false,
             }),
             notify: Notify::new(),
@@ -175,14 +178,23 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             let n = inner.failures.entry(key.clone()).or_insert(0);
             let exp = *n;
             *n = n.saturating_add(1);
-            let per_item = self.limit.base.saturating_mul(2u32.saturating_pow(exp.min(31))).min(self.limit.max);
+            let per_item = self
+                .limit
+                .base
+                .saturating_mul(2u32.saturating_pow(exp.min(31)))
+                .min(self.limit.max);
             // Token bucket: take a token now, owing time if there is none.
             let now = Instant::now();
             let b = &mut inner.bucket;
-            b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * self.limit.qps).min(self.limit.burst);
+            b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * self.limit.qps)
+                .min(self.limit.burst);
             b.last = now;
             b.tokens -= 1.0;
-            let bucket = if b.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-b.tokens / self.limit.qps) };
+            let bucket = if b.tokens >= 0.0 {
+                Duration::ZERO
+            } else {
+                Duration::from_secs_f64(-b.tokens / self.limit.qps)
+            };
             per_item.max(bucket)
         };
         self.add_after(key, delay, Priority::High);
@@ -196,7 +208,13 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
 
     /// How many times `key` has failed since it was last forgotten.
     pub fn failures(&self, key: &K) -> u32 {
-        self.inner.lock().unwrap().failures.get(key).copied().unwrap_or(0)
+        self.inner
+            .lock()
+            .unwrap()
+            .failures
+            .get(key)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Waits for the next key, high priority first, and marks it processing. Returns `None`
@@ -327,7 +345,10 @@ mod tests {
     use std::sync::Arc;
 
     async fn now_or_never<K: Clone + Eq + Hash + Ord>(q: &WorkQueue<K>) -> Option<K> {
-        tokio::time::timeout(Duration::from_millis(1), q.get()).await.ok().flatten()
+        tokio::time::timeout(Duration::from_millis(1), q.get())
+            .await
+            .ok()
+            .flatten()
     }
 
     #[tokio::test(start_paused = true)]
@@ -348,10 +369,18 @@ mod tests {
         q.add("a", Priority::High);
         assert_eq!(q.get().await, Some("a"));
         q.add("a", Priority::High);
-        assert_eq!(now_or_never(&q).await, None, "a is processing: it must not be handed out again");
+        assert_eq!(
+            now_or_never(&q).await,
+            None,
+            "a is processing: it must not be handed out again"
+        );
         assert_eq!(q.processing(), 1);
         q.done(&"a");
-        assert_eq!(q.get().await, Some("a"), "the change that arrived meanwhile is not lost");
+        assert_eq!(
+            q.get().await,
+            Some("a"),
+            "the change that arrived meanwhile is not lost"
+        );
         q.done(&"a");
         assert_eq!(now_or_never(&q).await, None);
     }
@@ -369,7 +398,11 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(2));
         q.done(&"k");
         tokio::time::advance(Duration::from_secs(20)).await;
-        assert_eq!(now_or_never(&q).await, None, "the later requests were superseded, not queued again");
+        assert_eq!(
+            now_or_never(&q).await,
+            None,
+            "the later requests were superseded, not queued again"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -392,8 +425,13 @@ mod tests {
         assert_eq!(q.failures(&"k"), 5);
         q.forget(&"k");
         assert_eq!(q.add_rate_limited("k"), Duration::from_millis(5));
-        let capped = WorkQueue::with_rate_limit(RateLimit { max: Duration::from_millis(30), ..RateLimit::default() });
-        let ms: Vec<u128> = (0..4).map(|_| capped.add_rate_limited("k").as_millis()).collect();
+        let capped = WorkQueue::with_rate_limit(RateLimit {
+            max: Duration::from_millis(30),
+            ..RateLimit::default()
+        });
+        let ms: Vec<u128> = (0..4)
+            .map(|_| capped.add_rate_limited("k").as_millis())
+            .collect();
         assert_eq!(ms, [5, 10, 20, 30]);
     }
 
@@ -407,7 +445,11 @@ mod tests {
         assert_eq!(q.add_rate_limited(100), Duration::from_millis(100));
         assert_eq!(q.add_rate_limited(101), Duration::from_millis(200));
         tokio::time::advance(Duration::from_secs(30)).await;
-        assert_eq!(q.add_rate_limited(102), Duration::from_millis(5), "the bucket refills");
+        assert_eq!(
+            q.add_rate_limited(102),
+            Duration::from_millis(5),
+            "the bucket refills"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -419,9 +461,20 @@ mod tests {
         q.add("edited".to_string(), Priority::High);
         q.add("initial-3".to_string(), Priority::High);
         assert_eq!(q.get().await.as_deref(), Some("edited"));
-        assert_eq!(q.get().await.as_deref(), Some("initial-3"), "promoted by a user-visible change");
-        let rest: Vec<String> = [q.get().await, q.get().await, q.get().await, q.get().await].into_iter().flatten().collect();
-        assert_eq!(rest, ["initial-0", "initial-1", "initial-2", "initial-4"], "initial-3 is not handed out twice");
+        assert_eq!(
+            q.get().await.as_deref(),
+            Some("initial-3"),
+            "promoted by a user-visible change"
+        );
+        let rest: Vec<String> = [q.get().await, q.get().await, q.get().await, q.get().await]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(
+            rest,
+            ["initial-0", "initial-1", "initial-2", "initial-4"],
+            "initial-3 is not handed out twice"
+        );
         assert_eq!(now_or_never(&q).await, None);
     }
 

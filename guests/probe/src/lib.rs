@@ -1,0 +1,233 @@
+//! A test guest for the host's integration tests: the request's name prefix picks a behaviour.
+//!
+//! It reconciles v1 ConfigMaps in every granted namespace and reports what happened by
+//! merge-patching the annotation [`RESULT`] on the same ConfigMap, writing only when the value
+//! changes so that reconciles converge.
+//!
+//! | name prefix    | behaviour                                                               |
+//! |----------------|-------------------------------------------------------------------------|
+//! | `loop-`        | spins forever (the host's deadline must interrupt it)                   |
+//! | `alloc-`       | allocates and touches 1 GiB (the host's memory cap must trap it)        |
+//! | `panic-`       | panics: a trap                                                          |
+//! | `huge-list-`   | lists all ConfigMaps page by page, keeping them, until an error; returns it |
+//! | `undeclared-`  | cache-gets a v1 Secret (not declared); records the error case           |
+//! | `unindexed-`   | lists with a match on `data.unindexed` (no index); records the error case |
+//! | `indexed-`     | lists with `data.indexed=yes` (declared index); records `ok:<count>`    |
+//! | `forbidden-`   | creates a ConfigMap in data `target-namespace`; records `ok` or the case |
+//! | `ryw-`         | 1000 (or data `iterations`) update-then-read rounds; records `stale:<n>`   |
+//! | anything else  | records `seen:<data.v>`                                                 |
+//!
+//! Error cases are recorded as the WIT spells them (`not-declared`, `forbidden`, ...).
+//! `forbidden-` and `ryw-` have side effects, so they run once: when the annotation is already
+//! there they do nothing. Delete the annotation to run them again.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use reconciled_guest::{
+    Description, Error, Kind, ListOptions, Outcome, Reconciler, Request, Result, cache, client,
+    describe,
+};
+use serde_json::json;
+
+/// The annotation the probe reports its result in.
+const RESULT: &str = "probe.reconciled.dev/result";
+
+struct Probe;
+
+impl Reconciler for Probe {
+    fn describe() -> Description {
+        describe::<ConfigMap>()
+            .field_index::<ConfigMap>("data.indexed")
+            .build()
+    }
+
+    fn reconcile(req: Request) -> Result<Outcome> {
+        let name = req.name.as_str();
+        if name.starts_with("loop-") {
+            spin()
+        } else if name.starts_with("alloc-") {
+            alloc_1gib();
+            Ok(Outcome::Done)
+        } else if name.starts_with("panic-") {
+            panic!("probe panic")
+        } else if name.starts_with("huge-list-") {
+            Err(huge_list())
+        } else if name.starts_with("undeclared-") {
+            let result = cache::get::<Secret>(&req.namespace, &req.name);
+            record(&req, &case_or(result, |_| "ok".to_owned()))
+        } else if name.starts_with("unindexed-") {
+            record(&req, &list_matching(&req, "data.unindexed", "x"))
+        } else if name.starts_with("indexed-") {
+            record(&req, &list_matching(&req, "data.indexed", "yes"))
+        } else if name.starts_with("forbidden-") {
+            once(&req, forbidden)
+        } else if name.starts_with("ryw-") {
+            once(&req, read_your_writes)
+        } else {
+            let Some(cm) = cache::get_opt::<ConfigMap>(&req.namespace, &req.name)? else {
+                return Ok(Outcome::Done);
+            };
+            let v = data(&cm, "v").unwrap_or_default();
+            record_on(&cm, &format!("seen:{v}"))
+        }
+    }
+}
+
+reconciled_guest::export_reconciler!(Probe);
+
+/// Spins forever: `black_box` keeps the optimizer from proving the loop empty.
+fn spin() -> ! {
+    let mut counter = 0u64;
+    loop {
+        counter = black_box(counter.wrapping_add(1));
+    }
+}
+
+/// Allocates 1 GiB and writes every byte (a non-zero fill, so that no page stays untouched).
+/// Beyond the host's memory cap, the allocation fails and the guest aborts: a trap.
+fn alloc_1gib() {
+    const SIZE: usize = 1 << 30;
+    let buf = vec![1u8; SIZE];
+    black_box(&buf);
+}
+
+/// Lists every ConfigMap of every namespace, 500 at a time, keeping every item, until the host
+/// says no (expected: `too-large`, from the per-reconcile byte cap). After the last page it
+/// starts again from the first, so without a cap it ends at the memory limit.
+fn huge_list() -> Error {
+    let mut kept: Vec<String> = Vec::new();
+    let mut options = ListOptions::new().limit(500);
+    loop {
+        match cache::list_raw(&ConfigMap::gvk(), &options) {
+            Ok(page) => {
+                kept.extend(page.items);
+                options.continue_token = page.continue_token;
+            }
+            Err(e) => {
+                reconciled_guest::info!("huge-list: kept {} items, then: {e}", kept.len());
+                return e;
+            }
+        }
+    }
+}
+
+/// `ok:<count>` of the ConfigMaps in the request's namespace whose `path` is `value`, or the
+/// error case.
+fn list_matching(req: &Request, path: &str, value: &str) -> String {
+    let options = ListOptions::new()
+        .in_namespace(&req.namespace)
+        .field(path, value);
+    case_or(cache::list::<ConfigMap>(options), |items| {
+        format!("ok:{}", items.len())
+    })
+}
+
+/// Creates a ConfigMap named after the request in the namespace its data `target-namespace`
+/// names; `ok` or the error case.
+fn forbidden(cm: &ConfigMap) -> String {
+    let target = ConfigMap {
+        metadata: ObjectMeta {
+            name: cm.metadata.name.clone(),
+            namespace: Some(data(cm, "target-namespace").unwrap_or_default()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([("from".to_owned(), "probe".to_owned())])),
+        ..ConfigMap::default()
+    };
+    case_or(client::create(&target), |_| "ok".to_owned())
+}
+
+/// Rounds of: read the ConfigMap from the cache, write data `counter` + 1 with a full update,
+/// read it back from the cache at once. Returns `stale:<n>`, n being the read-backs that did
+/// not show the write. A conflict skips the round (the next one re-reads).
+///
+/// 1000 rounds, or data `iterations`: each round is three host calls and two object reads, so
+/// the host's per-reconcile caps must allow about 3000 calls.
+fn read_your_writes(cm: &ConfigMap) -> String {
+    let (namespace, name) = (namespace_of(cm), name_of(cm));
+    let rounds = data(cm, "iterations")
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(1000);
+    let mut stale = 0u32;
+    for _ in 0..rounds {
+        let mut cm = match cache::get::<ConfigMap>(&namespace, &name) {
+            Ok(cm) => cm,
+            Err(e) => return e.case().to_owned(),
+        };
+        let next = data(&cm, "counter")
+            .and_then(|c| c.parse::<u64>().ok())
+            .unwrap_or(0)
+            + 1;
+        cm.data
+            .get_or_insert_default()
+            .insert("counter".to_owned(), next.to_string());
+        match client::update(&cm) {
+            Ok(_) => {}
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return e.case().to_owned(),
+        }
+        match cache::get::<ConfigMap>(&namespace, &name) {
+            Ok(read) if data(&read, "counter") == Some(next.to_string()) => {}
+            Ok(_) => stale += 1,
+            Err(e) => return e.case().to_owned(),
+        }
+    }
+    format!("stale:{stale}")
+}
+
+/// Runs a one-shot behaviour: only while the ConfigMap has no result yet.
+fn once(req: &Request, behaviour: fn(&ConfigMap) -> String) -> Result<Outcome> {
+    let Some(cm) = cache::get_opt::<ConfigMap>(&req.namespace, &req.name)? else {
+        return Ok(Outcome::Done);
+    };
+    if result_of(&cm).is_some() {
+        return Ok(Outcome::Done);
+    }
+    let result = behaviour(&cm);
+    record(req, &result)
+}
+
+/// Records `result` on the request's ConfigMap, unless it is gone or already says so.
+fn record(req: &Request, result: &str) -> Result<Outcome> {
+    match cache::get_opt::<ConfigMap>(&req.namespace, &req.name)? {
+        Some(cm) => record_on(&cm, result),
+        None => Ok(Outcome::Done),
+    }
+}
+
+/// Records `result` on `cm` (as read from the cache), unless it already says so.
+fn record_on(cm: &ConfigMap, result: &str) -> Result<Outcome> {
+    if result_of(cm) != Some(result) {
+        let patch = json!({ "metadata": { "annotations": { RESULT: result } } });
+        client::merge_patch::<ConfigMap>(&namespace_of(cm), &name_of(cm), &patch)?;
+    }
+    Ok(Outcome::Done)
+}
+
+/// `ok` mapped from a success, or the error's case name.
+fn case_or<T>(result: Result<T>, ok: impl FnOnce(T) -> String) -> String {
+    result.map_or_else(|e| e.case().to_owned(), ok)
+}
+
+fn result_of(cm: &ConfigMap) -> Option<&str> {
+    cm.metadata
+        .annotations
+        .as_ref()?
+        .get(RESULT)
+        .map(String::as_str)
+}
+
+fn data(cm: &ConfigMap, key: &str) -> Option<String> {
+    cm.data.as_ref()?.get(key).cloned()
+}
+
+fn namespace_of(cm: &ConfigMap) -> String {
+    cm.metadata.namespace.clone().unwrap_or_default()
+}
+
+fn name_of(cm: &ConfigMap) -> String {
+    cm.metadata.name.clone().unwrap_or_default()
+}

@@ -1,0 +1,164 @@
+//! The host config file (TOML): which guests to run, what each is granted, its limits.
+//!
+//! ```toml
+//! [[guest]]
+//! name = "cmgen"
+//! module = "target/wasm-guests/wasm32-wasip2/release/configmap_generator.wasm"
+//! workers = 2
+//! read_your_writes = true      # false turns it off whatever the guest declares
+//!
+//! [guest.grant]
+//! namespaces = ["team-a"]      # omitted: all namespaces
+//! kinds = ["v1/ConfigMap", "example.reconciled.dev/v1alpha1/ConfigMapGenerator"]
+//! uncached_reads = false
+//!
+//! [guest.limits]
+//! deadline_ms = 10000
+//! memory_bytes = 67108864
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::controller::Settings;
+use crate::grant::Grant;
+use crate::imports::Limits;
+
+/// Errors reading the config file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid config.
+    #[error("config {path} is invalid: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with line and column.
+        #[source]
+        source: toml::de::Error,
+    },
+    /// Two guests share a name.
+    #[error(
+        "config {path}: guest name {name:?} is used twice; names identify guests in logs and metrics"
+    )]
+    Duplicate {
+        /// The file.
+        path: PathBuf,
+        /// The name.
+        name: String,
+    },
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The guests.
+    #[serde(default, rename = "guest")]
+    pub guests: Vec<GuestConfig>,
+}
+
+/// One `[[guest]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestConfig {
+    /// Unique name.
+    pub name: String,
+    /// Path to the `.wasm` component, relative to the config file.
+    pub module: PathBuf,
+    /// Concurrent reconciles [1].
+    #[serde(default = "one")]
+    pub workers: usize,
+    /// `false` turns read-your-writes off.
+    #[serde(default)]
+    pub read_your_writes: Option<bool>,
+    /// What it may do.
+    #[serde(default)]
+    pub grant: Grant,
+    /// Per-call limits.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl GuestConfig {
+    /// The controller settings this guest runs with.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            name: self.name.clone(),
+            grant: self.grant.clone(),
+            limits: self.limits,
+            workers: self.workers,
+            read_your_writes: self.read_your_writes,
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates `path`; module paths become relative to the file's directory.
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.into(),
+            source,
+        })?;
+        let mut config: Config = toml::from_str(&text).map_err(|source| Error::Parse {
+            path: path.into(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let mut names = std::collections::HashSet::new();
+        for g in &mut config.guests {
+            if !names.insert(g.name.clone()) {
+                return Err(Error::Duplicate {
+                    path: path.into(),
+                    name: g.name.clone(),
+                });
+            }
+            if g.module.is_relative() {
+                g.module = base.join(&g.module);
+            }
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_grants_and_limits_and_rejects_typos() {
+        let dir = std::env::temp_dir().join(format!("reconciled-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.toml");
+        std::fs::write(&path, "[[guest]]\nname = \"a\"\nmodule = \"a.wasm\"\nread_your_writes = false\n[guest.grant]\nnamespaces = [\"team-a\"]\n[guest.limits]\ndeadline_ms = 250\n").unwrap();
+        let c = Config::load(&path).unwrap();
+        let g = &c.guests[0];
+        assert_eq!(g.module, dir.join("a.wasm"));
+        assert!(g.grant.allows_namespace("team-a") && !g.grant.allows_namespace("team-b"));
+        assert_eq!(g.limits.deadline, std::time::Duration::from_millis(250));
+        assert_eq!(g.limits.memory_bytes, Limits::default().memory_bytes);
+        assert_eq!(g.settings().read_your_writes, Some(false));
+
+        std::fs::write(
+            &path,
+            "[[guest]]\nname = \"a\"\nmodule = \"a.wasm\"\n[guest.grant]\nnamespace = [\"x\"]\n",
+        )
+        .unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("unknown field `namespace`"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

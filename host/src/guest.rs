@@ -1,0 +1,295 @@
+//! Guest runtime: one wasmtime engine, each component compiled once into an `InstancePre`, and a
+//! fresh store per call with its own limits.
+//!
+//! A fresh store per reconcile (about 30–40 µs for a small Rust guest) means a buggy guest
+//! cannot carry state, corrupted memory or leaked allocations from one reconcile into the next.
+//! Every call is bounded: a wall deadline through epoch interruption, a memory cap, a host-call
+//! cap and a byte budget (see [`Limits`]). Whatever goes wrong inside a call (trap, panic,
+//! deadline, out of memory) is a [`CallError`] for that call only.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sha2::Digest;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Engine, Store, UpdateDeadline};
+
+use crate::bindings::{Description, GuestError, Gvk, Outcome, Reconciler, ReconcilerPre, Request};
+use crate::imports::{GuestContext, HostState, Limits};
+
+/// Errors from loading a module.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Not a component, or not valid wasm at all.
+    #[error(
+        "not a valid wasm component ({size} bytes, sha256 {digest}): {reason}; build it for wasm32-wasip2 (cargo build --target wasm32-wasip2)"
+    )]
+    Invalid {
+        /// Module size.
+        size: usize,
+        /// Its sha256.
+        digest: String,
+        /// What wasmtime said.
+        reason: String,
+    },
+    /// A component, but not of the `reconciled:runtime/reconciler` world (or another version).
+    #[error(
+        "the component (sha256 {digest}) does not fit the reconciled:runtime@0.1.0 `reconciler` world: {reason}; build it against wit/runtime.wit"
+    )]
+    WrongWorld {
+        /// Its sha256.
+        digest: String,
+        /// What is missing or mismatched.
+        reason: String,
+    },
+    /// `describe()` trapped or timed out.
+    #[error("describe() failed in the component (sha256 {digest}): {source}")]
+    Describe {
+        /// Its sha256.
+        digest: String,
+        /// The call failure.
+        #[source]
+        source: CallError,
+    },
+    /// The engine could not be set up (a host problem, not the guest's).
+    #[error("the wasm engine could not be configured: {0}")]
+    Engine(String),
+}
+
+/// Why one call into a guest failed. Always the guest's doing (blame: guest); the host and other
+/// guests are unaffected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The wall deadline passed.
+    #[error("deadline of {0:?} exceeded")]
+    Deadline(Duration),
+    /// The guest tried to grow its memory past the cap.
+    #[error("memory limit of {0} bytes exceeded")]
+    Memory(usize),
+    /// A trap: panic, unreachable, a host-call limit, a host function refusing.
+    #[error("trap: {message}{}", if stderr.is_empty() { String::new() } else { format!(" (guest stderr: {})", stderr.trim()) })]
+    Trap {
+        /// wasmtime's description, with the guest backtrace if any.
+        message: String,
+        /// What the guest printed to stderr (a Rust panic message lands here).
+        stderr: String,
+    },
+}
+
+/// The one engine, its linker, and the epoch ticker that enforces deadlines.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").finish_non_exhaustive()
+    }
+}
+
+/// Epoch tick: the granularity of deadlines, and how often a running guest yields to the async
+/// runtime so that one busy guest cannot starve the host's other tasks.
+const TICK: Duration = Duration::from_millis(5);
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Runtime {
+    /// Configures the engine (component model, async, epoch interruption), links WASI and the
+    /// reconciled imports, and starts the epoch ticker thread.
+    pub fn new() -> Result<Self, LoadError> {
+        let mut config = wasmtime::Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).map_err(|e| LoadError::Engine(e.to_string()))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| LoadError::Engine(e.to_string()))?;
+        Reconciler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| LoadError::Engine(e.to_string()))?;
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        let (stop, ticking) = (stop_ticker.clone(), engine.clone());
+        std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(TICK);
+                    ticking.increment_epoch();
+                }
+            })
+            .map_err(|e| LoadError::Engine(e.to_string()))?;
+        Ok(Self {
+            engine,
+            linker,
+            stop_ticker,
+        })
+    }
+
+    /// Compiles `bytes` (off the async runtime: a large component takes seconds) and links it.
+    pub async fn compile(&self, bytes: Vec<u8>) -> Result<Module, LoadError> {
+        let digest = hex(&sha2::Sha256::digest(&bytes));
+        let size = bytes.len();
+        let engine = self.engine.clone();
+        let started = Instant::now();
+        let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
+            .await
+            .map_err(|e| LoadError::Engine(e.to_string()))?
+            .map_err(|e| LoadError::Invalid {
+                size,
+                digest: digest.clone(),
+                reason: format!("{e:#}"),
+            })?;
+        let compile_time = started.elapsed();
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::WrongWorld {
+                digest: digest.clone(),
+                reason: format!("{e:#}"),
+            })?;
+        let pre = ReconcilerPre::new(pre).map_err(|e| LoadError::WrongWorld {
+            digest: digest.clone(),
+            reason: format!("{e:#}"),
+        })?;
+        Ok(Module {
+            engine: self.engine.clone(),
+            pre,
+            digest,
+            size,
+            compile_time,
+        })
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A compiled, linked guest version. Cheap to clone; each call gets a fresh store.
+#[derive(Clone)]
+pub struct Module {
+    engine: Engine,
+    pre: ReconcilerPre<HostState>,
+    digest: String,
+    size: usize,
+    compile_time: Duration,
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module")
+            .field("digest", &self.digest)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Module {
+    /// The module's sha256, hex.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The module's size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// How long compiling took.
+    pub fn compile_time(&self) -> Duration {
+        self.compile_time
+    }
+
+    fn store(&self, ctx: Option<Arc<GuestContext>>, limits: Limits) -> Store<HostState> {
+        let mut store = Store::new(&self.engine, HostState::new(ctx, limits));
+        store.limiter(|s| &mut s.limits);
+        let deadline = Instant::now() + limits.deadline;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                // Yield every tick: a spinning guest shares its worker thread with the host.
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store
+    }
+
+    /// Runs `f` with a fresh instance in a fresh store, bounded by `limits`, and classifies
+    /// any failure.
+    async fn call<R>(
+        &self,
+        ctx: Option<Arc<GuestContext>>,
+        limits: Limits,
+        f: impl AsyncFnOnce(&Reconciler, &mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let mut store = self.store(ctx, limits);
+        // Host imports may wait (I/O, read-your-writes); the epoch only runs while wasm does,
+        // so the whole call also gets a wall-clock bound (with grace for the last import).
+        let run = async {
+            let instance = self.pre.instantiate_async(&mut store).await?;
+            f(&instance, &mut store).await
+        };
+        let result = match tokio::time::timeout(limits.deadline + Duration::from_secs(1), run).await
+        {
+            Ok(r) => r,
+            Err(_) => return Err(CallError::Deadline(limits.deadline)),
+        };
+        result.map_err(|e| classify(e, &store, limits))
+    }
+
+    /// Calls `describe()` in a fresh instance. Host imports are unavailable (they trap).
+    pub async fn describe(&self, limits: Limits) -> Result<Description, CallError> {
+        self.call(None, limits, async |r, s| r.call_describe(s).await)
+            .await
+    }
+
+    /// Calls `reconcile(request)` in a fresh instance.
+    pub async fn reconcile(
+        &self,
+        ctx: Arc<GuestContext>,
+        request: Request,
+    ) -> Result<Result<Outcome, GuestError>, CallError> {
+        let limits = ctx.limits;
+        self.call(Some(ctx), limits, async |r, s| {
+            r.call_reconcile(s, &request).await
+        })
+        .await
+    }
+
+    /// Calls `map(kind, object)` in a fresh instance.
+    pub async fn map(
+        &self,
+        ctx: Arc<GuestContext>,
+        kind: Gvk,
+        object: String,
+    ) -> Result<Vec<Request>, CallError> {
+        let limits = ctx.limits;
+        self.call(Some(ctx), limits, async |r, s| {
+            r.call_map(s, &kind, &object).await
+        })
+        .await
+    }
+}
+
+fn classify(e: wasmtime::Error, store: &Store<HostState>, limits: Limits) -> CallError {
+    if let Some(wasmtime::Trap::Interrupt) = e.downcast_ref::<wasmtime::Trap>() {
+        return CallError::Deadline(limits.deadline);
+    }
+    let message = format!("{e:#}");
+    let stderr = store.data().stderr();
+    // StoreLimits refuses the growth; Rust's allocator then aborts with this message.
+    if stderr.contains("memory allocation of")
+        || message.contains("forcing trap when growing memory")
+    {
+        return CallError::Memory(limits.memory_bytes);
+    }
+    CallError::Trap { message, stderr }
+}

@@ -1,0 +1,161 @@
+//! Event handlers: map informer notifications to the primary keys (`namespace/name` of the `for`
+//! kind) to reconcile.
+//!
+//! - `for`: an object is its own primary;
+//! - `owns` (and `watches` with the owner mapping): the controller ownerReference to the `for`
+//!   kind names the primary;
+//! - `watches` with a label mapping: that label's value names the primary, in the object's
+//!   namespace;
+//! - `watches` with the guest mapping: the guest's exported `map` decides (called by the
+//!   controller, since it runs guest code).
+
+use crate::bindings::Gvk;
+use crate::informer::{Event, Notification};
+use crate::object::{ObjectRef, object_key};
+use crate::work_queue::Priority;
+
+/// How a subscription's objects relate to the primaries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// The reconciled kind itself.
+    For,
+    /// Through the controller ownerReference to the `for` kind.
+    Owner,
+    /// Through the value of this label.
+    Label(String),
+    /// Through the guest's `map` export.
+    GuestMap,
+}
+
+/// The objects a notification is about: both versions of an update, since a changed owner or
+/// label moves an object from one primary to another and both must hear of it.
+pub fn objects(n: &Notification) -> Vec<&ObjectRef> {
+    match &n.event {
+        Event::Added(o) => vec![o],
+        Event::Updated { old, new } if std::sync::Arc::ptr_eq(old, new) => vec![new],
+        Event::Updated { old, new } => vec![old, new],
+        Event::Deleted { last_known, .. } => vec![last_known],
+        Event::Resync => vec![],
+    }
+}
+
+/// The priority of a notification's reconciles.
+pub fn priority(n: &Notification) -> Priority {
+    if n.background {
+        Priority::Low
+    } else {
+        Priority::High
+    }
+}
+
+/// Primary keys for `obj` under `role` (not for [`Role::GuestMap`], which needs the guest).
+pub fn primaries(role: &Role, for_kind: &Gvk, obj: &ObjectRef) -> Vec<String> {
+    match role {
+        Role::For => vec![obj.key().to_string()],
+        Role::Owner => obj
+            .controller()
+            .filter(|o| *o.kind == *for_kind.kind && group_of(&o.api_version) == for_kind.group)
+            .map(|o| object_key(obj.namespace(), &o.name))
+            .into_iter()
+            .collect(),
+        Role::Label(label) => obj
+            .label(label)
+            .filter(|v| !v.is_empty())
+            .map(|v| object_key(obj.namespace(), v))
+            .into_iter()
+            .collect(),
+        Role::GuestMap => Vec::new(),
+    }
+}
+
+/// The group part of an `apiVersion` (`apps/v1` → `apps`, `v1` → ``).
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::{Object, Transform};
+    use std::sync::Arc;
+
+    fn gen_kind() -> Gvk {
+        Gvk {
+            group: "example.reconciled.dev".into(),
+            version: "v1alpha1".into(),
+            kind: "ConfigMapGenerator".into(),
+        }
+    }
+
+    fn cm(owner: Option<(&str, &str, bool)>, labels: serde_json::Value) -> ObjectRef {
+        let refs: Vec<serde_json::Value> = owner
+            .into_iter()
+            .map(|(api, name, controller)| serde_json::json!({"apiVersion": api, "kind": "ConfigMapGenerator", "name": name, "uid": "u", "controller": controller}))
+            .collect();
+        let v = serde_json::json!({"metadata": {"name": "child", "namespace": "a", "ownerReferences": refs, "labels": labels}});
+        Arc::new(Object::from_value(v, &Transform::none(), None).unwrap())
+    }
+
+    #[test]
+    fn for_maps_to_itself() {
+        assert_eq!(
+            primaries(&Role::For, &gen_kind(), &cm(None, serde_json::json!({}))),
+            ["a/child"]
+        );
+    }
+
+    #[test]
+    fn owns_follows_only_the_controller_reference_of_the_for_kind() {
+        let k = gen_kind();
+        let owned = cm(
+            Some(("example.reconciled.dev/v1alpha1", "gen-1", true)),
+            serde_json::json!({}),
+        );
+        assert_eq!(primaries(&Role::Owner, &k, &owned), ["a/gen-1"]);
+        let not_controller = cm(
+            Some(("example.reconciled.dev/v1alpha1", "gen-1", false)),
+            serde_json::json!({}),
+        );
+        assert!(primaries(&Role::Owner, &k, &not_controller).is_empty());
+        let other_group = cm(Some(("other.io/v1", "gen-1", true)), serde_json::json!({}));
+        assert!(primaries(&Role::Owner, &k, &other_group).is_empty());
+        // Another version of the same group is still our kind.
+        let other_version = cm(
+            Some(("example.reconciled.dev/v1", "gen-2", true)),
+            serde_json::json!({}),
+        );
+        assert_eq!(primaries(&Role::Owner, &k, &other_version), ["a/gen-2"]);
+    }
+
+    #[test]
+    fn label_mapping_names_the_primary_in_the_same_namespace() {
+        let o = cm(None, serde_json::json!({"app.example/owner": "gen-9"}));
+        assert_eq!(
+            primaries(&Role::Label("app.example/owner".into()), &gen_kind(), &o),
+            ["a/gen-9"]
+        );
+        assert!(primaries(&Role::Label("missing".into()), &gen_kind(), &o).is_empty());
+    }
+
+    #[test]
+    fn an_update_reaches_both_the_old_and_the_new_primary() {
+        let old = cm(
+            Some(("example.reconciled.dev/v1alpha1", "before", true)),
+            serde_json::json!({}),
+        );
+        let new = cm(
+            Some(("example.reconciled.dev/v1alpha1", "after", true)),
+            serde_json::json!({}),
+        );
+        let n = Notification {
+            event: Event::Updated { old, new },
+            background: false,
+        };
+        let keys: Vec<String> = objects(&n)
+            .into_iter()
+            .flat_map(|o| primaries(&Role::Owner, &gen_kind(), o))
+            .collect();
+        assert_eq!(keys, ["a/before", "a/after"]);
+        assert_eq!(priority(&n), Priority::High);
+    }
+}

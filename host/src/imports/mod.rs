@@ -1,0 +1,310 @@
+//! Host imports: what a guest may call, one file per WIT interface, and the per-call state they
+//! share (limits, accounting, the guest's declared kinds and grant).
+//!
+//! Decided per failure: a broken *limit* (too many host calls) traps the guest, because it is
+//! abuse and the reconcile must stop; everything the guest can reasonably handle (not found,
+//! conflict, forbidden, too large, undeclared kind, timeout) is a WIT `error` it receives.
+
+pub mod api;
+pub mod cache;
+pub mod client;
+pub mod log;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use wasmtime::StoreLimits;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::bindings::{GuestError, Gvk};
+use crate::discovery::Resource;
+use crate::grant::Grant;
+use crate::informer::Informer;
+use crate::read_your_writes::Floors;
+
+/// Limits for one reconcile (or describe, or map) call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Wall-clock deadline, enforced by epoch interruption [10 s].
+    #[serde(with = "millis", rename = "deadline_ms")]
+    pub deadline: Duration,
+    /// Linear memory cap [64 MiB].
+    pub memory_bytes: usize,
+    /// Host calls per reconcile [10 000]; one more traps.
+    pub host_calls: u32,
+    /// Bytes the host may return to the guest per reconcile [64 MiB]; past it, reads answer
+    /// `too-large`.
+    pub bytes_out: u64,
+    /// Largest list page [500]; a guest asking for more gets this many.
+    pub max_page: u32,
+    /// How long a read waits for the cache to reach this guest's own write [5 s].
+    #[serde(with = "millis", rename = "read_your_writes_timeout_ms")]
+    pub read_your_writes_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_secs(10),
+            memory_bytes: 64 << 20,
+            host_calls: 10_000,
+            bytes_out: 64 << 20,
+            max_page: 500,
+            read_your_writes_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+mod millis {
+    use std::time::Duration;
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Duration, D::Error> {
+        let ms: u64 = serde::Deserialize::deserialize(d)?;
+        Ok(Duration::from_millis(ms))
+    }
+}
+
+/// Counters per guest, for status and metrics.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Reconciles that returned `Ok`.
+    pub reconciles_ok: AtomicU64,
+    /// Reconciles that returned a WIT error.
+    pub reconciles_failed: AtomicU64,
+    /// Reconciles that trapped (panic, deadline, memory, host-call limit).
+    pub traps: AtomicU64,
+    /// Uncached API reads (the `api` interface).
+    pub uncached_reads: AtomicU64,
+    /// Writes sent to the API server.
+    pub writes: AtomicU64,
+}
+
+/// A kind the guest declared, with its informer and resolved resource.
+#[derive(Debug, Clone)]
+pub struct Declared {
+    /// The shared informer serving cache reads of this kind.
+    pub informer: Arc<Informer>,
+    /// This guest's read-your-writes floors for this kind.
+    pub floors: Arc<Floors>,
+}
+
+/// What every call of one guest shares: its identity, client, grant and declared kinds.
+pub struct GuestContext {
+    /// The guest's name (from the host config).
+    pub name: String,
+    /// The host's client: writes and uncached reads go through it.
+    pub client: kube::Client,
+    /// What the operator granted.
+    pub grant: Grant,
+    /// Kinds from `describe`, keyed by `group/version/kind`.
+    pub declared: HashMap<String, Declared>,
+    /// Whether cache reads honour read-your-writes (the guest's choice, unless the host
+    /// config turns it off).
+    pub read_your_writes: bool,
+    /// Per-call limits.
+    pub limits: Limits,
+    /// Counters.
+    pub metrics: Metrics,
+}
+
+impl std::fmt::Debug for GuestContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuestContext")
+            .field("name", &self.name)
+            .field("grant", &self.grant)
+            .field("declared", &self.declared.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// `group/version/kind`, the key of [`GuestContext::declared`].
+pub fn gvk_key(g: &Gvk) -> String {
+    format!("{}/{}/{}", g.group, g.version, g.kind)
+}
+
+impl GuestContext {
+    /// The declared kind, or the `not-declared` error the guest should see.
+    pub fn declared(&self, kind: &Gvk) -> Result<&Declared, GuestError> {
+        self.declared.get(&gvk_key(kind)).ok_or_else(|| {
+            GuestError::NotDeclared(format!(
+                "kind {} is not declared by guest {:?}: add it to `for`, `owns` or `watches` in describe()",
+                gvk_key(kind),
+                self.name
+            ))
+        })
+    }
+
+    /// The resolved resource of a declared kind.
+    pub fn resource(&self, kind: &Gvk) -> Result<(Resource, &Declared), GuestError> {
+        let d = self.declared(kind)?;
+        match d.informer.resource() {
+            Some(r) => Ok((r.clone(), d)),
+            None => Err(GuestError::Other(format!(
+                "kind {} is not resolved yet: {}",
+                gvk_key(kind),
+                d.informer.status()
+            ))),
+        }
+    }
+
+    /// Checks a write to `namespace`: "" (a cluster-scoped object) needs an unrestricted grant.
+    pub fn check_write_namespace(&self, namespace: &str) -> Result<(), GuestError> {
+        if namespace.is_empty() && self.grant.namespaces.is_some() {
+            return Err(GuestError::Forbidden(format!(
+                "guest {:?} is confined to namespaces {} and may not write cluster-scoped objects; grant it all namespaces in the host config",
+                self.name,
+                self.grant.describe_namespaces()
+            )));
+        }
+        self.check_namespace(namespace)
+    }
+
+    /// Checks a read of `namespace` ("" = every namespace the guest may read, which the
+    /// informers' scope already limits).
+    pub fn check_namespace(&self, namespace: &str) -> Result<(), GuestError> {
+        if namespace.is_empty() || self.grant.allows_namespace(namespace) {
+            Ok(())
+        } else {
+            Err(GuestError::Forbidden(format!(
+                "guest {:?} is not granted namespace {namespace:?} (granted: {}); widen its grant in the host config",
+                self.name,
+                self.grant.describe_namespaces()
+            )))
+        }
+    }
+}
+
+/// The store data of one call: WASI (no files, no sockets, no environment), limits and
+/// accounting.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    /// Memory limiter, installed with `Store::limiter`.
+    pub limits: StoreLimits,
+    /// The guest's shared context; `None` while running `describe` (before any kind exists).
+    pub ctx: Option<Arc<GuestContext>>,
+    calls: u32,
+    bytes_out: u64,
+    call_limits: Limits,
+    stderr: MemoryOutputPipe,
+}
+
+impl std::fmt::Debug for HostState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostState")
+            .field("calls", &self.calls)
+            .field("bytes_out", &self.bytes_out)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Most of a guest's stderr kept per call (a panic message, a few log lines).
+const STDERR_CAPTURE: usize = 16 << 10;
+
+impl HostState {
+    /// State for one call of a guest.
+    pub fn new(ctx: Option<Arc<GuestContext>>, limits: Limits) -> Self {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
+        let mut wasi = wasmtime_wasi::WasiCtxBuilder::new();
+        wasi.stderr(stderr.clone());
+        Self {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limits: wasmtime::StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .instances(16)
+                .tables(64)
+                .memories(16)
+                .build(),
+            ctx,
+            calls: 0,
+            bytes_out: 0,
+            call_limits: limits,
+            stderr,
+        }
+    }
+
+    /// What the guest wrote to stderr during this call (a panic message, for instance).
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.contents()).into_owned()
+    }
+
+    /// Counts one host call; past the limit, traps.
+    pub fn count_call(&mut self) -> wasmtime::Result<()> {
+        self.calls += 1;
+        if self.calls > self.call_limits.host_calls {
+            wasmtime::bail!(
+                "guest exceeded its limit of {} host calls in one reconcile",
+                self.call_limits.host_calls
+            );
+        }
+        Ok(())
+    }
+
+    /// Charges `bytes` against the per-call budget, or answers `too-large`.
+    pub fn charge(&mut self, bytes: usize) -> Result<(), GuestError> {
+        let after = self.bytes_out + bytes as u64;
+        if after > self.call_limits.bytes_out {
+            return Err(GuestError::TooLarge(format!(
+                "this reconcile has received {} bytes and the next answer ({bytes} bytes) would pass its budget of {}; read less (smaller pages, a selector, a field index)",
+                self.bytes_out, self.call_limits.bytes_out
+            )));
+        }
+        self.bytes_out = after;
+        Ok(())
+    }
+
+    /// The guest context, or a trap if called while describing (describe must not call out).
+    pub fn context(&self) -> wasmtime::Result<Arc<GuestContext>> {
+        self.ctx
+            .clone()
+            .ok_or_else(|| wasmtime::format_err!("describe() must not call host imports"))
+    }
+
+    /// The limits of this call.
+    pub fn call_limits(&self) -> &Limits {
+        &self.call_limits
+    }
+}
+
+/// Maps an API server error to the WIT variant the guest matches on.
+pub fn api_error(e: kube::Error) -> GuestError {
+    match e {
+        kube::Error::Api(s) => {
+            let msg = format!("{} ({})", s.message, s.reason);
+            match s.code {
+                404 => GuestError::NotFound(msg),
+                409 => GuestError::Conflict(msg),
+                403 => GuestError::Forbidden(msg),
+                400 | 422 => GuestError::Invalid(msg),
+                413 => GuestError::TooLarge(msg),
+                504 => GuestError::Timeout(msg),
+                _ => GuestError::Other(format!("HTTP {}: {msg}", s.code)),
+            }
+        }
+        other => GuestError::Other(other.to_string()),
+    }
+}
+
+impl Metrics {
+    /// Adds one to a counter.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}

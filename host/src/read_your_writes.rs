@@ -1,0 +1,245 @@
+//! Read-your-writes: after a guest's write returns resourceVersion r, that guest's cache reads of
+//! the object wait (event-driven, bounded) until the store holds at least r.
+//!
+//! Kubernetes 1.35+ makes resourceVersions comparable integers, which is what makes a floor per
+//! key possible. A delete's floor is "that uid is gone" (or superseded).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::object::ObjectRef;
+use crate::store::Store;
+
+/// Errors from waiting for the cache.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    /// The store did not reach this guest's own write in time.
+    #[error(
+        "read-your-writes: the cache did not reach this guest's write of {key} (resourceVersion {floor}) within {after:?}; the watch may be lagging or broken"
+    )]
+    Timeout {
+        /// The object key.
+        key: String,
+        /// What the cache had to reach.
+        floor: String,
+        /// How long we waited.
+        after: Duration,
+    },
+}
+
+/// What a key's cached version must reach before this guest may read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Floor {
+    /// At least this resourceVersion.
+    Version(u64),
+    /// The object with this uid deleted (absent, replaced by another uid, or at least this RV).
+    Deleted { uid: String, rv: u64 },
+}
+
+impl Floor {
+    fn reached(&self, cached: Option<&ObjectRef>) -> bool {
+        match (self, cached) {
+            (Floor::Version(rv), Some(o)) => o.resource_version_number().is_some_and(|c| c >= *rv),
+            (Floor::Version(_), None) => false,
+            (Floor::Deleted { .. }, None) => true,
+            (Floor::Deleted { uid, rv }, Some(o)) => {
+                o.uid() != uid || o.resource_version_number().is_some_and(|c| c >= *rv)
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Floor::Version(rv) => rv.to_string(),
+            Floor::Deleted { uid, .. } => format!("deletion of uid {uid}"),
+        }
+    }
+}
+
+/// One guest's write floors for one kind. Not shared between guests: another guest's writes
+/// impose nothing on this one.
+#[derive(Debug, Default)]
+pub struct Floors {
+    floors: Mutex<HashMap<String, Floor>>,
+    waits: AtomicU64,
+    wakeups: AtomicU64,
+}
+
+impl Floors {
+    /// Records that this guest wrote `key` and the server answered with resourceVersion `rv`.
+    /// Non-numeric resourceVersions (pre-1.35 servers) are ignored: no floor can be compared.
+    pub fn wrote(&self, key: &str, rv: &str) {
+        if let Ok(rv) = rv.parse() {
+            let mut f = self.floors.lock().unwrap();
+            let newer = match f.get(key) {
+                Some(Floor::Version(old)) => rv > *old,
+                _ => true,
+            };
+            if newer {
+                f.insert(key.to_string(), Floor::Version(rv));
+            }
+        }
+    }
+
+    /// Records that this guest deleted `key`, whose object had `uid` (and, if the server
+    /// returned it, resourceVersion `rv`).
+    pub fn deleted(&self, key: &str, uid: &str, rv: &str) {
+        let rv = rv.parse().unwrap_or(u64::MAX);
+        self.floors.lock().unwrap().insert(
+            key.to_string(),
+            Floor::Deleted {
+                uid: uid.to_string(),
+                rv,
+            },
+        );
+    }
+
+    /// Keys with a floor not yet known to be reached.
+    pub fn pending(&self) -> usize {
+        self.floors.lock().unwrap().len()
+    }
+
+    /// (reads that had to wait, wake-ups while waiting). Each wake-up is a store change: a
+    /// ratio near 1 shows the waits are event-driven, not polling.
+    pub fn wait_stats(&self) -> (u64, u64) {
+        (
+            self.waits.load(Ordering::Relaxed),
+            self.wakeups.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Waits until `store` satisfies the floor of `key` (if any), then forgets the floor.
+    pub async fn wait_key(&self, store: &Store, key: &str, timeout: Duration) -> Result<(), Error> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut waited = false;
+        loop {
+            let changed = store.changed().notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let floor = match self.floors.lock().unwrap().get(key) {
+                None => return Ok(()),
+                Some(f) => f.clone(),
+            };
+            if floor.reached(store.get(key).as_ref()) {
+                let mut f = self.floors.lock().unwrap();
+                if f.get(key) == Some(&floor) {
+                    f.remove(key);
+                }
+                return Ok(());
+            }
+            if !waited {
+                waited = true;
+                self.waits.fetch_add(1, Ordering::Relaxed);
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(Error::Timeout {
+                    key: key.to_string(),
+                    floor: floor.describe(),
+                    after: timeout,
+                });
+            }
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits for every pending key (optionally only those in `namespace`): what a list needs.
+    pub async fn wait_all(
+        &self,
+        store: &Store,
+        namespace: Option<&str>,
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        let keys: Vec<String> = self
+            .floors
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|k| namespace.is_none_or(|ns| k.split_once('/').is_some_and(|(n, _)| n == ns)))
+            .cloned()
+            .collect();
+        for key in keys {
+            self.wait_key(store, &key, timeout).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::{Object, Transform};
+    use std::sync::Arc;
+
+    fn cm(name: &str, uid: &str, rv: u64) -> ObjectRef {
+        let v = serde_json::json!({"metadata": {"name": name, "namespace": "a", "uid": uid, "resourceVersion": rv.to_string()}});
+        Arc::new(Object::from_value(v, &Transform::none(), None).unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_waits_for_the_store_to_reach_the_write_then_returns() {
+        let store = Arc::new(Store::new());
+        store.upsert(cm("x", "u1", 5));
+        let floors = Arc::new(Floors::default());
+        floors.wrote("a/x", "9");
+        let waiter = tokio::spawn({
+            let (store, floors) = (store.clone(), floors.clone());
+            async move { floors.wait_key(&store, "a/x", Duration::from_secs(5)).await }
+        });
+        tokio::task::yield_now().await;
+        store.upsert(cm("x", "u1", 7));
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "7 < 9: still waiting");
+        store.upsert(cm("x", "u1", 9));
+        assert_eq!(waiter.await.unwrap(), Ok(()));
+        assert_eq!(floors.pending(), 0, "a reached floor is forgotten");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_is_bounded_and_says_why() {
+        let store = Store::new();
+        let floors = Floors::default();
+        floors.wrote("a/x", "9");
+        let err = floors
+            .wait_key(&store, "a/x", Duration::from_secs(2))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("resourceVersion 9"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_waits_for_that_uid_to_go() {
+        let store = Arc::new(Store::new());
+        store.upsert(cm("x", "u1", 5));
+        let floors = Floors::default();
+        floors.deleted("a/x", "u1", "");
+        assert!(
+            floors
+                .wait_key(&store, "a/x", Duration::from_millis(10))
+                .await
+                .is_err()
+        );
+        store.remove("a/x");
+        floors
+            .wait_key(&store, "a/x", Duration::from_secs(1))
+            .await
+            .unwrap();
+        floors.deleted("a/x", "u1", "");
+        store.upsert(cm("x", "u2", 6));
+        floors
+            .wait_key(&store, "a/x", Duration::from_secs(1))
+            .await
+            .expect("a new object under the same name supersedes the delete");
+    }
+
+    #[test]
+    fn floors_only_move_forward_and_ignore_non_numeric_versions() {
+        let floors = Floors::default();
+        floors.wrote("a/x", "9");
+        floors.wrote("a/x", "7");
+        assert_eq!(floors.floors.lock().unwrap()["a/x"], Floor::Version(9));
+        floors.wrote("a/y", "not-a-number");
+        assert_eq!(floors.pending(), 1);
+    }
+}
