@@ -20,8 +20,13 @@ fi
 step "control-plane binaries (built once per machine, then cached)"
 cargo run --quiet -p testenv -- prepare
 
+step "wasm guests (guests/build.sh: the SDK's test guest and the examples)"
+guests/build.sh >/dev/null
+
 step "cargo fmt --check"
 cargo fmt --all --check
+(cd guests && cargo fmt --all --check)
+(cd examples/configmap-generator && cargo fmt --all --check)
 
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings

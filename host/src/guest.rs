@@ -209,17 +209,29 @@ impl Module {
     fn store(&self, ctx: Option<Arc<GuestContext>>, limits: Limits) -> Store<HostState> {
         let mut store = Store::new(&self.engine, HostState::new(ctx, limits));
         store.limiter(|s| &mut s.limits);
-        let deadline = Instant::now() + limits.deadline;
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if Instant::now() >= deadline {
-                Ok(UpdateDeadline::Interrupt)
-            } else {
-                // Yield every tick: a spinning guest shares its worker thread with the host.
-                Ok(UpdateDeadline::Yield(1))
-            }
-        });
+        arm_deadline(&mut store, limits.deadline);
         store
+    }
+
+    /// An instance kept across calls. **For benchmarks only**: the host never reuses instances,
+    /// since a guest's globals, heap growth and leaks would carry from one reconcile into the
+    /// next. `bench/` uses this to measure what a fresh store per call costs.
+    pub async fn reused_instance(
+        &self,
+        ctx: Arc<GuestContext>,
+    ) -> Result<ReusedInstance, CallError> {
+        let limits = ctx.limits;
+        let mut store = self.store(Some(ctx), limits);
+        let instance = self
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| classify(e, &store, limits))?;
+        Ok(ReusedInstance {
+            store,
+            instance,
+            limits,
+        })
     }
 
     /// Runs `f` with a fresh instance in a fresh store, bounded by `limits`, and classifies
@@ -276,6 +288,49 @@ impl Module {
             r.call_map(s, &kind, &object).await
         })
         .await
+    }
+}
+
+/// Traps the guest once `after` has passed; until then yields to the async runtime every tick.
+fn arm_deadline(store: &mut Store<HostState>, after: Duration) {
+    let deadline = Instant::now() + after;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        if Instant::now() >= deadline {
+            Ok(UpdateDeadline::Interrupt)
+        } else {
+            // Yield every tick: a spinning guest shares its worker thread with the host.
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
+}
+
+/// A guest instance reused across calls; see [`Module::reused_instance`].
+pub struct ReusedInstance {
+    store: Store<HostState>,
+    instance: Reconciler,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for ReusedInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReusedInstance").finish_non_exhaustive()
+    }
+}
+
+impl ReusedInstance {
+    /// Calls `reconcile` on the kept instance, with fresh per-call budgets and deadline.
+    pub async fn reconcile(
+        &mut self,
+        request: Request,
+    ) -> Result<Result<Outcome, GuestError>, CallError> {
+        self.store.data_mut().reset_budgets();
+        arm_deadline(&mut self.store, self.limits.deadline);
+        let r = self
+            .instance
+            .call_reconcile(&mut self.store, &request)
+            .await;
+        r.map_err(|e| classify(e, &self.store, self.limits))
     }
 }
 

@@ -640,12 +640,7 @@ async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>) {
         if !synced {
             if fifo.has_synced() {
                 synced = true;
-                tracing::info!(
-                    kind = %shared.key.kind,
-                    objects = shared.store.len(),
-                    elapsed = ?started.elapsed(),
-                    "informer synced"
-                );
+                // The health task reports it: an empty initial list syncs with nothing to pop.
                 shared.health_changed.notify_one();
             } else if last_progress.elapsed() > Duration::from_secs(5) {
                 last_progress = Instant::now();
@@ -657,6 +652,8 @@ async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>) {
 
 /// Recomputes the informer's status whenever a reflector's condition or the sync state changes.
 async fn health(shared: Arc<Shared>) {
+    let started = Instant::now();
+    let mut reported_sync = false;
     loop {
         let mut conds: Vec<watch::Receiver<Condition>> = shared.conditions.lock().unwrap().clone();
         let synced = shared.fifo.get().is_some_and(|f| f.has_synced());
@@ -690,6 +687,10 @@ async fn health(shared: Arc<Shared>) {
                 message: last,
             },
         };
+        if status.state == State::Synced && !reported_sync {
+            reported_sync = true;
+            tracing::info!(kind = %shared.key.kind, objects = shared.store.len(), elapsed = ?started.elapsed(), "informer synced");
+        }
         shared.status.send_if_modified(|cur| {
             let changed = *cur != status;
             *cur = status;

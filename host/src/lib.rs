@@ -9,24 +9,24 @@ pub mod preflight;
 
 // Informer core.
 pub mod backoff;
-pub mod reflector;
 pub mod delta_fifo;
-pub mod object;
-pub mod store;
-pub mod selector;
-pub mod informer;
 pub mod factory;
+pub mod informer;
+pub mod object;
+pub mod reflector;
+pub mod selector;
+pub mod store;
 
 // Controller: events to keys to reconciles.
+pub mod controller;
 pub mod handlers;
 pub mod work_queue;
-pub mod controller;
 
 // The guest: runtime, bindings, what it may call, and under which rules.
-pub mod guest;
 pub mod bindings;
-pub mod imports;
 pub mod grant;
+pub mod guest;
+pub mod imports;
 pub mod read_your_writes;
 
 pub mod config;

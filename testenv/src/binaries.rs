@@ -1,10 +1,12 @@
-//! The control-plane binaries: kube-apiserver and kubectl built from Go modules, etcd from a crate.
+//! The control-plane binaries: kube-apiserver, kube-controller-manager and kubectl built from Go
+//! modules, etcd from a crate.
 //!
-//! kube-apiserver and kubectl are built from the published `k8s.io/kubernetes` module (see
+//! The Go binaries are built from the published `k8s.io/kubernetes` module (see
 //! `testenv/k8s/go.mod`) with the machine's Go, and cached by version outside the source tree,
 //! so only the first run on a machine pays for the build (about a quarter of an hour on two
 //! cores). A cached binary is trusted only if its `--version` output names the expected version;
-//! anything else (a truncated file, a different version) is rebuilt.
+//! anything else (a missing or truncated file, a different version) is rebuilt, and only those
+//! binaries are rebuilt: the others stay as they are.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -46,10 +48,10 @@ pub enum Error {
         detail: String,
     },
     /// The Go build ran and failed.
-    #[error(
-        "building kube-apiserver {k8s} failed ({status}); last lines of the Go output:\n{tail}"
-    )]
+    #[error("building {what} {k8s} failed ({status}); last lines of the Go output:\n{tail}")]
     BuildFailed {
+        /// The binaries being built, such as `kube-apiserver, kubectl`.
+        what: String,
         /// The Kubernetes version being built.
         k8s: &'static str,
         /// The exit status.
@@ -102,6 +104,9 @@ pub fn kubernetes_version() -> &'static str {
 pub struct Binaries {
     /// kube-apiserver, built from Go modules.
     pub kube_apiserver: PathBuf,
+    /// kube-controller-manager, built alongside kube-apiserver; runs the garbage collector and
+    /// the namespace controller.
+    pub kube_controller_manager: PathBuf,
     /// kubectl, built alongside kube-apiserver, for tests and humans.
     pub kubectl: PathBuf,
     /// etcd, from the `etcd-bin-vendored-linux-amd64` crate.
@@ -121,7 +126,7 @@ pub fn cache_dir() -> PathBuf {
     base.join("reconciled")
 }
 
-/// Returns the binaries, building kube-apiserver and kubectl first if the cache lacks a good copy.
+/// Returns the binaries, building those the cache lacks a good copy of first.
 ///
 /// Safe to call from several processes at once: builders serialize on a lock file, and the
 /// binaries appear in the cache by atomic rename, so nobody runs a half-written file.
@@ -131,12 +136,13 @@ pub fn ensure() -> Result<Binaries> {
     let dir = cache_dir().join("k8s").join(version);
     let bins = Binaries {
         kube_apiserver: dir.join("kube-apiserver"),
+        kube_controller_manager: dir.join("kube-controller-manager"),
         kubectl: dir.join("kubectl"),
         etcd: PathBuf::from(
             etcd_bin_vendored_linux_amd64::etcd_bin_path().unwrap_or_else(|e| match e {}),
         ),
     };
-    if cached_ok(&bins, version) {
+    if stale(&dir, version, false).is_empty() {
         return Ok(bins);
     }
     std::fs::create_dir_all(&dir).map_err(|source| Error::Cache {
@@ -152,14 +158,15 @@ pub fn ensure() -> Result<Binaries> {
         path: lock_path.clone(),
         source,
     })?;
-    // Another process may have built it while we waited for the lock.
-    if !cached_ok(&bins, version) {
-        build(&dir, version)?;
-        for path in [&bins.kube_apiserver, &bins.kubectl] {
-            let found = reported_version(path).unwrap_or_default();
+    // Another process may have built some or all of them while we waited for the lock.
+    let packages = stale(&dir, version, true);
+    if !packages.is_empty() {
+        build(&dir, version, &packages)?;
+        for path in packages.iter().map(|pkg| dir.join(binary_name(pkg))) {
+            let found = reported_version(&path).unwrap_or_default();
             if !found.contains(version) {
                 return Err(Error::WrongVersion {
-                    path: path.clone(),
+                    path,
                     found,
                     expected: version,
                 });
@@ -169,13 +176,28 @@ pub fn ensure() -> Result<Binaries> {
     Ok(bins)
 }
 
-fn cached_ok(bins: &Binaries, version: &str) -> bool {
-    let ok = |p: &Path| reported_version(p).is_some_and(|v| v.contains(version));
-    let good = ok(&bins.kube_apiserver) && ok(&bins.kubectl);
-    if !good && (bins.kube_apiserver.exists() || bins.kubectl.exists()) {
-        eprintln!("testenv: cached kube-apiserver/kubectl do not report {version}; rebuilding");
-    }
-    good
+/// The packages in [`PACKAGES`] whose binary in `dir` is missing or does not report `version`.
+/// With `explain`, says on stderr why each one that exists will be rebuilt.
+fn stale(dir: &Path, version: &str, explain: bool) -> Vec<&'static str> {
+    PACKAGES
+        .into_iter()
+        .filter(|pkg| {
+            let path = dir.join(binary_name(pkg));
+            let good = reported_version(&path).is_some_and(|v| v.contains(version));
+            if !good && explain && path.exists() {
+                eprintln!(
+                    "testenv: cached {} does not report {version}; rebuilding it",
+                    path.display()
+                );
+            }
+            !good
+        })
+        .collect()
+}
+
+/// The file `go build` names a command package's binary: the last element of its path.
+fn binary_name(package: &str) -> &str {
+    package.rsplit('/').next().unwrap_or(package)
 }
 
 /// What `<binary> --version` (or `kubectl version --client`) prints, if it runs at all.
@@ -237,17 +259,25 @@ fn check_go(version: &'static str) -> Result<()> {
     Ok(())
 }
 
-const PACKAGES: [&str; 2] = [
+/// The commands built from `k8s.io/kubernetes`; `testenv/k8s/tools.go` pins the same list.
+const PACKAGES: [&str; 3] = [
     "k8s.io/kubernetes/cmd/kube-apiserver",
+    "k8s.io/kubernetes/cmd/kube-controller-manager",
     "k8s.io/kubernetes/cmd/kubectl",
 ];
 
-fn build(dir: &Path, version: &'static str) -> Result<()> {
+/// Builds `packages` (some of [`PACKAGES`]) into `dir`, each binary appearing by atomic rename.
+fn build(dir: &Path, version: &'static str, packages: &[&str]) -> Result<()> {
     check_go(version)?;
     let module = module_dir();
     let started = Instant::now();
+    let what = packages
+        .iter()
+        .map(|p| binary_name(p))
+        .collect::<Vec<_>>()
+        .join(", ");
     eprintln!(
-        "testenv: building kube-apiserver and kubectl {version} from Go modules (once per machine; cached in {})",
+        "testenv: building {what} {version} from Go modules (once per machine; cached in {})",
         dir.display()
     );
 
@@ -271,12 +301,25 @@ fn build(dir: &Path, version: &'static str) -> Result<()> {
         return Err(Error::ProxyUnreachable { proxy, detail });
     }
 
-    // `go list -deps` gives the package count, so progress can say "n of N".
+    // `go list -deps` with `.Stale` counts the packages the Go build cache lacks (with the same
+    // -trimpath as the build, which is part of the cache key), so progress can say "n of N" even
+    // when most of the graph is cached from building the other binaries.
     let total = go(&module)
-        .args(["list", "-deps"])
-        .args(PACKAGES)
+        .args([
+            "list",
+            "-trimpath",
+            "-deps",
+            "-f",
+            "{{if .Stale}}stale{{end}}",
+        ])
+        .args(packages)
         .output()
-        .map(|o| o.stdout.iter().filter(|&&b| b == b'\n').count())
+        .map(|o| {
+            o.stdout
+                .split(|&b| b == b'\n')
+                .filter(|l| l == b"stale")
+                .count()
+        })
         .unwrap_or(0);
 
     let staging = dir.join(".building");
@@ -299,14 +342,14 @@ fn build(dir: &Path, version: &'static str) -> Result<()> {
     let mut child = go(&module)
         .args(["build", "-v", "-trimpath", "-ldflags", &ldflags, "-o"])
         .arg(format!("{}/", staging.display()))
-        .args(PACKAGES)
+        .args(packages)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|_| Error::NoGo { min_go: MIN_GO })?;
 
-    // `go build -v` names each package as it compiles it: count them for progress, keep the tail
-    // for the error message.
+    // `go build -v` names each package as it compiles it (not those it finds in the Go build
+    // cache): count them for progress, keep the tail for the error message.
     let mut tail: Vec<String> = Vec::new();
     let mut done = 0usize;
     let mut last_report = Instant::now();
@@ -323,7 +366,7 @@ fn build(dir: &Path, version: &'static str) -> Result<()> {
                 String::new()
             };
             eprintln!(
-                "testenv: building kube-apiserver: {done}{of} packages compiled, {:.0?} elapsed",
+                "testenv: building {what}: {done}{of} packages compiled, {:.0?} elapsed",
                 started.elapsed()
             );
         }
@@ -338,12 +381,13 @@ fn build(dir: &Path, version: &'static str) -> Result<()> {
     })?;
     if !status.success() {
         return Err(Error::BuildFailed {
+            what,
             k8s: version,
             status: status.to_string(),
             tail: tail.join("\n"),
         });
     }
-    for name in ["kube-apiserver", "kubectl"] {
+    for name in packages.iter().map(|p| binary_name(p)) {
         let from = staging.join(name);
         let to = dir.join(name);
         std::fs::rename(&from, &to).map_err(|source| Error::Cache {
@@ -353,7 +397,7 @@ fn build(dir: &Path, version: &'static str) -> Result<()> {
     }
     let _ = std::fs::remove_dir_all(&staging);
     eprintln!(
-        "testenv: built kube-apiserver and kubectl {version} in {:.0?}",
+        "testenv: built {what} {version} in {:.0?}",
         started.elapsed()
     );
     Ok(())
@@ -364,39 +408,23 @@ fn minor(version: &str) -> &str {
     version.split('.').nth(1).unwrap_or("0")
 }
 
-/// Today's date in the RFC 3339 form `/version` reports, without pulling in a date crate.
+/// Now, in the second-precision RFC 3339 form `/version` reports as `buildDate`.
 fn build_date() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Howard Hinnant's days-to-civil conversion.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn build_date_is_rfc3339_to_the_second() {
+        let d = build_date();
+        assert_eq!(d.len(), "2026-01-01T00:00:00Z".len(), "{d}");
+        assert!(d.ends_with('Z') && d.as_bytes()[10] == b'T', "{d}");
+    }
 
     #[test]
     fn version_comes_from_go_mod() {
@@ -406,9 +434,19 @@ mod tests {
     }
 
     #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_816), (2026, 12, 29));
-        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+    fn binary_names_are_the_last_path_element() {
+        let names: Vec<_> = PACKAGES.iter().map(|p| binary_name(p)).collect();
+        assert_eq!(
+            names,
+            ["kube-apiserver", "kube-controller-manager", "kubectl"]
+        );
+    }
+
+    #[test]
+    fn tools_go_pins_every_package() {
+        let tools = include_str!("../k8s/tools.go");
+        for pkg in PACKAGES {
+            assert!(tools.contains(&format!("_ \"{pkg}\"")), "{pkg}");
+        }
     }
 }

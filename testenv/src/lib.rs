@@ -1,5 +1,5 @@
-//! A real Kubernetes control plane on loopback: etcd plus kube-apiserver, started by the project
-//! itself, for integration tests and for `reconciled dev`.
+//! A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager,
+//! started by the project itself, for integration tests and for `reconciled dev`.
 //!
 //! ```no_run
 //! let cp = testenv::ControlPlane::shared(); // one per test binary; tests isolate by namespace
@@ -9,9 +9,10 @@
 //!
 //! Nothing here is a mock: the apiserver is the upstream binary built from Go modules (see
 //! [`binaries`]), with RBAC on, so forbidden paths, `410 Gone` and restarts behave as in a real
-//! cluster. What it lacks is everything beyond the apiserver: no controller-manager (so no
-//! garbage collection, no namespace finalization, no default service accounts), no scheduler,
-//! no kubelet.
+//! cluster. kube-controller-manager runs only the garbage collector and the namespace controller,
+//! so objects whose owners are deleted are collected and deleted namespaces finalize. What it
+//! lacks is every other controller (no default service accounts, no Deployment rollouts, no
+//! Service endpoints), the scheduler and the kubelet.
 
 pub mod binaries;
 pub mod etcd;
@@ -63,7 +64,7 @@ pub enum Error {
     /// A component exited while starting.
     #[error("{component} exited during start-up ({status}): {last_line} (full log: {log})")]
     Exited {
-        /// etcd or kube-apiserver.
+        /// etcd, kube-apiserver or kube-controller-manager.
         component: &'static str,
         /// Its exit status.
         status: String,
@@ -90,6 +91,9 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long kube-controller-manager is watched for an early exit, unless its log shows sooner
+/// that both controllers started.
+const CONTROLLER_MANAGER_WATCH: Duration = Duration::from_secs(2);
 const PORT_ATTEMPTS: usize = 3;
 
 /// A user minted by [`ControlPlane::user`]: authenticated by a client certificate, with no
@@ -104,13 +108,15 @@ pub struct User {
     pub kubeconfig: PathBuf,
 }
 
-/// A running etcd and kube-apiserver on loopback, stopped and deleted on drop.
+/// A running etcd, kube-apiserver and kube-controller-manager on loopback, stopped and deleted
+/// on drop.
 ///
 /// Methods that wait (start, restart) block the calling thread; from async code call them via
 /// `tokio::task::spawn_blocking`, or accept that the current task stalls for a few seconds.
 #[derive(Debug)]
 pub struct ControlPlane {
     // Declared before `dir` so that the processes stop before their files disappear.
+    controller_manager: Mutex<Supervised>,
     apiserver: Mutex<Supervised>,
     etcd: Mutex<Supervised>,
     bins: Binaries,
@@ -153,8 +159,12 @@ fn port_taken(log: &Path) -> bool {
 }
 
 impl ControlPlane {
-    /// Builds the binaries if needed, then starts etcd and kube-apiserver on fresh loopback ports
-    /// and waits until `/readyz` answers `ok`.
+    /// Builds the binaries if needed, then starts etcd and kube-apiserver on fresh loopback ports,
+    /// waits until `/readyz` answers `ok`, and starts kube-controller-manager.
+    ///
+    /// kube-controller-manager is watched only through its start-up (at most 2 s, usually a
+    /// fraction of a second): its controllers work asynchronously, so tests poll for their
+    /// effects, such as a dependent or a namespace disappearing.
     ///
     /// On failure the run directory is kept and the error names the log to read.
     pub fn start() -> Result<Self> {
@@ -167,31 +177,29 @@ impl ControlPlane {
         let extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
         let started = Instant::now();
         let bins = binaries::ensure()?;
-        let dir = tempfile::Builder::new()
+        let mut dir = tempfile::Builder::new()
             .prefix("reconciled-testenv-")
             .tempdir()
             .map_err(io_err(&std::env::temp_dir()))?;
-        let root = dir.path().to_path_buf();
-        match Self::start_in(bins, dir, extra_args) {
-            Ok(cp) => {
-                eprintln!(
-                    "testenv: kube-apiserver {} ready at https://127.0.0.1:{} in {:.1?} (kubeconfig: {})",
-                    binaries::kubernetes_version(),
-                    cp.api_port,
-                    started.elapsed(),
-                    cp.admin_kubeconfig.display()
-                );
-                Ok(cp)
-            }
-            Err(e) => {
-                // Keep the logs: the error message points into this directory.
-                let _ = std::fs::create_dir_all(&root);
-                Err(e)
-            }
-        }
+        // Keep the logs if start-up fails: the error message points into this directory.
+        // `start_in` turns cleanup back on once everything runs.
+        dir.disable_cleanup(true);
+        let cp = Self::start_in(bins, dir, extra_args)?;
+        eprintln!(
+            "testenv: kube-apiserver {} ready at https://127.0.0.1:{} in {:.1?} (kubeconfig: {})",
+            binaries::kubernetes_version(),
+            cp.api_port,
+            started.elapsed(),
+            cp.admin_kubeconfig.display()
+        );
+        Ok(cp)
     }
 
-    fn start_in(bins: Binaries, dir: tempfile::TempDir, extra_args: Vec<String>) -> Result<Self> {
+    fn start_in(
+        bins: Binaries,
+        mut dir: tempfile::TempDir,
+        extra_args: Vec<String>,
+    ) -> Result<Self> {
         let root = dir.path();
         let pki_dir = root.join("pki");
         std::fs::create_dir_all(&pki_dir).map_err(io_err(&pki_dir))?;
@@ -214,7 +222,11 @@ impl ControlPlane {
         // If the apiserver fails from here on, dropping `etcd` stops it.
         let (apiserver, api_port, admin, admin_kubeconfig) =
             Self::start_apiserver_fresh(&bins, root, &pki, etcd_ports.client, &extra_args)?;
+        // If it fails to start, dropping `apiserver` and `etcd` stops them.
+        let controller_manager = start_controller_manager(&bins, root, &admin_kubeconfig)?;
+        dir.disable_cleanup(false);
         Ok(Self {
+            controller_manager: Mutex::new(controller_manager),
             apiserver: Mutex::new(apiserver),
             etcd: Mutex::new(etcd),
             bins,
@@ -365,21 +377,28 @@ impl ControlPlane {
         })
     }
 
-    /// The pids of etcd and kube-apiserver, while they run.
+    /// The pids of kube-apiserver, kube-controller-manager and etcd, while they run.
     pub fn pids(&self) -> Vec<u32> {
         let api = self.apiserver.lock().unwrap().pid();
+        let cm = self.controller_manager.lock().unwrap().pid();
         let etcd = self.etcd.lock().unwrap().pid();
-        api.into_iter().chain(etcd).collect()
+        api.into_iter().chain(cm).chain(etcd).collect()
     }
 
-    /// Stops kube-apiserver (SIGTERM, then SIGKILL after 10 s) and starts it again on the same
+    /// Stops kube-apiserver (SIGTERM, then SIGKILL after 3 s) and starts it again on the same
     /// port with the same etcd, then waits for `/readyz`.
     ///
     /// Clients keep working: the URL and CA do not change. Watches are cut, and the new
-    /// apiserver's watch cache starts empty at etcd's current revision.
+    /// apiserver's watch cache starts empty at etcd's current revision. kube-controller-manager
+    /// keeps running and reconnects by itself, like any other client.
+    ///
+    /// Where it may surprise: with watches open (kube-controller-manager always has some) the
+    /// apiserver's graceful shutdown would wait up to a minute for them, so after 3 s it is
+    /// killed. That makes this a crash-and-restart, which is the fault worth testing anyway;
+    /// it takes about 5 s.
     pub fn restart_apiserver(&self) -> Result<()> {
         let mut api = self.apiserver.lock().unwrap();
-        api.stop(Duration::from_secs(10));
+        api.stop(Duration::from_secs(3));
         let log = self.dir.path().join("apiserver.log");
         *api = spawn_apiserver(
             &self.bins,
@@ -433,7 +452,12 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
-        // Apiserver first, so it does not spend its shutdown retrying a vanished etcd.
+        // Clients before servers: the controller manager first, so it does not spend its
+        // shutdown retrying a vanished apiserver, then the apiserver, for the same reason.
+        self.controller_manager
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .stop(Duration::from_secs(10));
         self.apiserver
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
@@ -478,8 +502,9 @@ fn spawn_apiserver(
             p("sa.key")
         ))
         .arg("--service-cluster-ip-range=10.96.0.0/24")
-        // No kube-controller-manager runs, so the endpoints of `kubernetes` cannot be reconciled,
-        // and no default service accounts exist for the ServiceAccount admission plugin to find.
+        // kube-controller-manager runs only the garbage collector and the namespace controller:
+        // the endpoints of `kubernetes` are not reconciled, and no default service accounts
+        // exist for the ServiceAccount admission plugin to find.
         .arg("--endpoint-reconciler-type=none")
         .arg("--disable-admission-plugins=ServiceAccount")
         .arg("--profiling=false")
@@ -488,6 +513,63 @@ fn spawn_apiserver(
         .stdout(log.try_clone().map_err(io_err(&log_path))?)
         .stderr(log);
     Ok(Supervised::spawn(cmd)?)
+}
+
+/// Starts kube-controller-manager with the garbage collector and the namespace controller only,
+/// as the admin, then watches it for up to [`CONTROLLER_MANAGER_WATCH`] (less once its log shows
+/// both controllers running), so that a bad flag or a rejected kubeconfig fails `start` with its
+/// log rather than going unnoticed.
+fn start_controller_manager(
+    bins: &Binaries,
+    root: &Path,
+    admin_kubeconfig: &Path,
+) -> Result<Supervised> {
+    let log_path = root.join("controller-manager.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(io_err(&log_path))?;
+    let mut cmd = Command::new(&bins.kube_controller_manager);
+    cmd.arg(format!("--kubeconfig={}", admin_kubeconfig.display()))
+        // The canonical names; `garbagecollector` and `namespace` are their older aliases.
+        .arg("--controllers=garbage-collector-controller,namespace-controller")
+        .arg("--leader-elect=false")
+        // Every controller acts as the admin: no per-controller service accounts, whose tokens
+        // would need the serviceaccount-token controller.
+        .arg("--use-service-account-credentials=false")
+        // No HTTPS endpoint (healthz, metrics): nothing probes it, and no port can collide.
+        // With serving off, no --authentication/--authorization-kubeconfig is needed either.
+        .arg("--secure-port=0")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(io_err(&log_path))?)
+        .stderr(log);
+    let mut proc = Supervised::spawn(cmd)?;
+    let started = Instant::now();
+    while started.elapsed() < CONTROLLER_MANAGER_WATCH {
+        if let Some(status) = proc.exited() {
+            return Err(Error::Exited {
+                component: "kube-controller-manager",
+                status: format!("{status}, {}", proc.program()),
+                last_line: last_line(&log_path),
+                log: log_path,
+            });
+        }
+        if controllers_started(&log_path) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(proc)
+}
+
+/// Whether kube-controller-manager's log says both of its controllers are running, the garbage
+/// collector with its resource monitors synced (a fraction of a second after start-up here).
+fn controllers_started(log: &Path) -> bool {
+    std::fs::read_to_string(log).is_ok_and(|t| {
+        t.contains("\"Proceeding to collect garbage\"")
+            && t.contains("\"Starting namespace controller\"")
+    })
 }
 
 fn wait_etcd_healthy(proc: &mut Supervised, port: u16, log: &Path) -> Result<()> {

@@ -3,8 +3,10 @@
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: testenv <up|prepare>
-  up       start etcd and kube-apiserver on loopback, print a kubeconfig, run until Ctrl-C
-  prepare  build (or find cached) kube-apiserver, kubectl and etcd, print their paths";
+  up       start etcd, kube-apiserver and kube-controller-manager on loopback, print a
+           kubeconfig, run until Ctrl-C
+  prepare  build (or find cached) kube-apiserver, kube-controller-manager, kubectl and etcd,
+           print their paths";
 
 fn main() -> ExitCode {
     let arg = std::env::args().nth(1);
@@ -27,9 +29,13 @@ fn main() -> ExitCode {
 
 fn prepare() -> anyhow::Result<()> {
     let bins = testenv::binaries::ensure()?;
-    println!("kube-apiserver {}", bins.kube_apiserver.display());
-    println!("kubectl        {}", bins.kubectl.display());
-    println!("etcd           {}", bins.etcd.display());
+    println!("kube-apiserver          {}", bins.kube_apiserver.display());
+    println!(
+        "kube-controller-manager {}",
+        bins.kube_controller_manager.display()
+    );
+    println!("kubectl                 {}", bins.kubectl.display());
+    println!("etcd                    {}", bins.etcd.display());
     Ok(())
 }
 

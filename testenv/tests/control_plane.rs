@@ -1,11 +1,13 @@
-//! The loopback control plane behaves like a real cluster: kubectl works, RBAC is enforced.
+//! The loopback control plane behaves like a real cluster: kubectl works, RBAC is enforced,
+//! the garbage collector deletes dependents, and deleted namespaces finalize.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Api;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use testenv::ControlPlane;
 
 async fn namespace(client: &kube::Client, name: &str) {
@@ -143,4 +145,92 @@ async fn admin_writes_and_a_limited_user_is_forbidden_until_granted() {
             Err(e) => panic!("still failing 10 s after the grant: {e}"),
         }
     }
+}
+
+/// Polls until `get` finds nothing, for at most 30 s; returns how long that took.
+async fn wait_gone<F, Fut, T>(what: &str, mut get: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = kube::Result<Option<T>>>,
+{
+    let started = Instant::now();
+    loop {
+        if get().await.unwrap().is_none() {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what} still exists 30 s later"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn config_map(name: &str, owner: Option<&ConfigMap>) -> ConfigMap {
+    let owner_references = owner.map(|o| {
+        vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: o.metadata.name.clone().unwrap(),
+            uid: o.metadata.uid.clone().unwrap(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]
+    });
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            owner_references,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn deleting_an_owner_garbage_collects_its_dependent() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "gc-owner";
+    namespace(&client, ns).await;
+    let cms = Api::<ConfigMap>::namespaced(client, ns);
+    let pp = PostParams::default();
+    let owner = cms.create(&pp, &config_map("owner", None)).await.unwrap();
+    cms.create(&pp, &config_map("dependent", Some(&owner)))
+        .await
+        .unwrap();
+    cms.create(&pp, &config_map("bystander", None))
+        .await
+        .unwrap();
+
+    cms.delete("owner", &DeleteParams::default()).await.unwrap();
+    let took = wait_gone("the dependent of a deleted owner", || {
+        cms.get_opt("dependent")
+    })
+    .await;
+    eprintln!("garbage collector removed the dependent {took:?} after its owner was deleted");
+    assert!(
+        cms.get_opt("bystander").await.unwrap().is_some(),
+        "the garbage collector deleted a ConfigMap that has no owner"
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_namespace_with_content_finalizes() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "ns-finalize";
+    namespace(&client, ns).await;
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &config_map("content", None))
+        .await
+        .unwrap();
+
+    let namespaces = Api::<Namespace>::all(client);
+    namespaces
+        .delete(ns, &DeleteParams::default())
+        .await
+        .unwrap();
+    let took = wait_gone("the deleted namespace", || namespaces.get_opt(ns)).await;
+    eprintln!("namespace {ns} finalized {took:?} after its deletion");
 }

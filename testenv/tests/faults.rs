@@ -1,12 +1,16 @@
-//! Fault hooks: apiserver restart and etcd compaction behave as they do in a real cluster.
+//! Fault hooks: apiserver restart and etcd compaction behave as they do in a real cluster, and
+//! kube-controller-manager survives an apiserver restart.
 //!
 //! These tests restart the shared apiserver, so they live in their own test binary and take
 //! a lock: nothing else may be using the apiserver while it is down.
 
+use std::time::{Duration, Instant};
+
 use futures::AsyncBufReadExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Api;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use testenv::ControlPlane;
 
 // A tokio mutex: each test runs on its own runtime, and this lock works across them.
@@ -154,5 +158,77 @@ fn etcd_stop_and_start_keep_the_data() {
     assert!(
         cp.etcd_revision().unwrap() >= before,
         "etcd lost its data across a restart"
+    );
+}
+
+/// A ConfigMap `dependent` owned (as controller, blocking deletion) by `owner`.
+fn dependent_of(name: &str, owner: &ConfigMap) -> ConfigMap {
+    let mut cm = cm(name);
+    cm.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: owner.metadata.name.clone().unwrap(),
+        uid: owner.metadata.uid.clone().unwrap(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }]);
+    cm
+}
+
+#[tokio::test]
+async fn garbage_collection_keeps_working_across_an_apiserver_restart() {
+    let _serial = SERIAL.lock().await;
+    let cp = ControlPlane::shared();
+    let ns = "gc-restart";
+    namespace(&cp.admin_client(), ns).await;
+    let cms = Api::<ConfigMap>::namespaced(cp.admin_client(), ns);
+    let pp = PostParams::default();
+    // One pair the garbage collector learns about before the restart, one after.
+    let owner = cms.create(&pp, &cm("owner-before")).await.unwrap();
+    cms.create(&pp, &dependent_of("dependent-before", &owner))
+        .await
+        .unwrap();
+    let pids_before = cp.pids();
+
+    tokio::task::spawn_blocking(|| ControlPlane::shared().restart_apiserver())
+        .await
+        .unwrap()
+        .unwrap();
+    let pids_after = cp.pids();
+    let kept = pids_after
+        .iter()
+        .filter(|p| pids_before.contains(p))
+        .count();
+    assert_eq!(
+        (pids_after.len(), kept),
+        (3, 2),
+        "only the apiserver may be replaced: before {pids_before:?}, after {pids_after:?}"
+    );
+
+    let cms = Api::<ConfigMap>::namespaced(cp.admin_client(), ns);
+    let owner = cms.create(&pp, &cm("owner-after")).await.unwrap();
+    cms.create(&pp, &dependent_of("dependent-after", &owner))
+        .await
+        .unwrap();
+    let deleted = Instant::now();
+    for owner in ["owner-before", "owner-after"] {
+        cms.delete(owner, &DeleteParams::default()).await.unwrap();
+    }
+    for dependent in ["dependent-before", "dependent-after"] {
+        loop {
+            if cms.get_opt(dependent).await.unwrap().is_none() {
+                break;
+            }
+            assert!(
+                deleted.elapsed() < Duration::from_secs(30),
+                "{dependent} still exists 30 s after its owner was deleted: the controller manager did not reconnect (see {})",
+                cp.dir().join("controller-manager.log").display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    eprintln!(
+        "after an apiserver restart, the garbage collector removed both dependents within {:?}",
+        deleted.elapsed()
     );
 }

@@ -5,7 +5,8 @@ use std::path::Path;
 use testenv::ControlPlane;
 
 /// Pids of every process whose command line mentions `needle`. Each control plane passes its
-/// own run directory to etcd and kube-apiserver, so this finds exactly that plane's processes.
+/// own run directory to etcd, kube-apiserver and kube-controller-manager, so this finds exactly
+/// that plane's processes.
 fn processes_mentioning(needle: &Path) -> Vec<(u32, String)> {
     let needle = needle.to_string_lossy().into_owned();
     let mut found = Vec::new();
@@ -35,12 +36,12 @@ fn ten_starts_and_stops_leave_no_process_behind() {
         let pids = cp.pids();
         assert_eq!(
             pids.len(),
-            2,
-            "etcd and kube-apiserver should both be running"
+            3,
+            "etcd, kube-apiserver and kube-controller-manager should all be running"
         );
         assert_eq!(
             processes_mentioning(&dir).len(),
-            2,
+            3,
             "round {round}: {:?}",
             processes_mentioning(&dir)
         );

@@ -17,10 +17,9 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
 
 struct Counting;
 
@@ -86,7 +85,7 @@ fn parent(sizes: &[usize]) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for &n in sizes {
         let ns = format!("mem-{n}");
-        rt.block_on(fill(&cp, &ns, n))?;
+        rt.block_on(reconciled_bench::fill(&cp.admin_client(), &ns, n, |_| None))?;
         let mut results = Vec::new();
         for peer in ["reconciled", "kube-rs"] {
             let out = Command::new(std::env::current_exe()?)
@@ -132,67 +131,6 @@ fn parent(sizes: &[usize]) -> anyhow::Result<()> {
             peer["sync_s"].as_f64().unwrap_or(0.0),
         );
     }
-    Ok(())
-}
-
-/// Creates `n` ConfigMaps of ~1 KiB data in `ns`, 32 at a time, with progress.
-async fn fill(cp: &testenv::ControlPlane, ns: &str, n: usize) -> anyhow::Result<()> {
-    let client = cp.admin_client();
-    let meta = ObjectMeta {
-        name: Some(ns.into()),
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &Namespace {
-                metadata: meta,
-                ..Default::default()
-            },
-        )
-        .await?;
-    let api = Api::<ConfigMap>::namespaced(client, ns);
-    let started = Instant::now();
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let api = api.clone();
-            let done = &done;
-            async move {
-                // ~1 KiB of varied text, so no compression or interning could flatter anyone.
-                let payload: String = (0..1024)
-                    .map(|j| (b'a' + ((i * 7 + j * 13) % 26) as u8) as char)
-                    .collect();
-                let cm = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(format!("cm-{i:06}")),
-                        labels: Some(
-                            [
-                                ("app".to_string(), "bench".to_string()),
-                                ("shard".to_string(), (i % 10).to_string()),
-                            ]
-                            .into(),
-                        ),
-                        ..Default::default()
-                    },
-                    data: Some([("payload".to_string(), payload)].into()),
-                    ..Default::default()
-                };
-                api.create(&PostParams::default(), &cm).await?;
-                let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if d.is_multiple_of(10_000) {
-                    eprintln!("filled {d}/{n} in {:.0?}", started.elapsed());
-                }
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<()>()
-        .await?;
-    eprintln!(
-        "filled {ns} with {n} ConfigMaps in {:.1?}",
-        started.elapsed()
-    );
     Ok(())
 }
 

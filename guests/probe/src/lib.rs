@@ -46,6 +46,9 @@ impl Reconciler for Probe {
 
     fn reconcile(req: Request) -> Result<Outcome> {
         let name = req.name.as_str();
+        if let Some(what) = name.strip_prefix("bench-") {
+            return bench(&req.namespace, what);
+        }
         if name.starts_with("loop-") {
             spin()
         } else if name.starts_with("alloc-") {
@@ -77,6 +80,26 @@ impl Reconciler for Probe {
 }
 
 reconciled_guest::export_reconciler!(Probe);
+
+/// Benchmark bodies, called directly by `bench/` (never through a controller): `noop` returns at
+/// once; `get-<n>` reads ConfigMap `bench-target` n times; `list-<n>` lists the ConfigMaps with
+/// `data.indexed=hot` n times. Raw JSON calls, so that guest-side decoding does not blur the cost
+/// of the boundary itself.
+fn bench(namespace: &str, what: &str) -> Result<Outcome> {
+    let kind = ConfigMap::gvk();
+    let count = |s: &str| s.parse::<u32>().map_err(|_| Error::Invalid(format!("bad bench count {s:?}")));
+    if let Some(n) = what.strip_prefix("get-") {
+        for _ in 0..count(n)? {
+            black_box(cache::get_raw(&kind, namespace, "bench-target")?);
+        }
+    } else if let Some(n) = what.strip_prefix("list-") {
+        let options = ListOptions::default().in_namespace(namespace).field("data.indexed", "hot");
+        for _ in 0..count(n)? {
+            black_box(cache::list_raw(&kind, &options)?);
+        }
+    }
+    Ok(Outcome::Done)
+}
 
 /// Spins forever: `black_box` keeps the optimizer from proving the loop empty.
 fn spin() -> ! {

@@ -270,6 +270,12 @@ impl HostState {
         Ok(())
     }
 
+    /// Starts the host-call and byte budgets over (a reused instance's next call).
+    pub fn reset_budgets(&mut self) {
+        self.calls = 0;
+        self.bytes_out = 0;
+    }
+
     /// The guest context, or a trap if called while describing (describe must not call out).
     pub fn context(&self) -> wasmtime::Result<Arc<GuestContext>> {
         self.ctx

@@ -1,0 +1,87 @@
+//! Shared pieces of the side-by-side benchmarks.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+
+/// Creates namespace `ns` and `n` ConfigMaps `cm-000000…` in it, 32 requests at a time, with
+/// progress on stderr. Each carries ~1 KiB of varied text (so no compression or interning could
+/// flatter anyone), labels `app=bench` and `shard=<i % 10>`, plus `data.indexed` when `indexed(i)`
+/// says so.
+pub async fn fill(
+    client: &kube::Client,
+    ns: &str,
+    n: usize,
+    indexed: impl Fn(usize) -> Option<String>,
+) -> anyhow::Result<()> {
+    let meta = ObjectMeta {
+        name: Some(ns.into()),
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: meta,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let started = Instant::now();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            let done = &done;
+            let tag = indexed(i);
+            async move {
+                let payload: String = (0..1024)
+                    .map(|j| (b'a' + ((i * 7 + j * 13) % 26) as u8) as char)
+                    .collect();
+                let mut data = std::collections::BTreeMap::from([("payload".to_string(), payload)]);
+                if let Some(tag) = tag {
+                    data.insert("indexed".to_string(), tag);
+                }
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(format!("cm-{i:06}")),
+                        labels: Some(
+                            [
+                                ("app".to_string(), "bench".to_string()),
+                                ("shard".to_string(), (i % 10).to_string()),
+                            ]
+                            .into(),
+                        ),
+                        ..Default::default()
+                    },
+                    data: Some(data),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &cm).await?;
+                let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if d.is_multiple_of(10_000) {
+                    eprintln!("filled {d}/{n} in {:.0?}", started.elapsed());
+                }
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<()>()
+        .await?;
+    eprintln!(
+        "filled {ns} with {n} ConfigMaps in {:.1?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+/// The median of `v` (sorted in place).
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}

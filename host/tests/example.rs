@@ -1,0 +1,204 @@
+//! End to end: the `examples/configmap-generator` reconciler, compiled to wasm and run by the
+//! host, converges a real cluster: ConfigMaps created, updated and pruned through server-side
+//! apply, status kept current, and garbage collection through owner references on delete.
+
+mod common;
+
+use std::time::Duration;
+
+use common::namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::Api;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
+};
+use reconciled::controller::{Controller, Settings};
+use reconciled::factory::InformerFactory;
+use reconciled::grant::Grant;
+use reconciled::guest::Runtime;
+use reconciled::informer::Options;
+use testenv::ControlPlane;
+
+const LABEL: &str = "example.reconciled.dev/generator";
+
+/// Polls `check` every 100 ms until it returns `Some`, or fails after `timeout` with `what`.
+async fn eventually<T, F: AsyncFnMut() -> Option<T>>(
+    what: &str,
+    timeout: Duration,
+    mut check: F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {timeout:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn generated(api: &Api<ConfigMap>, name: &str) -> Vec<(String, Option<String>)> {
+    let lp = ListParams::default().labels(&format!("{LABEL}={name}"));
+    let mut v: Vec<_> = api
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| {
+            (
+                c.metadata.name.unwrap(),
+                c.data.and_then(|d| d.get("greeting").cloned()),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_configmap_generator_converges_creates_updates_and_garbage_collects() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "cmgen";
+    namespace(&admin, ns).await;
+    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/configmap-generator/crd.yaml");
+    let out = cp
+        .kubectl()
+        .arg("apply")
+        .arg("-f")
+        .arg(&crd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply crd: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cp
+        .kubectl()
+        .args([
+            "wait",
+            "--for=condition=established",
+            "--timeout=30s",
+            "crd/configmapgenerators.example.reconciled.dev",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "CRD not established: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let runtime = Runtime::new().unwrap();
+    let module = runtime
+        .compile(std::fs::read(common::guests::wasm("configmap_generator")).unwrap())
+        .await
+        .unwrap();
+    let factory = InformerFactory::new(admin.clone(), Options::default());
+    let settings = Settings {
+        grant: Grant::namespaces([ns]),
+        ..Settings::new("cmgen")
+    };
+    let controller = Controller::start(&factory, admin.clone(), module, settings)
+        .await
+        .unwrap();
+
+    let gvk = GroupVersionKind::gvk("example.reconciled.dev", "v1alpha1", "ConfigMapGenerator");
+    let generators =
+        Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &ApiResource::from_gvk(&gvk));
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+    let gen_obj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "example.reconciled.dev/v1alpha1", "kind": "ConfigMapGenerator",
+        "metadata": {"name": "greeting"},
+        "spec": {"copies": 3, "data": {"greeting": "hello"}}
+    }))
+    .unwrap();
+    let created = generators
+        .create(&PostParams::default(), &gen_obj)
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+
+    // Creates: three ConfigMaps, controlled by the generator, and a status that says so.
+    let want = |n: usize, greeting: &str| {
+        (0..n)
+            .map(|i| (format!("greeting-{i}"), Some(greeting.to_string())))
+            .collect::<Vec<_>>()
+    };
+    eventually(
+        "3 generated ConfigMaps",
+        Duration::from_secs(30),
+        async || (generated(&cms, "greeting").await == want(3, "hello")).then_some(()),
+    )
+    .await;
+    let child = cms.get("greeting-0").await.unwrap();
+    let owner = &child.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (owner.uid.as_str(), owner.controller),
+        (uid.as_str(), Some(true))
+    );
+    eventually(
+        "status generated=3, observedGeneration=1",
+        Duration::from_secs(30),
+        async || {
+            let s = generators.get("greeting").await.unwrap().data["status"].clone();
+            (s["generated"] == 3 && s["observedGeneration"] == 1).then_some(())
+        },
+    )
+    .await;
+
+    // Updates: fewer copies and new data prune the extras and update the rest.
+    let patch = serde_json::json!({"spec": {"copies": 1, "data": {"greeting": "bonjour"}}});
+    generators
+        .patch("greeting", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually("1 updated ConfigMap", Duration::from_secs(30), async || {
+        (generated(&cms, "greeting").await == want(1, "bonjour")).then_some(())
+    })
+    .await;
+    eventually(
+        "status generated=1, observedGeneration=2",
+        Duration::from_secs(30),
+        async || {
+            let s = generators.get("greeting").await.unwrap().data["status"].clone();
+            (s["generated"] == 1 && s["observedGeneration"] == 2).then_some(())
+        },
+    )
+    .await;
+    let events = Api::<Event>::namespaced(admin.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.involved_object.name.as_deref() == Some("greeting")
+                && e.reason.as_deref() == Some("Generated")),
+        "the guest records an Event on its generator"
+    );
+
+    // Deletes: the garbage collector removes what the generator owned.
+    generators
+        .delete("greeting", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "generated ConfigMaps garbage-collected",
+        Duration::from_secs(60),
+        async || generated(&cms, "greeting").await.is_empty().then_some(()),
+    )
+    .await;
+
+    let snap = controller.snapshot();
+    assert_eq!(snap.traps, 0, "{snap:?}");
+    eprintln!("example converged: {snap:?}");
+}
