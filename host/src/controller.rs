@@ -94,6 +94,7 @@ pub struct Controller {
     informers: Vec<Arc<Informer>>,
     in_flight: Mutex<HashSet<String>>,
     last_errors: Mutex<HashMap<String, String>>,
+    held_back: Mutex<String>,
     counters: Counters,
     tasks: Mutex<Vec<AbortHandle>>,
     for_kind: Gvk,
@@ -212,6 +213,7 @@ impl Controller {
                 Declared {
                     informer: sub.informer().clone(),
                     floors: Arc::new(Floors::default()),
+                    indexes: indexes.iter().map(|s| s.to_string()).collect(),
                 },
             );
             let kind_roles: Vec<Role> = roles
@@ -241,6 +243,7 @@ impl Controller {
             informers,
             in_flight: Mutex::new(HashSet::new()),
             last_errors: Mutex::new(HashMap::new()),
+            held_back: Mutex::new(String::new()),
             counters: Counters::default(),
             tasks: Mutex::new(Vec::new()),
             for_kind: desc.for_.clone(),
@@ -312,24 +315,21 @@ impl Controller {
         }
     }
 
-    /// Waits until every informer this guest reads has synced. Logs why while it waits.
-    async fn wait_synced(&self) {
+    /// Whether every informer this guest reads has synced, waiting up to `wait` for each. Logs
+    /// why reconciles are held back whenever the reason changes.
+    async fn synced(&self, wait: Duration) -> bool {
         for informer in &self.informers {
-            let mut last_reason = String::new();
-            loop {
-                match informer.wait_synced(Duration::from_secs(30)).await {
-                    Ok(()) => break,
-                    Err(e) => {
-                        let reason = e.to_string();
-                        if reason != last_reason {
-                            tracing::warn!(guest = %self.name, kind = %informer.key().kind, "reconciles held back: {reason}");
-                            last_reason = reason;
-                        }
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
+            if let Err(e) = informer.wait_synced(wait).await {
+                let reason = e.to_string();
+                let mut last = self.held_back.lock().unwrap();
+                if *last != reason {
+                    tracing::warn!(guest = %self.name, kind = %informer.key().kind, "reconciles held back: {reason}");
+                    *last = reason;
                 }
+                return false;
             }
         }
+        true
     }
 
     async fn reconcile_one(&self, key: &str) {
@@ -430,14 +430,20 @@ async fn handle(
 }
 
 /// One worker: waits for sync, then reconciles keys until the controller stops.
+///
+/// Holds the controller only for one step at a time, so that dropping it (unloading the guest)
+/// is never blocked by a worker waiting for an informer that will not sync.
 async fn work(controller: std::sync::Weak<Controller>) {
-    let queue = {
+    let queue = loop {
         let Some(c) = controller.upgrade() else {
             return;
         };
-        c.wait_synced().await;
-        tracing::info!(guest = %c.name, "informers synced; reconciling");
-        c.queue.clone()
+        if c.synced(Duration::from_secs(1)).await {
+            tracing::info!(guest = %c.name, "informers synced; reconciling");
+            break c.queue.clone();
+        }
+        drop(c);
+        tokio::time::sleep(Duration::from_secs(1)).await;
     };
     while let Some(key) = queue.get().await {
         let Some(c) = controller.upgrade() else {

@@ -81,7 +81,17 @@ pub enum CallError {
 pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
-    stop_ticker: Arc<AtomicBool>,
+    ticker: Arc<Ticker>,
+}
+
+/// Stops the epoch ticker thread once the runtime and every module are gone: a module outliving
+/// its runtime must still be interruptible.
+struct Ticker(Arc<AtomicBool>);
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -93,12 +103,6 @@ impl std::fmt::Debug for Runtime {
 /// Epoch tick: the granularity of deadlines, and how often a running guest yields to the async
 /// runtime so that one busy guest cannot starve the host's other tasks.
 const TICK: Duration = Duration::from_millis(5);
-
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        self.stop_ticker.store(true, Ordering::Relaxed);
-    }
-}
 
 impl Runtime {
     /// Configures the engine (component model, async, epoch interruption), links WASI and the
@@ -127,7 +131,7 @@ impl Runtime {
         Ok(Self {
             engine,
             linker,
-            stop_ticker,
+            ticker: Arc::new(Ticker(stop_ticker)),
         })
     }
 
@@ -163,6 +167,7 @@ impl Runtime {
             digest,
             size,
             compile_time,
+            _ticker: self.ticker.clone(),
         })
     }
 }
@@ -179,6 +184,7 @@ pub struct Module {
     digest: String,
     size: usize,
     compile_time: Duration,
+    _ticker: Arc<Ticker>,
 }
 
 impl std::fmt::Debug for Module {
@@ -340,7 +346,7 @@ fn classify(e: wasmtime::Error, store: &Store<HostState>, limits: Limits) -> Cal
     }
     let message = format!("{e:#}");
     let stderr = store.data().stderr();
-    // StoreLimits refuses the growth; Rust's allocator then aborts with this message.
+    // The limiter refuses the growth; Rust's allocator then aborts with this message.
     if stderr.contains("memory allocation of")
         || message.contains("forcing trap when growing memory")
     {

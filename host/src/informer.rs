@@ -338,15 +338,39 @@ struct Shared {
 pub struct Informer {
     shared: Arc<Shared>,
     driver: AbortHandle,
-    tasks: Arc<Mutex<Vec<AbortHandle>>>,
+    tasks: Arc<Tasks>,
+}
+
+/// The informer's background tasks. Once closed, a task registered late (the driver may still
+/// be between two `.await`s when the informer drops) is aborted on the spot.
+#[derive(Debug, Default)]
+struct Tasks {
+    handles: Mutex<(bool, Vec<AbortHandle>)>,
+}
+
+impl Tasks {
+    fn push(&self, handle: AbortHandle) {
+        let mut h = self.handles.lock().unwrap();
+        if h.0 {
+            handle.abort();
+        } else {
+            h.1.push(handle);
+        }
+    }
+
+    fn close(&self) {
+        let mut h = self.handles.lock().unwrap();
+        h.0 = true;
+        for t in h.1.drain(..) {
+            t.abort();
+        }
+    }
 }
 
 impl Drop for Informer {
     fn drop(&mut self) {
         self.driver.abort();
-        for t in self.tasks.lock().unwrap().drain(..) {
-            t.abort();
-        }
+        self.tasks.close();
         if let Some(f) = self.shared.fifo.get() {
             f.close();
         }
@@ -382,7 +406,7 @@ impl Informer {
             conditions: Mutex::new(Vec::new()),
             health_changed: Notify::new(),
         });
-        let tasks = Arc::new(Mutex::new(Vec::new()));
+        let tasks = Arc::new(Tasks::default());
         let driver =
             tokio::spawn(drive(client, shared.clone(), options, tasks.clone())).abort_handle();
         Arc::new(Self {
@@ -499,12 +523,7 @@ impl Informer {
 }
 
 /// The informer's main task: resolve the kind, start reflectors, then process the FIFO.
-async fn drive(
-    client: kube::Client,
-    shared: Arc<Shared>,
-    options: Options,
-    tasks: Arc<Mutex<Vec<AbortHandle>>>,
-) {
+async fn drive(client: kube::Client, shared: Arc<Shared>, options: Options, tasks: Arc<Tasks>) {
     let gvk = shared.key.gvk();
     let mut backoff = Backoff::new(
         Duration::from_millis(500),
@@ -559,18 +578,12 @@ async fn drive(
             stats,
             cond_tx,
         );
-        tasks
-            .lock()
-            .unwrap()
-            .push(tokio::spawn(r.run()).abort_handle());
+        tasks.push(tokio::spawn(r.run()).abort_handle());
     }
-    tasks
-        .lock()
-        .unwrap()
-        .push(tokio::spawn(health(shared.clone())).abort_handle());
+    tasks.push(tokio::spawn(health(shared.clone())).abort_handle());
     if let Some(period) = options.resync {
         let fifo = fifo.clone();
-        tasks.lock().unwrap().push(
+        tasks.push(
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(period);
                 tick.tick().await;
@@ -601,6 +614,7 @@ async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>) {
                     let obj = delta.object.object().clone();
                     let n = match delta.kind {
                         DeltaType::Deleted => {
+                            shared.store.observe(&obj);
                             shared.store.remove(obj.key());
                             Notification {
                                 event: Event::Deleted {
@@ -636,6 +650,10 @@ async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>) {
             .await;
         if popped.is_none() {
             return;
+        }
+        // Drained: every event received so far is applied, so read-your-writes may trust it.
+        if fifo.is_empty() {
+            shared.store.publish_watermarks();
         }
         if !synced {
             if fifo.has_synced() {
@@ -696,6 +714,9 @@ async fn health(shared: Arc<Shared>) {
             *cur = status;
             changed
         });
+        // A reflector that ended (it should not) closes its channel; waiting on a closed
+        // channel returns at once, which would spin.
+        conds.retain(|c| c.has_changed().is_ok());
         if conds.is_empty() {
             shared.health_changed.notified().await;
             continue;

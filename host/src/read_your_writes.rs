@@ -39,7 +39,16 @@ enum Floor {
 }
 
 impl Floor {
-    fn reached(&self, cached: Option<&ObjectRef>) -> bool {
+    /// Whether the store reflects the write: the object is at least that new, or the store has
+    /// applied a later event of the same namespace (`watermark`), so whatever it holds for the
+    /// key (perhaps nothing: someone deleted it since) is at least as new as the write.
+    fn reached(&self, cached: Option<&ObjectRef>, watermark: u64) -> bool {
+        let rv = match self {
+            Floor::Version(rv) | Floor::Deleted { rv, .. } => *rv,
+        };
+        if watermark >= rv {
+            return true;
+        }
         match (self, cached) {
             (Floor::Version(rv), Some(o)) => o.resource_version_number().is_some_and(|c| c >= *rv),
             (Floor::Version(_), None) => false,
@@ -101,8 +110,9 @@ impl Floors {
         self.floors.lock().unwrap().len()
     }
 
-    /// (reads that had to wait, wake-ups while waiting). Each wake-up is a store change: a
-    /// ratio near 1 shows the waits are event-driven, not polling.
+    /// (reads that had to wait, wake-ups while waiting). Each wake-up is a change to the store
+    /// (any object in it, not only the awaited one): a ratio near 1 shows the waits are
+    /// event-driven, not polling.
     pub fn wait_stats(&self) -> (u64, u64) {
         (
             self.waits.load(Ordering::Relaxed),
@@ -111,8 +121,22 @@ impl Floors {
     }
 
     /// Waits until `store` satisfies the floor of `key` (if any), then forgets the floor.
+    ///
+    /// A floor that times out is forgotten too: the caller gets one `Timeout` error, not one
+    /// on every later read of that key.
     pub async fn wait_key(&self, store: &Store, key: &str, timeout: Duration) -> Result<(), Error> {
         let deadline = tokio::time::Instant::now() + timeout;
+        self.wait_key_until(store, key, deadline, timeout).await
+    }
+
+    async fn wait_key_until(
+        &self,
+        store: &Store,
+        key: &str,
+        deadline: tokio::time::Instant,
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
         let mut waited = false;
         loop {
             let changed = store.changed().notified();
@@ -122,7 +146,7 @@ impl Floors {
                 None => return Ok(()),
                 Some(f) => f.clone(),
             };
-            if floor.reached(store.get(key).as_ref()) {
+            if floor.reached(store.get(key).as_ref(), store.watermark(namespace)) {
                 let mut f = self.floors.lock().unwrap();
                 if f.get(key) == Some(&floor) {
                     f.remove(key);
@@ -134,6 +158,10 @@ impl Floors {
                 self.waits.fetch_add(1, Ordering::Relaxed);
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                let mut f = self.floors.lock().unwrap();
+                if f.get(key) == Some(&floor) {
+                    f.remove(key);
+                }
                 return Err(Error::Timeout {
                     key: key.to_string(),
                     floor: floor.describe(),
@@ -145,6 +173,7 @@ impl Floors {
     }
 
     /// Waits for every pending key (optionally only those in `namespace`): what a list needs.
+    /// One deadline covers all of them.
     pub async fn wait_all(
         &self,
         store: &Store,
@@ -159,8 +188,9 @@ impl Floors {
             .filter(|k| namespace.is_none_or(|ns| k.split_once('/').is_some_and(|(n, _)| n == ns)))
             .cloned()
             .collect();
+        let deadline = tokio::time::Instant::now() + timeout;
         for key in keys {
-            self.wait_key(store, &key, timeout).await?;
+            self.wait_key_until(store, &key, deadline, timeout).await?;
         }
         Ok(())
     }
@@ -241,5 +271,75 @@ mod tests {
         assert_eq!(floors.floors.lock().unwrap()["a/x"], Floor::Version(9));
         floors.wrote("a/y", "not-a-number");
         assert_eq!(floors.pending(), 1);
+    }
+}
+
+#[cfg(test)]
+mod watermark_tests {
+    use super::*;
+    use crate::object::{Object, Transform};
+    use std::sync::Arc;
+
+    fn cm(name: &str, rv: u64) -> ObjectRef {
+        let v = serde_json::json!({"metadata": {"name": name, "namespace": "a", "uid": name, "resourceVersion": rv.to_string()}});
+        Arc::new(Object::from_value(v, &Transform::none(), None).unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_later_event_in_the_namespace_reaches_a_floor_whose_object_was_deleted_since() {
+        let store = Store::new();
+        let floors = Floors::default();
+        floors.wrote("a/x", "10");
+        // Someone else deleted x (at 11); the store never held x at 10, but it has applied 12
+        // with nothing pending.
+        store.upsert(cm("y", 12));
+        store.publish_watermarks();
+        floors
+            .wait_key(&store, "a/x", Duration::from_secs(1))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_floor_that_times_out_is_forgotten() {
+        let store = Store::new();
+        let floors = Floors::default();
+        floors.wrote("a/x", "10");
+        assert!(
+            floors
+                .wait_key(&store, "a/x", Duration::from_secs(1))
+                .await
+                .is_err()
+        );
+        assert_eq!(floors.pending(), 0);
+        floors
+            .wait_key(&store, "a/x", Duration::from_secs(1))
+            .await
+            .expect("the next read does not wait again");
+    }
+}
+
+#[cfg(test)]
+mod unpublished {
+    use super::*;
+    use crate::object::{Object, Transform};
+    use std::sync::Arc;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_applied_but_unpublished_version_does_not_reach_a_floor() {
+        // The FIFO delivers per key: y at 12 may be applied while x at 10 is still queued.
+        let store = Store::new();
+        let v = serde_json::json!({"metadata": {"name": "y", "namespace": "a", "uid": "y", "resourceVersion": "12"}});
+        store.upsert(Arc::new(
+            Object::from_value(v, &Transform::none(), None).unwrap(),
+        ));
+        let floors = Floors::default();
+        floors.wrote("a/x", "10");
+        assert!(
+            floors
+                .wait_key(&store, "a/x", Duration::from_millis(100))
+                .await
+                .is_err()
+        );
     }
 }

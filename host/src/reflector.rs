@@ -405,9 +405,10 @@ impl Reflector {
                     extra.push(("resourceVersion", rv_hint.as_str()));
                     extra.push(("resourceVersionMatch", "NotOlderThan"));
                 }
+                // A guest-declared namespace could make an invalid URI: an error, never a panic.
                 let req = http::Request::get(self.query(&extra))
                     .body(Vec::new())
-                    .expect("valid request");
+                    .map_err(|e| Error::Failed(format!("cannot build the LIST request: {e}")))?;
                 self.stats.lists.fetch_add(1, Ordering::Relaxed);
                 let page: Value = match self.client.request::<Value>(req).await.map_err(Error::from)
                 {
@@ -473,7 +474,7 @@ impl Reflector {
         }
         let req = http::Request::get(self.query(&extra))
             .body(Vec::new())
-            .expect("valid request");
+            .map_err(|e| Error::Failed(format!("cannot build the watch request: {e}")))?;
         self.stats.watches.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let stream = match self.client.request_stream(req).await {

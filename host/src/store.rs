@@ -88,6 +88,12 @@ pub struct Store {
     touched: AtomicU64,
     index_failures: AtomicU64,
     changed: tokio::sync::Notify,
+    /// Per namespace ("" for cluster-scoped), the highest resourceVersion applied so far.
+    applied: std::sync::Mutex<HashMap<Box<str>, u64>>,
+    /// `applied` as of the last time the delta FIFO was empty. Only then is every event up to
+    /// it known to be in the store: the FIFO delivers per key, not in global resourceVersion
+    /// order, so while it holds deltas a higher RV may have been applied before a lower one.
+    watermarks: std::sync::Mutex<HashMap<Box<str>, u64>>,
 }
 
 fn insert_key<K: std::hash::Hash + Eq>(map: &mut HashMap<K, KeySet>, value: K, key: &Arc<str>) {
@@ -269,8 +275,38 @@ impl Store {
         names
     }
 
+    /// Records that `obj`'s resourceVersion has been applied (an upsert does this itself; the
+    /// informer calls it for deletes, whose event carries the deletion's resourceVersion).
+    pub fn observe(&self, obj: &ObjectRef) {
+        if let Some(rv) = obj.resource_version_number() {
+            let mut a = self.applied.lock().unwrap();
+            let mark = a.entry(obj.namespace().unwrap_or("").into()).or_insert(0);
+            *mark = (*mark).max(rv);
+        }
+    }
+
+    /// Publishes what has been applied as the watermark. Call only when nothing is pending
+    /// between the watch and the store (the informer does, when its delta FIFO is empty).
+    pub fn publish_watermarks(&self) {
+        let applied = self.applied.lock().unwrap().clone();
+        *self.watermarks.lock().unwrap() = applied;
+        self.changed.notify_waiters();
+    }
+
+    /// A resourceVersion at or below which every event of `namespace` ("" for cluster-scoped
+    /// objects) is known to be in the store.
+    pub fn watermark(&self, namespace: &str) -> u64 {
+        self.watermarks
+            .lock()
+            .unwrap()
+            .get(namespace)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Inserts or replaces an object, returning the previous version.
     pub fn upsert(&self, obj: ObjectRef) -> Option<ObjectRef> {
+        self.observe(&obj);
         let mut inner = self.inner.write().unwrap();
         let old = inner.items.insert(obj.key_arc().clone(), obj.clone());
         if let Some(old) = &old {

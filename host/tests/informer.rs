@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::Role;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use reconciled::factory::InformerFactory;
 use reconciled::informer::{Event, Informer, InformerKey, Options, Scope, State, SyncError};
 use reconciled::store::Query;
@@ -232,42 +232,11 @@ async fn forbidden_watch_is_reported_with_the_rule_and_syncs_once_granted() {
     namespace(&admin, ns).await;
     let user = cp.user("preflight-pat", &[]).unwrap();
 
-    let rule = |verbs: &[&str]| PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["configmaps".into()]),
-        verbs: verbs.iter().map(|v| v.to_string()).collect(),
-        ..Default::default()
-    };
-    let roles = Api::<Role>::namespaced(admin.clone(), ns);
-    let role = Role {
-        metadata: ObjectMeta {
-            name: Some("cm".into()),
-            ..Default::default()
-        },
-        rules: Some(vec![rule(&["list"])]),
-    };
-    roles.create(&PostParams::default(), &role).await.unwrap();
-    let binding = RoleBinding {
-        metadata: ObjectMeta {
-            name: Some("cm".into()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "Role".into(),
-            name: "cm".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "User".into(),
-            name: user.name.clone(),
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            ..Default::default()
-        }]),
-    };
-    Api::<RoleBinding>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &binding)
+    let rule = |verbs: &[&str]| testenv::fixtures::rule("", &["configmaps"], verbs);
+    testenv::fixtures::grant(&admin, ns, "cm", &user.name, vec![rule(&["list"])])
         .await
         .unwrap();
+    let roles = Api::<Role>::namespaced(admin.clone(), ns);
 
     let client = kube::Client::try_from(user.config.clone()).unwrap();
     let informer = Informer::start(client, configmaps(ns), Options::default());

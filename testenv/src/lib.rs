@@ -16,6 +16,7 @@
 
 pub mod binaries;
 pub mod etcd;
+pub mod fixtures;
 pub mod kubeconfig;
 pub mod pki;
 pub mod process;

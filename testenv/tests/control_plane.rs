@@ -4,22 +4,13 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use testenv::ControlPlane;
 
 async fn namespace(client: &kube::Client, name: &str) {
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
+    testenv::fixtures::create_namespace(client, name)
         .await
         .unwrap();
 }
@@ -92,42 +83,8 @@ async fn admin_writes_and_a_limited_user_is_forbidden_until_granted() {
         other => panic!("a user with no rights listed configmaps: {other:?}"),
     }
 
-    let rule = PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["configmaps".into()]),
-        verbs: vec!["list".into(), "get".into()],
-        ..Default::default()
-    };
-    let role = Role {
-        metadata: ObjectMeta {
-            name: Some("read-cm".into()),
-            ..Default::default()
-        },
-        rules: Some(vec![rule]),
-    };
-    Api::<Role>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &role)
-        .await
-        .unwrap();
-    let binding = RoleBinding {
-        metadata: ObjectMeta {
-            name: Some("read-cm".into()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "Role".into(),
-            name: "read-cm".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "User".into(),
-            name: user.name.clone(),
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            ..Default::default()
-        }]),
-    };
-    Api::<RoleBinding>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &binding)
+    let rule = testenv::fixtures::rule("", &["configmaps"], &["list", "get"]);
+    testenv::fixtures::grant(&admin, ns, "read-cm", &user.name, vec![rule])
         .await
         .unwrap();
 

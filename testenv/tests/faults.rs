@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use futures::AsyncBufReadExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -27,15 +27,7 @@ fn cm(name: &str) -> ConfigMap {
 }
 
 async fn namespace(client: &kube::Client, name: &str) {
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
+    testenv::fixtures::create_namespace(client, name)
         .await
         .unwrap();
 }

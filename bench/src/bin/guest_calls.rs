@@ -114,6 +114,7 @@ async fn run(cp: &testenv::ControlPlane, wasm: &Path, n: usize) -> anyhow::Resul
             Declared {
                 informer: informer.clone(),
                 floors: Arc::new(Floors::default()),
+                indexes: vec!["data.indexed".into()],
             },
         )]),
         read_your_writes: true,

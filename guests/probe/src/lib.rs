@@ -24,16 +24,18 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use reconciled_guest::{
-    Description, Error, Kind, ListOptions, Outcome, Reconciler, Request, Result, cache, client,
-    describe,
+    Description, Error, Gvk, Kind, ListOptions, Outcome, Reconciler, Request, Result, cache,
+    client, describe,
 };
 use serde_json::json;
 
 /// The annotation the probe reports its result in.
 const RESULT: &str = "probe.reconciled.dev/result";
+/// On a ServiceAccount (label) or a Pod (annotation): the ConfigMap it belongs to.
+const FOR: &str = "probe.reconciled.dev/for";
 
 struct Probe;
 
@@ -41,7 +43,26 @@ impl Reconciler for Probe {
     fn describe() -> Description {
         describe::<ConfigMap>()
             .field_index::<ConfigMap>("data.indexed")
+            // ServiceAccounts name their ConfigMap by label, Pods by annotation (through `map`).
+            .watches_label::<ServiceAccount>(FOR)
+            .watches_guest_map::<Pod>()
             .build()
+    }
+
+    fn map(_kind: Gvk, object: String) -> Vec<Request> {
+        let Ok(pod) = serde_json::from_str::<Pod>(&object) else {
+            return Vec::new();
+        };
+        let target = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(FOR))
+            .cloned();
+        match (pod.metadata.namespace, target) {
+            (Some(ns), Some(name)) => vec![Request::new(ns, name)],
+            _ => Vec::new(),
+        }
     }
 
     fn reconcile(req: Request) -> Result<Outcome> {
@@ -69,6 +90,8 @@ impl Reconciler for Probe {
             once(&req, forbidden)
         } else if name.starts_with("ryw-") {
             once(&req, read_your_writes)
+        } else if name.starts_with("watch-") {
+            record(&req, &watched(&req)?)
         } else {
             let Some(cm) = cache::get_opt::<ConfigMap>(&req.namespace, &req.name)? else {
                 return Ok(Outcome::Done);
@@ -87,18 +110,39 @@ reconciled_guest::export_reconciler!(Probe);
 /// of the boundary itself.
 fn bench(namespace: &str, what: &str) -> Result<Outcome> {
     let kind = ConfigMap::gvk();
-    let count = |s: &str| s.parse::<u32>().map_err(|_| Error::Invalid(format!("bad bench count {s:?}")));
+    let count = |s: &str| {
+        s.parse::<u32>()
+            .map_err(|_| Error::Invalid(format!("bad bench count {s:?}")))
+    };
     if let Some(n) = what.strip_prefix("get-") {
         for _ in 0..count(n)? {
             black_box(cache::get_raw(&kind, namespace, "bench-target")?);
         }
     } else if let Some(n) = what.strip_prefix("list-") {
-        let options = ListOptions::default().in_namespace(namespace).field("data.indexed", "hot");
+        let options = ListOptions::default()
+            .in_namespace(namespace)
+            .field("data.indexed", "hot");
         for _ in 0..count(n)? {
             black_box(cache::list_raw(&kind, &options)?);
         }
     }
     Ok(Outcome::Done)
+}
+
+/// What belongs to `req` among the watched kinds: `sa:<n>,pod:<n>`. A change to either kind
+/// must trigger a reconcile of `req` for the count to move.
+fn watched(req: &Request) -> Result<String> {
+    let accounts = cache::list::<ServiceAccount>(
+        ListOptions::default()
+            .in_namespace(&req.namespace)
+            .labels(format!("{FOR}={}", req.name)),
+    )?;
+    let pods = cache::list::<Pod>(ListOptions::default().in_namespace(&req.namespace))?;
+    let mine = pods
+        .iter()
+        .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get(FOR)) == Some(&req.name))
+        .count();
+    Ok(format!("sa:{},pod:{mine}", accounts.len()))
 }
 
 /// Spins forever: `black_box` keeps the optimizer from proving the loop empty.

@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::bindings::reconciled::runtime::api::Host;
 use crate::bindings::reconciled::runtime::cache::{ListOptions, ListPage};
 use crate::bindings::{GuestError, Gvk};
-use crate::imports::{GuestContext, HostState, Metrics, api_error};
+use crate::imports::{Access, GuestContext, HostState, Metrics, api_error};
 
 fn granted(ctx: &GuestContext) -> Result<(), GuestError> {
     if ctx.grant.uncached_reads {
@@ -29,13 +29,7 @@ async fn get(
     name: String,
 ) -> Result<String, GuestError> {
     granted(ctx)?;
-    ctx.check_namespace(&namespace)?;
-    let (resource, _) = ctx.resource(&kind)?;
-    if name.is_empty() || name.contains('/') {
-        return Err(GuestError::Invalid(format!(
-            "{name:?} is not an object name"
-        )));
-    }
+    let (resource, _) = ctx.authorize(&kind, &namespace, Some(&name), Access::ServerRead)?;
     Metrics::bump(&ctx.metrics.uncached_reads);
     let req = http::Request::get(format!("{}/{name}", resource.url_path(Some(&namespace))))
         .body(Vec::new())
@@ -52,8 +46,7 @@ async fn list(
     options: ListOptions,
 ) -> Result<ListPage, GuestError> {
     granted(ctx)?;
-    ctx.check_namespace(&options.namespace)?;
-    let (resource, _) = ctx.resource(&kind)?;
+    let (resource, _) = ctx.authorize(&kind, &options.namespace, None, Access::ServerRead)?;
     // Guest-controlled: clamp the page size to the host's cap.
     let max = state.call_limits().max_page;
     let limit = if options.limit == 0 {

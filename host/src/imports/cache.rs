@@ -6,7 +6,7 @@
 
 use crate::bindings::reconciled::runtime::cache::{Host, ListOptions, ListPage};
 use crate::bindings::{GuestError, Gvk};
-use crate::imports::{Declared, GuestContext, HostState};
+use crate::imports::{Access, Declared, GuestContext, HostState};
 use crate::informer::State;
 use crate::object::object_key;
 use crate::selector::LabelSelector;
@@ -44,6 +44,8 @@ pub(crate) fn page<T>(
     limit: u32,
     max_page: u32,
 ) -> (std::ops::Range<usize>, String) {
+    // A configured cap of 0 would make every list look empty; a page holds at least one.
+    let max_page = max_page.max(1);
     let limit = if limit == 0 {
         max_page
     } else {
@@ -70,8 +72,7 @@ async fn cached_get(
     namespace: &str,
     name: &str,
 ) -> Result<String, GuestError> {
-    let d = ctx.declared(kind)?;
-    ctx.check_namespace(namespace)?;
+    let (_, d) = ctx.authorize(kind, namespace, Some(name), Access::CacheRead)?;
     check_synced(d)?;
     let key = object_key(Some(namespace), name);
     let store = d.informer.store();
@@ -94,10 +95,17 @@ async fn cached_list(
     kind: &Gvk,
     options: &ListOptions,
 ) -> Result<ListPage, GuestError> {
-    let d = ctx.declared(kind)?;
-    ctx.check_namespace(&options.namespace)?;
+    let (_, d) = ctx.authorize(kind, &options.namespace, None, Access::CacheRead)?;
     check_synced(d)?;
     let q = query(options)?;
+    if let Some((field, _)) = q.fields.iter().find(|(f, _)| {
+        !matches!(f.as_str(), "metadata.name" | "metadata.namespace") && !d.indexes.contains(f)
+    }) {
+        return Err(GuestError::UnindexedField(format!(
+            "no field index {field:?} declared by this guest for {}: declare it with field_index in describe() (declared: {:?})",
+            kind.kind, d.indexes
+        )));
+    }
     let store = d.informer.store();
     if ctx.read_your_writes {
         d.floors

@@ -5,7 +5,8 @@ use serde_json::Value;
 
 use crate::bindings::reconciled::runtime::client::{EventType, Host, PatchBody as Patch};
 use crate::bindings::{GuestError, Gvk};
-use crate::imports::{GuestContext, HostState, Metrics, api_error};
+use crate::imports::{Access, Declared, GuestContext, HostState, Metrics, api_error};
+use crate::informer::Namespaces;
 use crate::object::object_key;
 
 /// The API server refuses request bodies above about 3 MiB; refuse them here with a clearer
@@ -31,28 +32,42 @@ fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
 }
 
 /// Sends a write and returns the server's object, recording the guest's RV floor for it.
+///
+/// The floor is recorded only if the answer falls inside the informer's scope (its namespaces
+/// and label selector): an object the cache will never hold must not make reads wait for it.
 async fn write(
     state: &mut HostState,
     ctx: &GuestContext,
-    kind: &Gvk,
-    namespace: &str,
+    declared: &Declared,
     req: http::Request<Vec<u8>>,
 ) -> Result<String, GuestError> {
-    ctx.check_write_namespace(namespace)?;
-    let (_, declared) = ctx.resource(kind)?;
     Metrics::bump(&ctx.metrics.writes);
     let text = ctx.client.request_text(req).await.map_err(api_error)?;
+    state.note_bytes(text.len());
     let answer: Value = serde_json::from_str(&text)
         .map_err(|e| GuestError::Other(format!("unreadable answer from the API server: {e}")))?;
-    let key = object_key(
-        Some(meta_str(&answer, "namespace")),
-        meta_str(&answer, "name"),
-    );
-    declared
-        .floors
-        .wrote(&key, meta_str(&answer, "resourceVersion"));
-    state.charge(text.len())?;
+    let namespace = meta_str(&answer, "namespace");
+    if in_scope(declared, namespace, &answer) {
+        let key = object_key(Some(namespace), meta_str(&answer, "name"));
+        declared
+            .floors
+            .wrote(&key, meta_str(&answer, "resourceVersion"));
+    }
     Ok(text)
+}
+
+/// Whether the informer behind `declared` would hold `object` (in `namespace`).
+fn in_scope(declared: &Declared, namespace: &str, object: &Value) -> bool {
+    let scope = &declared.informer.key().scope;
+    let namespace_ok = match &scope.namespaces {
+        Namespaces::All => true,
+        Namespaces::Only(set) => namespace.is_empty() || set.contains(namespace),
+    };
+    let labels = object.get("metadata").and_then(|m| m.get("labels"));
+    namespace_ok
+        && scope
+            .labels
+            .matches(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
 }
 
 fn request(method: &str, url: String, content_type: &str, body: Vec<u8>) -> http::Request<Vec<u8>> {
@@ -64,19 +79,18 @@ fn request(method: &str, url: String, content_type: &str, body: Vec<u8>) -> http
         .expect("method, URI and header are valid")
 }
 
-fn item_url(
-    ctx: &GuestContext,
+/// The URL of one object, after authorizing the write.
+fn item_url<'c>(
+    ctx: &'c GuestContext,
     kind: &Gvk,
     namespace: &str,
     name: &str,
-) -> Result<String, GuestError> {
-    if name.is_empty() || name.contains('/') {
-        return Err(GuestError::Invalid(format!(
-            "{name:?} is not an object name"
-        )));
-    }
-    let (resource, _) = ctx.resource(kind)?;
-    Ok(format!("{}/{name}", resource.url_path(Some(namespace))))
+) -> Result<(String, &'c Declared), GuestError> {
+    let (resource, declared) = ctx.authorize(kind, namespace, Some(name), Access::Write)?;
+    Ok((
+        format!("{}/{name}", resource.url_path(Some(namespace))),
+        declared,
+    ))
 }
 
 async fn create(
@@ -87,14 +101,14 @@ async fn create(
     object: String,
 ) -> Result<String, GuestError> {
     parse(&object)?;
-    let (resource, _) = ctx.resource(&kind)?;
+    let (resource, declared) = ctx.authorize(&kind, &namespace, None, Access::Write)?;
     let req = request(
         "POST",
         resource.url_path(Some(&namespace)),
         "application/json",
         object.into_bytes(),
     );
-    write(state, ctx, &kind, &namespace, req).await
+    write(state, ctx, declared, req).await
 }
 
 async fn update(
@@ -106,12 +120,12 @@ async fn update(
     status: bool,
 ) -> Result<String, GuestError> {
     let v = parse(&object)?;
-    let mut url = item_url(ctx, &kind, &namespace, meta_str(&v, "name"))?;
+    let (mut url, declared) = item_url(ctx, &kind, &namespace, meta_str(&v, "name"))?;
     if status {
         url.push_str("/status");
     }
     let req = request("PUT", url, "application/json", object.into_bytes());
-    write(state, ctx, &kind, &namespace, req).await
+    write(state, ctx, declared, req).await
 }
 
 async fn patch(
@@ -122,7 +136,7 @@ async fn patch(
     name: String,
     patch: Patch,
 ) -> Result<String, GuestError> {
-    let mut url = item_url(ctx, &kind, &namespace, &name)?;
+    let (mut url, declared) = item_url(ctx, &kind, &namespace, &name)?;
     let (content_type, body) = match patch {
         Patch::Merge(b) => ("application/merge-patch+json", b),
         Patch::Json(b) => ("application/json-patch+json", b),
@@ -142,7 +156,7 @@ async fn patch(
     };
     parse(&body)?;
     let req = request("PATCH", url, content_type, body.into_bytes());
-    write(state, ctx, &kind, &namespace, req).await
+    write(state, ctx, declared, req).await
 }
 
 async fn delete(
@@ -152,9 +166,7 @@ async fn delete(
     namespace: String,
     name: String,
 ) -> Result<(), GuestError> {
-    ctx.check_write_namespace(&namespace)?;
-    let url = item_url(ctx, &kind, &namespace, &name)?;
-    let (_, declared) = ctx.resource(&kind)?;
+    let (url, declared) = item_url(ctx, &kind, &namespace, &name)?;
     // The uid the delete must be seen for: from the cache, or the server's answer below.
     let key = object_key(Some(&namespace), &name);
     let cached_uid = declared
@@ -165,7 +177,7 @@ async fn delete(
     Metrics::bump(&ctx.metrics.writes);
     let req = request("DELETE", url, "application/json", Vec::new());
     let text = ctx.client.request_text(req).await.map_err(api_error)?;
-    state.charge(text.len())?;
+    state.note_bytes(text.len());
     let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
     let uid = match (answer.get("kind").and_then(Value::as_str), cached_uid) {
         (Some("Status"), cached) => answer["details"]["uid"]
@@ -212,7 +224,8 @@ async fn record_event(
         reason,
         message,
     } = e;
-    ctx.check_write_namespace(&namespace)?;
+    // Events are about the guest's own declared objects, in a namespace it may write.
+    ctx.authorize(&regarding, &namespace, Some(&name), Access::Write)?;
     let uid = ctx
         .declared(&regarding)
         .ok()
@@ -250,7 +263,7 @@ async fn record_event(
         event.to_string().into_bytes(),
     );
     let text = ctx.client.request_text(req).await.map_err(api_error)?;
-    state.charge(text.len().min(1024))?;
+    state.note_bytes(text.len());
     Ok(())
 }
 

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use wasmtime::StoreLimits;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -93,6 +92,9 @@ pub struct Declared {
     pub informer: Arc<Informer>,
     /// This guest's read-your-writes floors for this kind.
     pub floors: Arc<Floors>,
+    /// Field indexes this guest declared for this kind. The informer's store is shared and may
+    /// hold other guests' indexes too; a guest may match only on its own.
+    pub indexes: Vec<String>,
 }
 
 /// What every call of one guest shares: its identity, client, grant and declared kinds.
@@ -154,30 +156,165 @@ impl GuestContext {
         }
     }
 
-    /// Checks a write to `namespace`: "" (a cluster-scoped object) needs an unrestricted grant.
-    pub fn check_write_namespace(&self, namespace: &str) -> Result<(), GuestError> {
-        if namespace.is_empty() && self.grant.namespaces.is_some() {
-            return Err(GuestError::Forbidden(format!(
-                "guest {:?} is confined to namespaces {} and may not write cluster-scoped objects; grant it all namespaces in the host config",
-                self.name,
-                self.grant.describe_namespaces()
+    /// Authorizes one call on `kind` in `namespace` (and on object `name`, if any): the kind
+    /// is declared, the namespace and name are well-formed, and the grant allows them for this
+    /// resource's scope. Every import goes through here.
+    pub fn authorize(
+        &self,
+        kind: &Gvk,
+        namespace: &str,
+        name: Option<&str>,
+        access: Access,
+    ) -> Result<(Resource, &Declared), GuestError> {
+        let (resource, declared) = self.resource(kind)?;
+        check_access(&self.name, &self.grant, &resource, namespace, name, access)?;
+        Ok((resource, declared))
+    }
+}
+
+/// What a call does, for [`check_access`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// A cache read: namespace "" (a list) means every namespace the informers cover.
+    CacheRead,
+    /// An uncached read: namespace "" (a list) would be cluster-wide on the server, so only an
+    /// unconfined guest may pass it.
+    ServerRead,
+    /// A write: a namespaced kind always needs its namespace.
+    Write,
+}
+
+/// Whether `s` is a namespace name (a DNS-1123 label).
+pub fn valid_namespace(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Whether `s` can be an object name in a URL path. Kinds differ in what they accept (RBAC
+/// names may hold `:`), so this refuses only what would change the URL's meaning.
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s != "."
+        && s != ".."
+        && !s.bytes().any(|b| {
+            matches!(b, b'/' | b'%' | b'?' | b'#' | b'\\')
+                || b.is_ascii_whitespace()
+                || b.is_ascii_control()
+        })
+}
+
+/// The grant and well-formedness checks of [`GuestContext::authorize`], without the context.
+///
+/// `namespace` and `name` are guest-controlled and end up in URLs: both are validated here so
+/// that no guest string can change which resource a request addresses.
+pub fn check_access(
+    guest: &str,
+    grant: &Grant,
+    resource: &Resource,
+    namespace: &str,
+    name: Option<&str>,
+    access: Access,
+) -> Result<(), GuestError> {
+    if let Some(name) = name
+        && !valid_name(name)
+    {
+        return Err(GuestError::Invalid(format!(
+            "{name:?} is not a valid object name"
+        )));
+    }
+    if !resource.namespaced {
+        // A cluster-scoped kind has no namespace to confine it: only an unconfined guest may
+        // touch it, and a namespace argument would be silently ignored by the URL.
+        if !namespace.is_empty() {
+            return Err(GuestError::Invalid(format!(
+                "{} is cluster-scoped: pass namespace \"\"",
+                resource.kind
             )));
         }
-        self.check_namespace(namespace)
+        if grant.namespaces.is_some() {
+            return Err(GuestError::Forbidden(format!(
+                "guest {guest:?} is confined to namespaces {} and may not use cluster-scoped {}; grant it all namespaces in the host config",
+                grant.describe_namespaces(),
+                resource.plural
+            )));
+        }
+        return Ok(());
+    }
+    if namespace.is_empty() {
+        // Only a list may span namespaces: from the cache (limited to the informers' scope), or
+        // from the server for an unconfined guest.
+        return match (access, &grant.namespaces) {
+            (Access::CacheRead, _) | (Access::ServerRead, None) if name.is_none() => Ok(()),
+            _ => Err(GuestError::Invalid(format!(
+                "{} is namespaced: name a namespace",
+                resource.kind
+            ))),
+        };
+    }
+    if !valid_namespace(namespace) {
+        return Err(GuestError::Invalid(format!(
+            "{namespace:?} is not a valid namespace name"
+        )));
+    }
+    if !grant.allows_namespace(namespace) {
+        return Err(GuestError::Forbidden(format!(
+            "guest {guest:?} is not granted namespace {namespace:?} (granted: {}); widen its grant in the host config",
+            grant.describe_namespaces()
+        )));
+    }
+    Ok(())
+}
+
+/// Caps one call's memory across *all* its linear memories (a component may have several;
+/// `StoreLimits` would cap each one separately), and its tables.
+#[derive(Debug)]
+pub struct Limiter {
+    memory_used: usize,
+    memory_max: usize,
+}
+
+/// Largest table a guest may grow (function references; a Rust guest needs a few thousand).
+const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let after = self.memory_used - current.min(self.memory_used) + desired;
+        if after > self.memory_max {
+            return Ok(false);
+        }
+        self.memory_used = after;
+        Ok(true)
     }
 
-    /// Checks a read of `namespace` ("" = every namespace the guest may read, which the
-    /// informers' scope already limits).
-    pub fn check_namespace(&self, namespace: &str) -> Result<(), GuestError> {
-        if namespace.is_empty() || self.grant.allows_namespace(namespace) {
-            Ok(())
-        } else {
-            Err(GuestError::Forbidden(format!(
-                "guest {:?} is not granted namespace {namespace:?} (granted: {}); widen its grant in the host config",
-                self.name,
-                self.grant.describe_namespaces()
-            )))
-        }
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+
+    fn instances(&self) -> usize {
+        16
+    }
+
+    fn memories(&self) -> usize {
+        16
+    }
+
+    fn tables(&self) -> usize {
+        64
     }
 }
 
@@ -186,8 +323,8 @@ impl GuestContext {
 pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
-    /// Memory limiter, installed with `Store::limiter`.
-    pub limits: StoreLimits,
+    /// Memory and table limiter, installed with `Store::limiter`.
+    pub limits: Limiter,
     /// The guest's shared context; `None` while running `describe` (before any kind exists).
     pub ctx: Option<Arc<GuestContext>>,
     calls: u32,
@@ -226,12 +363,10 @@ impl HostState {
         Self {
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            limits: wasmtime::StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes)
-                .instances(16)
-                .tables(64)
-                .memories(16)
-                .build(),
+            limits: Limiter {
+                memory_used: 0,
+                memory_max: limits.memory_bytes,
+            },
             ctx,
             calls: 0,
             bytes_out: 0,
@@ -276,6 +411,12 @@ impl HostState {
         self.bytes_out = 0;
     }
 
+    /// Counts `bytes` of an answer to a write that already happened: reported, never refused
+    /// (refusing would tell the guest a completed write failed).
+    pub fn note_bytes(&mut self, bytes: usize) {
+        self.bytes_out = self.bytes_out.saturating_add(bytes as u64);
+    }
+
     /// The guest context, or a trap if called while describing (describe must not call out).
     pub fn context(&self) -> wasmtime::Result<Arc<GuestContext>> {
         self.ctx
@@ -312,5 +453,97 @@ impl Metrics {
     /// Adds one to a counter.
     pub fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(namespaced: bool) -> Resource {
+        Resource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "Thing".into(),
+            plural: "things".into(),
+            namespaced,
+        }
+    }
+
+    fn check(
+        grant: &Grant,
+        namespaced: bool,
+        ns: &str,
+        name: Option<&str>,
+        access: Access,
+    ) -> Result<(), GuestError> {
+        check_access("g", grant, &res(namespaced), ns, name, access)
+    }
+
+    #[test]
+    fn a_confined_guest_may_not_touch_cluster_scoped_kinds() {
+        let confined = Grant::namespaces(["team-a"]);
+        let err = check(&confined, false, "", Some("x"), Access::Write).unwrap_err();
+        assert!(matches!(err, GuestError::Forbidden(_)), "{err:?}");
+        // Passing a namespace for a cluster-scoped kind is refused, not silently ignored.
+        let err = check(&confined, false, "team-a", Some("x"), Access::Write).unwrap_err();
+        assert!(matches!(err, GuestError::Invalid(_)), "{err:?}");
+        assert!(check(&Grant::default(), false, "", Some("x"), Access::Write).is_ok());
+    }
+
+    #[test]
+    fn guest_strings_cannot_change_the_url() {
+        let all = Grant::default();
+        for ns in [
+            "x/secrets/y?",
+            "../kube-system",
+            "A",
+            "has space",
+            "a%2Fb",
+            "",
+        ] {
+            assert!(
+                check(&all, true, ns, Some("z"), Access::Write).is_err(),
+                "namespace {ns:?} accepted"
+            );
+        }
+        for name in ["a/b", "..", ".", "a?b", "a#b", "a%2Fb", "", "a\\b", "a b"] {
+            assert!(
+                check(&all, true, "ok", Some(name), Access::Write).is_err(),
+                "name {name:?} accepted"
+            );
+        }
+        assert!(
+            check(&all, true, "ok", Some("system:node"), Access::Write).is_ok(),
+            "RBAC-style names are fine"
+        );
+    }
+
+    #[test]
+    fn only_lists_span_namespaces_and_only_unconfined_guests_on_the_server() {
+        let confined = Grant::namespaces(["team-a"]);
+        assert!(
+            check(&confined, true, "", None, Access::CacheRead).is_ok(),
+            "the informers' scope bounds a cache list"
+        );
+        assert!(
+            check(&confined, true, "", None, Access::ServerRead).is_err(),
+            "a server list would be cluster-wide"
+        );
+        assert!(check(&Grant::default(), true, "", None, Access::ServerRead).is_ok());
+        assert!(
+            check(&Grant::default(), true, "", None, Access::Write).is_err(),
+            "a write names its namespace"
+        );
+        assert!(
+            check(&confined, true, "", Some("x"), Access::CacheRead).is_err(),
+            "a get names its namespace"
+        );
+        let err = check(&confined, true, "team-b", Some("x"), Access::CacheRead).unwrap_err();
+        assert!(
+            matches!(&err, GuestError::Forbidden(m) if m.contains("team-b")),
+            "{err:?}"
+        );
     }
 }

@@ -7,22 +7,14 @@ pub mod scenarios;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{ListParams, ObjectMeta};
 use reconciled::informer::{Informer, State};
 
 /// Creates a namespace (tests isolate themselves by namespace on the shared control plane).
 pub async fn namespace(client: &kube::Client, name: &str) {
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
+    testenv::fixtures::create_namespace(client, name)
         .await
         .unwrap();
 }
