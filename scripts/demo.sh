@@ -6,7 +6,8 @@
 #    given) and loads the guest;
 # 3. installs the CRD and a sample ConfigMapGenerator with kubectl;
 # 4. shows the ConfigMaps the guest generated. The host's log shows each reconcile.
-# Ctrl-C stops everything. With KUBECONFIG set, the host uses that cluster instead.
+# Ctrl-C stops everything. The demo always uses the embedded control plane, even with KUBECONFIG
+# set; `reconciled run --kubeconfig …` runs against a real cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +25,7 @@ ls -l "$wasm" >&2
 workdir=$(mktemp -d)
 kubeconfig="$workdir/kubeconfig"
 step "starting reconciled (embedded control plane, guest $wasm)"
-target/debug/reconciled run --guest "$wasm" --write-kubeconfig "$kubeconfig" &
+env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST target/debug/reconciled run --guest "$wasm" --write-kubeconfig "$kubeconfig" &
 host=$!
 trap 'kill -INT $host 2>/dev/null; wait $host 2>/dev/null; rm -rf "$workdir"' EXIT
 for _ in $(seq 1 300); do
