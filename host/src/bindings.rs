@@ -12,12 +12,13 @@ wasmtime::component::bindgen!({
     additional_derives: [PartialEq, Eq, Hash],
 });
 
-pub use reconciled::runtime::declaration::{Consistency, Mapping};
+// `self::`: in doc-tests this crate is also `reconciled`, which would make the path ambiguous.
+pub use self::reconciled::runtime::declaration::{Consistency, Mapping};
 
 /// The WIT `error` variant, named for what it is on the host side: an answer for the guest.
 pub type GuestError = Error;
 
 // `types` and `declaration` hold only types, but bindgen still generates a `Host` trait for
 // every imported interface.
-impl reconciled::runtime::types::Host for crate::imports::HostState {}
-impl reconciled::runtime::declaration::Host for crate::imports::HostState {}
+impl self::reconciled::runtime::types::Host for crate::imports::HostState {}
+impl self::reconciled::runtime::declaration::Host for crate::imports::HostState {}
