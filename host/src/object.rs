@@ -165,7 +165,8 @@ fn str_at<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
 }
 
-fn kind_of(v: &Value) -> &'static str {
+/// How a JSON value's type reads in an error message ("an array", "null").
+pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -481,14 +481,7 @@ fn expression_from_api(item: &Value, i: usize) -> Result<Requirement> {
 }
 
 fn shape(at: &str, expected: &'static str, found: &Value) -> Error {
-    let found = match found {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    };
+    let found = crate::object::kind_of(found);
     Error::Shape {
         at: at.to_string(),
         expected,
