@@ -1,21 +1,44 @@
 #!/usr/bin/env bash
-# Builds the wasm guests (the SDK, the probe test guest and the examples) as components for
+# Builds the wasm guests (the SDK, the test guests and the examples) as components for
 # wasm32-wasip2, into one shared target dir, and prints the path of each .wasm, one a line.
 #
 #   guests/build.sh                     # all of them
+#   guests/build.sh --bench             # and the benchmark-only ones (stamp_big.wasm, ~12 MB)
 #   CARGO_TARGET_DIR=/elsewhere guests/build.sh
 #
-# Progress goes to stderr; stdout holds only the paths, so that tests can read them.
+# Progress goes to stderr; stdout holds only the paths, so that tests can read them (they find
+# a guest by file stem: probe, stamp_v2, wrong_world, ...).
 set -euo pipefail
+
+bench=false
+for arg in "$@"; do
+    case "$arg" in
+        --bench) bench=true ;;
+        *)
+            echo "build.sh: unknown argument $arg (usage: build.sh [--bench])" >&2
+            exit 2
+            ;;
+    esac
+done
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/wasm-guests}"
 target=wasm32-wasip2
+out="$CARGO_TARGET_DIR/$target/release"
 
 if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
     echo "build.sh: adding the $target target" >&2
     rustup target add "$target" >&2
+fi
+
+# The stamp variants all come out of cargo as stamp.wasm, each build overwriting the last, so
+# two build.sh runs at once (test binaries in parallel) could copy each other's variant. One
+# at a time per target dir.
+mkdir -p "$CARGO_TARGET_DIR"
+if command -v flock >/dev/null; then
+    exec 9>"$CARGO_TARGET_DIR/.build-sh.lock"
+    flock 9
 fi
 
 # Each workspace, and the cdylib crates it produces (lib names: dashes become underscores).
@@ -30,9 +53,63 @@ for build in "${builds[@]}"; do
     (cd "$dir" && cargo build --release --target "$target" >&2)
 done
 
-out="$CARGO_TARGET_DIR/$target/release"
+# Copies cargo's $1 to $2 (both in $out), through a temporary name and a rename, so that a
+# reader never sees half a file. An identical copy is left alone (its mtime too).
+copy_out() {
+    local from="$out/$1" to="$out/$2"
+    if cmp -s "$from" "$to"; then
+        return
+    fi
+    cp "$from" "$out/.$2.tmp.$$"
+    mv -f "$out/.$2.tmp.$$" "$to"
+}
+
+# Test guests copied out of cargo's output under the name tests know: output, then cargo's name.
+copies=(
+    "wrong_world.wasm:wrong-world.wasm"
+)
+for copy in "${copies[@]}"; do
+    copy_out "${copy#*:}" "${copy%%:*}"
+done
+
+# The stamp variants: output name, then cargo features. `-p stamp`, so only stamp recompiles;
+# the workspace build above already built the default one.
+variants=(
+    "stamp_v1:"
+    "stamp_v2:v2"
+    "stamp_trap:trap-describe"
+    "stamp_greedy:greedy"
+)
+if $bench; then
+    variants+=("stamp_big:big")
+fi
+for variant in "${variants[@]}"; do
+    name="${variant%%:*}" features="${variant#*:}"
+    echo "build.sh: building $name (stamp, features: ${features:-default})" >&2
+    (cd "$here" && cargo build --release --target "$target" -p stamp \
+        ${features:+--features "$features"} >&2)
+    copy_out stamp.wasm "$name.wasm"
+done
+
+# The same source with a different version string: identical files mean a copy went wrong.
+if cmp -s "$out/stamp_v1.wasm" "$out/stamp_v2.wasm"; then
+    echo "build.sh: stamp_v1.wasm and stamp_v2.wasm are identical" >&2
+    exit 1
+fi
+
+wasms=()
 for build in "${builds[@]}"; do
-    wasm="$out/${build##*:}.wasm"
+    wasms+=("${build##*:}.wasm")
+done
+for variant in "${variants[@]}"; do
+    wasms+=("${variant%%:*}.wasm")
+done
+for copy in "${copies[@]}"; do
+    wasms+=("${copy%%:*}")
+done
+
+for name in "${wasms[@]}"; do
+    wasm="$out/$name"
     # A component starts with the wasm magic and version 0x0d 0x00 0x01 0x00 (layer 1); a core
     # module has version 1 0 0 0 instead.
     if [[ "$(head -c 8 "$wasm" | od -An -tx1 | tr -d ' \n')" != "0061736d0d000100" ]]; then

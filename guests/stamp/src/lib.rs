@@ -1,0 +1,84 @@
+//! A tiny test guest for the host's hot-reload tests and benchmarks: it stamps its version on
+//! labelled ConfigMaps, so a test can tell which build of the component reconciled last.
+//!
+//! It reconciles v1 ConfigMaps labelled [`SELECTOR`] (read-your-writes, every granted
+//! namespace) and merge-patches the annotation [`SEEN`] to `<version>:<data.v>`, writing only
+//! when the value changes so that reconciles converge. A missing ConfigMap is nothing to do;
+//! any other host error is the reconcile's error (so the host retries). `map` maps nothing.
+//!
+//! Small on purpose (a reload test loads it many times): the ConfigMap is handled as raw JSON
+//! (`serde_json::Value`), never as a `k8s_openapi` type, and the patch goes through the raw
+//! bindings, which do not decode the answer.
+//!
+//! Each cargo feature builds a variant (`guests/build.sh` copies each to its own file):
+//!
+//! | feature         | file                | what changes                                        |
+//! |-----------------|---------------------|-----------------------------------------------------|
+//! | (none)          | `stamp_v1.wasm`     | stamps `v1:<data.v>`                                |
+//! | `v2`            | `stamp_v2.wasm`     | stamps `v2:<data.v>`                                |
+//! | `trap-describe` | `stamp_trap.wasm`   | `describe()` panics: the component traps at load time |
+//! | `greedy`        | `stamp_greedy.wasm` | `describe()` also asks for namespace `kube-system` and owned v1 Secrets: more than a tenant is granted, so the host must refuse it |
+//! | `big`           | `stamp_big.wasm`    | embeds 12 MB of incompressible ballast (from `build.rs`): a ~12 MB component, for benchmarks (built only by `build.sh --bench`) |
+
+use std::hint::black_box;
+
+use reconciled_guest::bindings::reconciled::runtime::client::{self as raw_client, PatchBody};
+use reconciled_guest::k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use reconciled_guest::serde_json::{self, Value, json};
+use reconciled_guest::{Description, Error, Kind, Outcome, Reconciler, Request, Result, describe};
+
+/// The label selector for the ConfigMaps this guest reconciles.
+const SELECTOR: &str = "stamp.reconciled.dev/enabled=true";
+/// The annotation stamped on each ConfigMap: `<VERSION>:<data.v>`.
+const SEEN: &str = "stamp.reconciled.dev/seen";
+/// This build's version: `v2` with feature `v2`, else `v1`.
+const VERSION: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
+
+/// 12 MB of ballast with feature `big`, else empty (see `build.rs`).
+static BALLAST: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ballast.bin"));
+
+struct Stamp;
+
+impl Reconciler for Stamp {
+    fn describe() -> Description {
+        if cfg!(feature = "trap-describe") {
+            panic!("stamp: describe() refuses on purpose (trap-describe build)");
+        }
+        // An index the optimizer cannot see through: the whole ballast must stay in the binary.
+        if let Some(byte) = BALLAST.get(black_box(BALLAST.len() / 2)) {
+            black_box(*byte);
+        }
+        let mut description = describe::<ConfigMap>().label_selector(SELECTOR);
+        if cfg!(feature = "greedy") {
+            description = description.namespaces(["kube-system"]).owns::<Secret>();
+        }
+        description.build()
+    }
+
+    fn reconcile(req: Request) -> Result<Outcome> {
+        let kind = ConfigMap::gvk();
+        let json = match reconciled_guest::cache::get_raw(&kind, &req.namespace, &req.name) {
+            Ok(json) => json,
+            // Reconciles also run after a deletion: not found means nothing to do.
+            Err(e) if e.is_not_found() => return Ok(Outcome::Done),
+            Err(e) => return Err(e),
+        };
+        let cm: Value = serde_json::from_str(&json)
+            .map_err(|e| Error::Other(format!("stamp: the host's ConfigMap is not JSON: {e}")))?;
+        let v = cm["data"]["v"].as_str().unwrap_or_default();
+        let desired = format!("{VERSION}:{v}");
+        if cm["metadata"]["annotations"][SEEN].as_str() == Some(desired.as_str()) {
+            return Ok(Outcome::Done);
+        }
+        let patch = json!({ "metadata": { "annotations": { SEEN: desired } } });
+        raw_client::patch(
+            &kind,
+            &req.namespace,
+            &req.name,
+            &PatchBody::Merge(patch.to_string()),
+        )?;
+        Ok(Outcome::Done)
+    }
+}
+
+reconciled_guest::export_reconciler!(Stamp);
