@@ -11,10 +11,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use std::path::Path;
+
 use sha2::Digest;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
+use crate::artifact_cache::{self, ArtifactCache, Origin};
 use crate::bindings::{Description, GuestError, Gvk, Outcome, Reconciler, ReconcilerPre, Request};
 use crate::imports::{GuestContext, HostState, Limits};
 
@@ -82,6 +85,7 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
     ticker: Arc<Ticker>,
+    artifacts: Option<ArtifactCache>,
 }
 
 /// Stops the epoch ticker thread once the runtime and every module are gone: a module outliving
@@ -132,23 +136,47 @@ impl Runtime {
             engine,
             linker,
             ticker: Arc::new(Ticker(stop_ticker)),
+            artifacts: None,
         })
     }
 
+    /// Keeps compiled modules in the precompile cache under `dir` (see [`ArtifactCache`]), so
+    /// that loading a module seen before skips compilation.
+    ///
+    /// A directory that cannot be used is an error here; callers that prefer compiling every
+    /// time to not starting should log it and carry on without the cache.
+    pub fn with_artifact_cache(mut self, dir: &Path) -> Result<Self, artifact_cache::Error> {
+        self.artifacts = Some(ArtifactCache::open(dir, &self.engine)?);
+        Ok(self)
+    }
+
+    /// The precompile cache in use, if any.
+    pub fn artifact_cache(&self) -> Option<&ArtifactCache> {
+        self.artifacts.as_ref()
+    }
+
     /// Compiles `bytes` (off the async runtime: a large component takes seconds) and links it.
+    /// With a precompile cache, a module seen before is loaded from it instead.
     pub async fn compile(&self, bytes: Vec<u8>) -> Result<Module, LoadError> {
-        let digest = hex(&sha2::Sha256::digest(&bytes));
         let size = bytes.len();
         let engine = self.engine.clone();
+        let artifacts = self.artifacts.clone();
         let started = Instant::now();
-        let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
-            .await
-            .map_err(|e| LoadError::Engine(e.to_string()))?
-            .map_err(|e| LoadError::Invalid {
-                size,
-                digest: digest.clone(),
-                reason: format!("{e:#}"),
-            })?;
+        let (digest, compiled) = tokio::task::spawn_blocking(move || {
+            let digest = digest_of(&bytes);
+            let compiled = match &artifacts {
+                Some(cache) => cache.load_or_compile(&engine, &digest, &bytes),
+                None => Component::new(&engine, &bytes).map(|c| (c, Origin::Compiled)),
+            };
+            (digest, compiled)
+        })
+        .await
+        .map_err(|e| LoadError::Engine(e.to_string()))?;
+        let (component, origin) = compiled.map_err(|e| LoadError::Invalid {
+            size,
+            digest: digest.clone(),
+            reason: format!("{e:#}"),
+        })?;
         let compile_time = started.elapsed();
         let pre = self
             .linker
@@ -167,13 +195,18 @@ impl Runtime {
             digest,
             size,
             compile_time,
+            origin,
             _ticker: self.ticker.clone(),
         })
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// The sha256 of a module, hex: how guests' versions are named everywhere.
+pub fn digest_of(bytes: &[u8]) -> String {
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// A compiled, linked guest version. Cheap to clone; each call gets a fresh store.
@@ -184,6 +217,7 @@ pub struct Module {
     digest: String,
     size: usize,
     compile_time: Duration,
+    origin: Origin,
     _ticker: Arc<Ticker>,
 }
 
@@ -207,9 +241,14 @@ impl Module {
         self.size
     }
 
-    /// How long compiling took.
+    /// How long compiling (or loading from the precompile cache) took, hashing included.
     pub fn compile_time(&self) -> Duration {
         self.compile_time
+    }
+
+    /// Whether the native code came from the precompile cache.
+    pub fn origin(&self) -> Origin {
+        self.origin
     }
 
     fn store(&self, ctx: Option<Arc<GuestContext>>, limits: Limits) -> Store<HostState> {

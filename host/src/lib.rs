@@ -29,4 +29,7 @@ pub mod guest;
 pub mod imports;
 pub mod read_your_writes;
 
+// Where modules come from.
+pub mod artifact_cache;
+
 pub mod config;
