@@ -32,4 +32,7 @@ pub mod read_your_writes;
 // Where modules come from.
 pub mod artifact_cache;
 
+// Operating the host: the config file, status, metrics and probes.
 pub mod config;
+pub mod http;
+pub mod metrics;

@@ -1,0 +1,735 @@
+//! The host's operational endpoints — `/healthz`, `/readyz`, `/metrics`, `/status` — and the
+//! client half that `reconciled status` uses to read them.
+//!
+//! Plain HTTP/1.1 on whatever listener the caller binds: these are meant for the kubelet's
+//! probes, a Prometheus scrape and an operator's terminal, not for the internet.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::http::uri::PathAndQuery;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+
+/// The paths served, in the order a 404 lists them.
+const PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/status"];
+
+/// The content type Prometheus expects for text format 0.0.4.
+const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A client that connects and sends nothing would otherwise hold its task forever.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`get`] waits for the whole exchange, so `reconciled status` never hangs on a
+/// stuck host.
+const GET_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long accepting may keep failing, with no connection accepted in between, before
+/// [`serve`] gives up. Long enough to ride out a burst of file-descriptor exhaustion.
+const ACCEPT_GIVE_UP: Duration = Duration::from_secs(60);
+
+/// Errors serving the endpoints or reading them.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The listener kept failing to accept connections.
+    #[error(
+        "the endpoints listener on {addr} has failed to accept connections for {}s, last with: {source}; \
+         /healthz, /readyz, /metrics and /status are unavailable until the host restarts",
+        ACCEPT_GIVE_UP.as_secs()
+    )]
+    Accept {
+        /// The listener's address, or `unknown address` if the OS would not say.
+        addr: String,
+        /// The last error `accept` returned.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Nothing listens on the address [`get`] was given.
+    #[error(
+        "nothing is listening on {addr} (connection refused): the host is not running, \
+         or it listens on another address; pass that address with --addr"
+    )]
+    NotListening {
+        /// The address tried.
+        addr: SocketAddr,
+    },
+    /// Connecting failed for another reason than a refusal.
+    #[error(
+        "cannot connect to the host at {addr}: {source}; check --addr and that the address is reachable from here"
+    )]
+    Connect {
+        /// The address tried.
+        addr: SocketAddr,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The path cannot be put in a request line.
+    #[error(
+        "{path:?} is not a valid request path; paths start with / and contain no spaces, as in /status"
+    )]
+    Path {
+        /// The path given.
+        path: String,
+    },
+    /// Connected, but the HTTP exchange failed.
+    #[error(
+        "GET {path} from {addr} failed: {source}; is {addr} the host's endpoints address (--addr)?"
+    )]
+    Request {
+        /// The address.
+        addr: SocketAddr,
+        /// The path requested.
+        path: String,
+        /// What went wrong.
+        #[source]
+        source: hyper::Error,
+    },
+    /// The host did not answer in time.
+    #[error(
+        "the host at {addr} did not answer GET {path} within {}s; it may be overloaded or stuck, see its logs",
+        GET_TIMEOUT.as_secs()
+    )]
+    Timeout {
+        /// The address.
+        addr: SocketAddr,
+        /// The path requested.
+        path: String,
+    },
+}
+
+/// What the endpoints serve; implemented by the supervisor.
+///
+/// The methods are called on the connection's task, once per request, while the server waits:
+/// they must be cheap and must not block. A panic ends only that connection.
+pub trait Endpoints: Send + Sync + 'static {
+    /// The Prometheus text for `/metrics`, as built by [`crate::metrics::Exposition`].
+    fn metrics(&self) -> String;
+    /// The status document for `/status`; see [`render_status`] for the fields it reads.
+    fn status(&self) -> Value;
+    /// Ok when ready; otherwise one human reason per item, saying what is wrong and what to do
+    /// (e.g. `guest cmgen: configmaps: forbidden: ... add rule {...}`).
+    ///
+    /// Line breaks in a reason are served as spaces, so that `/readyz` keeps one reason per line.
+    fn readiness(&self) -> Result<(), Vec<String>>;
+}
+
+/// Serves the endpoints on `listener`, one task per connection, until the listener fails or
+/// the returned future is dropped.
+///
+/// Dropping the future also aborts the connections in flight. An error on one connection is
+/// logged at debug and never stops the server. Failing to accept is retried with backoff
+/// (running out of file descriptors is usually brief); only after a minute of nothing but
+/// failures does this return [`Error::Accept`]. `HEAD` is answered like `GET`
+/// without the body.
+pub async fn serve(listener: TcpListener, endpoints: Arc<dyn Endpoints>) -> Result<(), Error> {
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| "unknown address".to_owned(), |a| a.to_string());
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let mut connections = JoinSet::new();
+    let mut backoff = Backoff::new(
+        Duration::from_millis(10),
+        Duration::from_secs(1),
+        ACCEPT_GIVE_UP,
+        0.0,
+    );
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        // Reap finished connections here so the set does not grow with every scrape.
+        while let Some(done) = connections.try_join_next() {
+            if let Err(e) = done
+                && e.is_panic()
+            {
+                tracing::warn!(%addr, error = %e, "an endpoints request panicked; its connection was closed");
+            }
+        }
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => {
+                failing_since = None;
+                backoff.reset();
+                accepted
+            }
+            // The peer gave up before we got to it: nothing wrong with the listener.
+            Err(e) if is_per_connection(&e) => {
+                tracing::debug!(%addr, error = %e, "endpoints connection lost while accepting");
+                continue;
+            }
+            Err(source) => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= ACCEPT_GIVE_UP {
+                    return Err(Error::Accept { addr, source });
+                }
+                let wait = backoff.failure();
+                tracing::warn!(%addr, error = %source, ?wait, "endpoints listener cannot accept; retrying");
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        };
+        let endpoints = endpoints.clone();
+        let service = service_fn(move |req: Request<Incoming>| {
+            let response = respond(&*endpoints, req.method(), req.uri().path());
+            async move { Ok::<_, Infallible>(response) }
+        });
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        connections.spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%peer, error = %e, "endpoints connection failed");
+            }
+        });
+    }
+}
+
+/// Errors that concern the connection being accepted, not the listener.
+fn is_per_connection(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionReset | ConnectionRefused | Interrupted | WouldBlock
+    )
+}
+
+/// Routes by path first, so that an unknown path is a 404 whatever the method.
+fn respond(endpoints: &dyn Endpoints, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    if !PATHS.contains(&path) {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no endpoint at {path}; the host serves {}\n",
+                PATHS.join(", ")
+            ),
+        );
+    }
+    if method != Method::GET && method != Method::HEAD {
+        let mut response = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{path} answers only GET (and HEAD), not {method}\n"),
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return response;
+    }
+    match path {
+        "/readyz" => match endpoints.readiness() {
+            Ok(()) => text(StatusCode::OK, "ok\n".into()),
+            Err(reasons) => text(StatusCode::SERVICE_UNAVAILABLE, not_ready(&reasons)),
+        },
+        "/metrics" => body(StatusCode::OK, METRICS_CONTENT_TYPE, endpoints.metrics()),
+        "/status" => body(
+            StatusCode::OK,
+            "application/json",
+            format!("{:#}\n", endpoints.status()),
+        ),
+        // /healthz: answering at all shows the process and its runtime are alive.
+        _ => text(StatusCode::OK, "ok\n".into()),
+    }
+}
+
+fn not_ready(reasons: &[String]) -> String {
+    let mut out = String::from("not ready:\n");
+    if reasons.is_empty() {
+        out.push_str("(no reason given)\n");
+    }
+    for reason in reasons {
+        out.push_str(&reason.replace(['\r', '\n'], " "));
+        out.push('\n');
+    }
+    out
+}
+
+fn text(status: StatusCode, text: String) -> Response<Full<Bytes>> {
+    body(status, "text/plain; charset=utf-8", text)
+}
+
+fn body(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// GETs `path` (which may carry a query) from the host at `addr`, for `reconciled status` and
+/// tests; returns the status code and the body.
+///
+/// Any status is a success here, 404 and 503 included: the caller decides what they mean.
+/// Gives up with [`Error::Timeout`] after 10 s. A body that is not UTF-8 is decoded lossily.
+pub async fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), Error> {
+    tokio::time::timeout(GET_TIMEOUT, exchange(addr, path))
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::Timeout {
+                addr,
+                path: path.into(),
+            })
+        })
+}
+
+async fn exchange(addr: SocketAddr, path: &str) -> Result<(u16, String), Error> {
+    // Checked here because a bare `status` would otherwise parse as an authority and be sent.
+    let invalid = || Error::Path { path: path.into() };
+    if !path.starts_with('/') || path.parse::<PathAndQuery>().is_err() {
+        return Err(invalid());
+    }
+    let request = Request::get(path)
+        .header(header::HOST, addr.to_string())
+        .body(Empty::<Bytes>::new())
+        .map_err(|_| invalid())?;
+    let stream = TcpStream::connect(addr).await.map_err(|source| {
+        if source.kind() == std::io::ErrorKind::ConnectionRefused {
+            Error::NotListening { addr }
+        } else {
+            Error::Connect { addr, source }
+        }
+    })?;
+    let failed = |source| Error::Request {
+        addr,
+        path: path.into(),
+        source,
+    };
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(failed)?;
+    let response = async move {
+        let response = sender.send_request(request).await?;
+        // Without a sender the connection closes once the body is read, which ends the join.
+        drop(sender);
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok::<_, hyper::Error>((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    // The connection's own error, if any, is also what the response reports.
+    let (response, _) = tokio::join!(response, connection);
+    response.map_err(failed)
+}
+
+/// The table columns, in order.
+const COLUMNS: [&str; 7] = [
+    "NAME",
+    "STATE",
+    "DIGEST",
+    "SOURCE",
+    "LOADED",
+    "RECONCILES",
+    "LAST ERROR",
+];
+
+/// How much of the last error a table row shows; `/status` has all of it.
+const LAST_ERROR_CHARS: usize = 80;
+
+/// Renders the status document as a table for `reconciled status`: one row per guest, then a
+/// line per informer that is not synced, if any.
+///
+/// Reads `guests[].{name, state, digest, source, loaded_at, reconciles.{ok, failed, traps},
+/// last_error, informers[].{kind, state, message}}`; anything missing or null shows as `-`,
+/// and a document without `guests` renders as having none. The digest shows its first 12 hex
+/// characters, the last error its first 80 characters. Control characters (line breaks, but
+/// also terminal escapes from a guest's error message) show as spaces. Widths count characters,
+/// which lines up for all but double-width scripts.
+pub fn render_status(status: &Value) -> String {
+    let guests = status
+        .get("guests")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if guests.is_empty() {
+        return "no guests are loaded\n".into();
+    }
+    let rows: Vec<[String; 7]> = guests.iter().map(row).collect();
+    let mut widths = COLUMNS.map(|c| c.chars().count());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for cells in std::iter::once(COLUMNS.map(String::from)).chain(rows) {
+        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                // No padding after the last column: trailing spaces only get in the way.
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        out.push('\n');
+    }
+    let unsynced: Vec<String> = guests.iter().flat_map(unsynced_informers).collect();
+    if !unsynced.is_empty() {
+        out.push_str("\ninformers not synced:\n");
+        for line in unsynced {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn row(guest: &Value) -> [String; 7] {
+    let digest = match guest.get("digest").and_then(Value::as_str) {
+        Some(d) => d
+            .strip_prefix("sha256:")
+            .unwrap_or(d)
+            .chars()
+            .take(12)
+            .collect(),
+        None => field(guest, "digest"),
+    };
+    let reconciles = match guest.get("reconciles") {
+        Some(r) if r.is_object() => ["ok", "failed", "traps"].map(|k| field(r, k)).join("/"),
+        _ => "-".into(),
+    };
+    let mut last_error = field(guest, "last_error");
+    if last_error.chars().count() > LAST_ERROR_CHARS {
+        last_error = last_error.chars().take(LAST_ERROR_CHARS - 1).collect();
+        last_error.push('…');
+    }
+    [
+        field(guest, "name"),
+        field(guest, "state"),
+        digest,
+        field(guest, "source"),
+        field(guest, "loaded_at"),
+        reconciles,
+        last_error,
+    ]
+}
+
+fn unsynced_informers(guest: &Value) -> Vec<String> {
+    let name = field(guest, "name");
+    let informers = guest.get("informers").and_then(Value::as_array);
+    informers
+        .into_iter()
+        .flatten()
+        .filter(|i| i.get("state").and_then(Value::as_str) != Some("Synced"))
+        .map(|i| {
+            let mut line = format!("  {name}: {} is {}", field(i, "kind"), field(i, "state"));
+            if i.get("message").is_some_and(|m| !m.is_null()) {
+                line.push_str(": ");
+                line.push_str(&field(i, "message"));
+            }
+            line
+        })
+        .collect()
+}
+
+/// One field as a table cell: strings as themselves, other values as JSON, missing as `-`.
+fn field(object: &Value, key: &str) -> String {
+    let text = match object.get(key) {
+        None | Some(Value::Null) => return "-".into(),
+        Some(Value::String(s)) if s.is_empty() => return "-".into(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::json;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    struct Fake {
+        readiness: Mutex<Result<(), Vec<String>>>,
+    }
+
+    impl Endpoints for Fake {
+        fn metrics(&self) -> String {
+            "# HELP up h\n# TYPE up gauge\nup 1\n".into()
+        }
+        fn status(&self) -> Value {
+            json!({"guests": []})
+        }
+        fn readiness(&self) -> Result<(), Vec<String>> {
+            self.readiness.lock().unwrap().clone()
+        }
+    }
+
+    async fn start(readiness: Result<(), Vec<String>>) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let fake = Arc::new(Fake {
+            readiness: Mutex::new(readiness),
+        });
+        tokio::spawn(serve(listener, fake));
+        addr
+    }
+
+    /// Sends `request` as is and returns the status line, the headers (names lowercased) and
+    /// the body: for what [`get`] cannot send or does not return.
+    async fn raw(addr: SocketAddr, request: &str) -> (String, Vec<(String, String)>, String) {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.split("\r\n");
+        let status = lines.next().unwrap().to_owned();
+        let headers = lines
+            .map(|l| {
+                let (k, v) = l.split_once(": ").unwrap();
+                (k.to_ascii_lowercase(), v.to_owned())
+            })
+            .collect();
+        (status, headers, body.to_owned())
+    }
+
+    fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[tokio::test]
+    async fn serves_each_route() {
+        let addr = start(Ok(())).await;
+        assert_eq!(get(addr, "/healthz").await.unwrap(), (200, "ok\n".into()));
+        assert_eq!(get(addr, "/readyz").await.unwrap(), (200, "ok\n".into()));
+        assert_eq!(
+            get(addr, "/metrics").await.unwrap(),
+            (200, "# HELP up h\n# TYPE up gauge\nup 1\n".into())
+        );
+        assert_eq!(
+            get(addr, "/status").await.unwrap(),
+            (200, "{\n  \"guests\": []\n}\n".into())
+        );
+        assert_eq!(
+            get(addr, "/healthz?verbose=1").await.unwrap(),
+            (200, "ok\n".into()),
+            "a query does not change the route"
+        );
+    }
+
+    #[tokio::test]
+    async fn content_types_match_each_route() {
+        let addr = start(Ok(())).await;
+        for (path, expected) in [
+            ("/healthz", "text/plain; charset=utf-8"),
+            ("/metrics", "text/plain; version=0.0.4; charset=utf-8"),
+            ("/status", "application/json"),
+        ] {
+            let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let (status, headers, _) = raw(addr, &request).await;
+            assert_eq!(status, "HTTP/1.1 200 OK", "{path}");
+            assert_eq!(header(&headers, "content-type"), Some(expected), "{path}");
+        }
+    }
+
+    #[tokio::test]
+    async fn readyz_lists_one_reason_per_line_when_not_ready() {
+        let addr = start(Err(vec![
+            "guest cmgen: configmaps: forbidden; add rule {\"verbs\":[\"list\"]}".into(),
+            "guest other: not synced\nyet".into(),
+        ]))
+        .await;
+        assert_eq!(
+            get(addr, "/readyz").await.unwrap(),
+            (
+                503,
+                "not ready:\n\
+                 guest cmgen: configmaps: forbidden; add rule {\"verbs\":[\"list\"]}\n\
+                 guest other: not synced yet\n"
+                    .into()
+            )
+        );
+        assert_eq!(
+            get(addr, "/healthz").await.unwrap(),
+            (200, "ok\n".into()),
+            "not ready is still alive"
+        );
+    }
+
+    #[tokio::test]
+    async fn readyz_without_reasons_still_says_something() {
+        let addr = start(Err(vec![])).await;
+        assert_eq!(
+            get(addr, "/readyz").await.unwrap(),
+            (503, "not ready:\n(no reason given)\n".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_path_is_404_and_lists_the_known_paths() {
+        let addr = start(Ok(())).await;
+        assert_eq!(
+            get(addr, "/health").await.unwrap(),
+            (
+                404,
+                "no endpoint at /health; the host serves /healthz, /readyz, /metrics, /status\n"
+                    .into()
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn other_methods_get_405_with_allow() {
+        let addr = start(Ok(())).await;
+        let (status, headers, body) = raw(
+            addr,
+            "POST /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+        )
+        .await;
+        assert_eq!(status, "HTTP/1.1 405 Method Not Allowed");
+        assert_eq!(header(&headers, "allow"), Some("GET, HEAD"));
+        assert_eq!(body, "/readyz answers only GET (and HEAD), not POST\n");
+
+        let (status, _, _) = raw(
+            addr,
+            "DELETE /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!(
+            status, "HTTP/1.1 404 Not Found",
+            "an unknown path is 404 whatever the method"
+        );
+    }
+
+    #[tokio::test]
+    async fn head_has_the_headers_of_get_and_no_body() {
+        let addr = start(Ok(())).await;
+        let (status, headers, body) = raw(
+            addr,
+            "HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert_eq!(header(&headers, "content-length"), Some("33"));
+        assert_eq!(
+            header(&headers, "content-type"),
+            Some("text/plain; version=0.0.4; charset=utf-8")
+        );
+        assert_eq!(body, "");
+    }
+
+    #[tokio::test]
+    async fn a_broken_connection_does_not_stop_the_server() {
+        let addr = start(Ok(())).await;
+        let (status, _, _) = raw(addr, "NOT HTTP AT ALL\r\n\r\n").await;
+        assert_eq!(status, "HTTP/1.1 400 Bad Request");
+        drop(TcpStream::connect(addr).await.unwrap());
+        assert_eq!(get(addr, "/healthz").await.unwrap(), (200, "ok\n".into()));
+    }
+
+    #[tokio::test]
+    async fn get_against_a_closed_port_says_the_host_is_not_running() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let err = get(addr, "/status").await.unwrap_err();
+        assert!(matches!(err, Error::NotListening { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "nothing is listening on {addr} (connection refused): the host is not running, \
+                 or it listens on another address; pass that address with --addr"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn get_rejects_an_invalid_path_before_connecting() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        for path in ["status", "/status page"] {
+            let err = get(addr, path).await.unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "{path:?} is not a valid request path; paths start with / and contain no spaces, as in /status"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn renders_guests_as_an_aligned_table() {
+        let status = json!({"guests": [
+            {
+                "name": "team-a/my-rec/rec",
+                "state": "serving",
+                "digest": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                "source": "configmap team-a/my-rec key rec.wasm",
+                "loaded_at": "2026-11-29T15:00:00Z",
+                "loads": 3,
+                "rejections": 1,
+                "last_error": null,
+                "reconciles": {"ok": 10, "failed": 1, "traps": 0},
+                "queued": 0,
+                "informers": [{"kind": "v1/ConfigMap", "state": "Synced", "message": null}]
+            },
+            {
+                "name": "cmgen",
+                "state": "rejected",
+                "digest": null,
+                "source": "file /x.wasm",
+                "loaded_at": null,
+                "last_error": format!("component does not export reconcile\nline two {}", "x".repeat(80)),
+                "reconciles": {"ok": 0, "failed": 2},
+                "informers": [
+                    {"kind": "v1/Secret", "state": "Backoff", "message": "forbidden"},
+                    {"kind": "v1/Pod", "state": "Listing", "message": null}
+                ]
+            }
+        ]});
+        let expected = "\
+NAME               STATE     DIGEST        SOURCE                                LOADED                RECONCILES  LAST ERROR
+team-a/my-rec/rec  serving   0123456789ab  configmap team-a/my-rec key rec.wasm  2026-11-29T15:00:00Z  10/1/0      -
+cmgen              rejected  -             file /x.wasm                          -                     0/2/-       component does not export reconcile line two xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…
+
+informers not synced:
+  cmgen: v1/Secret is Backoff: forbidden
+  cmgen: v1/Pod is Listing
+";
+        let table = render_status(&status);
+        assert_eq!(table, expected);
+        let last = table.lines().nth(2).unwrap();
+        let error = &last[last.find("component").unwrap()..];
+        assert_eq!(error.chars().count(), 80);
+        assert!(error.ends_with('…'));
+    }
+
+    #[test]
+    fn renders_missing_fields_as_dashes() {
+        assert_eq!(
+            render_status(&json!({"guests": [{"name": "a"}, "not an object"]})),
+            "\
+NAME  STATE  DIGEST  SOURCE  LOADED  RECONCILES  LAST ERROR
+a     -      -       -       -       -           -
+-     -      -       -       -       -           -
+"
+        );
+    }
+
+    #[test]
+    fn renders_no_guests_as_a_sentence() {
+        assert_eq!(
+            render_status(&json!({"guests": []})),
+            "no guests are loaded\n"
+        );
+        assert_eq!(render_status(&json!({})), "no guests are loaded\n");
+    }
+}
