@@ -15,6 +15,15 @@
 //! [guest.limits]
 //! deadline_ms = 10000
 //! memory_bytes = 67108864
+//!
+//! # Load guests tenants deliver in ConfigMaps labelled reconciled.dev/reconciler=true; each is
+//! # confined to its ConfigMap's namespace.
+//! [tenants]
+//! namespaces = ["team-a", "team-b"]   # omitted: every namespace
+//! kinds = ["v1/ConfigMap"]            # omitted: any namespaced kind
+//! max_module_bytes = 33554432
+//! [tenants.limits]
+//! deadline_ms = 2000
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -65,6 +74,9 @@ pub struct Config {
     /// The guests.
     #[serde(default, rename = "guest")]
     pub guests: Vec<GuestConfig>,
+    /// Tenants' guests delivered in ConfigMaps; absent = not loaded.
+    #[serde(default)]
+    pub tenants: Option<crate::sources::configmap::TenantPolicy>,
 }
 
 /// One `[[guest]]`.

@@ -38,6 +38,16 @@ pub enum Error {
     /// The declaration exceeds the grant.
     #[error(transparent)]
     Grant(#[from] grant::Error),
+    /// An informer only the new version reads did not sync (forbidden, kind not found, slow).
+    #[error("guest {guest:?}: the new version's informer for {kind} did not sync: {reason}")]
+    Informer {
+        /// The guest.
+        guest: String,
+        /// The kind.
+        kind: String,
+        /// Why.
+        reason: String,
+    },
     /// The declaration is malformed.
     #[error("guest {guest:?}: {reason}")]
     Invalid {
@@ -49,7 +59,7 @@ pub enum Error {
 }
 
 /// How the operator runs one guest.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// The guest's name: in logs, metrics, events and errors.
     pub name: String,
@@ -85,19 +95,70 @@ pub struct Counters {
     pub concurrent_same_key: AtomicU64,
 }
 
-/// A running guest.
+/// A running guest: the queue, workers and counters that outlive any one version of its module,
+/// and the version serving now.
 pub struct Controller {
     name: String,
-    module: RwLock<Module>,
-    ctx: Arc<GuestContext>,
+    settings: Settings,
+    client: kube::Client,
+    current: RwLock<Arc<Version>>,
+    /// One subscription per informer the current version reads, each drained by a handler
+    /// task. Kept across reloads when the informer is unchanged, so a reload neither replays
+    /// the cache nor relists.
+    links: Mutex<HashMap<InformerKey, Link>>,
+    /// Serialises reloads: each is describe, subscribe, wait, swap, and two interleaved would
+    /// release each other's informers.
+    reloading: tokio::sync::Mutex<()>,
     queue: Arc<WorkQueue<String>>,
-    informers: Vec<Arc<Informer>>,
+    metrics: Arc<Metrics>,
     in_flight: Mutex<HashSet<String>>,
     last_errors: Mutex<HashMap<String, String>>,
     held_back: Mutex<String>,
     counters: Counters,
-    tasks: Mutex<Vec<AbortHandle>>,
+    workers: Mutex<Vec<AbortHandle>>,
+}
+
+/// One version of the guest: its module and everything built from its declaration. Swapped
+/// whole, so a reconcile always sees a module with the context it declared.
+struct Version {
+    module: Module,
+    ctx: Arc<GuestContext>,
+    informers: Vec<Arc<Informer>>,
+    /// Roles per kind (`gvk_key`), read by the handler tasks on every event.
+    roles: HashMap<String, Vec<Role>>,
     for_kind: Gvk,
+    loaded_at: std::time::SystemTime,
+}
+
+struct Link {
+    informer: Arc<Informer>,
+    task: AbortHandle,
+}
+
+/// What a declaration needs: each kind once, with its informer key, indexes and roles.
+struct Plan {
+    kinds: Vec<PlannedKind>,
+    for_kind: Gvk,
+    read_your_writes: bool,
+}
+
+struct PlannedKind {
+    kind: Gvk,
+    key: InformerKey,
+    indexes: Vec<String>,
+    roles: Vec<Role>,
+}
+
+/// What a reload changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reload {
+    /// Informers the new version reads that the old one did not (started or joined).
+    pub added: Vec<String>,
+    /// Informers the old version read that the new one does not (released, and stopped if
+    /// nobody else holds them).
+    pub released: Vec<String>,
+    /// Primary keys queued (low priority) for the new version to reconcile.
+    pub requeued: usize,
 }
 
 impl std::fmt::Debug for Controller {
@@ -111,8 +172,11 @@ impl std::fmt::Debug for Controller {
 impl Drop for Controller {
     fn drop(&mut self) {
         self.queue.shutdown();
-        for t in self.tasks.lock().unwrap().drain(..) {
+        for t in self.workers.lock().unwrap().drain(..) {
             t.abort();
+        }
+        for (_, link) in self.links.lock().unwrap().drain() {
+            link.task.abort();
         }
     }
 }
@@ -124,13 +188,15 @@ pub struct Snapshot {
     pub name: String,
     /// sha256 of the module serving.
     pub digest: String,
+    /// When the serving version was swapped in.
+    pub loaded_at: std::time::SystemTime,
     /// Each informer's kind and health.
     pub informers: Vec<(String, Status)>,
-    /// Reconciles that returned Ok.
+    /// Reconciles that returned Ok (all versions).
     pub reconciles_ok: u64,
-    /// Reconciles that returned an error.
+    /// Reconciles that returned an error (all versions).
     pub reconciles_failed: u64,
-    /// Reconciles that trapped.
+    /// Reconciles that trapped (all versions).
     pub traps: u64,
     /// Keys waiting.
     pub queued: usize,
@@ -138,129 +204,168 @@ pub struct Snapshot {
 
 impl Controller {
     /// Describes the module, checks the grant, starts (or joins) informers, handlers and workers.
+    ///
+    /// Returns before the informers have synced: reconciles wait for them, and
+    /// [`Controller::snapshot`] shows why they are held back.
     pub async fn start(
         factory: &InformerFactory,
         client: kube::Client,
         module: Module,
         settings: Settings,
     ) -> Result<Arc<Self>, Error> {
-        let name = settings.name.clone();
-        let desc = module
-            .describe(settings.limits)
-            .await
-            .map_err(|source| Error::Describe {
-                guest: name.clone(),
-                source,
-            })?;
-        settings.grant.check(&name, &desc)?;
-        let invalid = |reason: String| Error::Invalid {
-            guest: name.clone(),
-            reason,
-        };
-
-        // Declared namespaces, else the granted ones, else all.
-        let namespaces = if !desc.namespaces.is_empty() {
-            Namespaces::Only(desc.namespaces.iter().cloned().collect())
-        } else if let Some(set) = &settings.grant.namespaces {
-            Namespaces::Only(set.iter().cloned().collect::<BTreeSet<_>>())
-        } else {
-            Namespaces::All
-        };
-        let for_labels = LabelSelector::parse(&desc.label_selector)
-            .map_err(|e| invalid(format!("label selector {:?}: {e}", desc.label_selector)))?;
-
-        // Each kind once, with every role it plays.
-        let mut roles: Vec<(Gvk, Role)> = vec![(desc.for_.clone(), Role::For)];
-        roles.extend(desc.owns.iter().map(|k| (k.clone(), Role::Owner)));
-        for w in &desc.watches {
-            let role = match &w.mapping {
-                Mapping::Owner => Role::Owner,
-                Mapping::Label(l) => Role::Label(l.clone()),
-                Mapping::GuestMap => Role::GuestMap,
-            };
-            roles.push((w.kind.clone(), role));
-        }
-        let mut declared: HashMap<String, Declared> = HashMap::new();
+        let plan = describe(&module, &settings).await?;
         let mut subscriptions = Vec::new();
-        let mut informers = Vec::new();
-        for (kind, _) in &roles {
-            let key = gvk_key(kind);
-            if declared.contains_key(&key) {
-                continue;
-            }
-            let scope = Scope {
-                namespaces: namespaces.clone(),
-                labels: if *kind == desc.for_ {
-                    for_labels.clone()
-                } else {
-                    LabelSelector::default()
-                },
-                ..Scope::default()
-            };
-            let indexes: Vec<&str> = desc
-                .field_indexes
-                .iter()
-                .filter(|i| i.kind == *kind)
-                .map(|i| i.path.as_str())
-                .collect();
-            let ikey = InformerKey::new(&kind.group, &kind.version, &kind.kind, scope);
-            let sub = factory
-                .subscribe(ikey, &indexes)
-                .map_err(|e| invalid(e.to_string()))?;
-            informers.push(sub.informer().clone());
-            declared.insert(
-                key,
-                Declared {
-                    informer: sub.informer().clone(),
-                    floors: Arc::new(Floors::default()),
-                    indexes: indexes.iter().map(|s| s.to_string()).collect(),
-                },
-            );
-            let kind_roles: Vec<Role> = roles
-                .iter()
-                .filter(|(k, _)| k == kind)
-                .map(|(_, r)| r.clone())
-                .collect();
-            subscriptions.push((kind.clone(), kind_roles, sub));
+        for k in &plan.kinds {
+            subscriptions.push(subscribe(factory, &settings.name, k)?);
         }
-
-        let read_your_writes = settings.read_your_writes.unwrap_or(true)
-            && desc.consistency == Consistency::ReadYourWrites;
-        let ctx = Arc::new(GuestContext {
-            name: name.clone(),
-            client,
-            grant: settings.grant.clone(),
-            declared,
-            read_your_writes,
-            limits: settings.limits,
-            metrics: Metrics::default(),
-        });
+        let metrics = Arc::new(Metrics::default());
+        let version = build_version(
+            &settings,
+            &client,
+            module,
+            &plan,
+            &subscriptions,
+            &HashMap::new(),
+            metrics.clone(),
+        );
         let controller = Arc::new(Self {
-            name: name.clone(),
-            module: RwLock::new(module),
-            ctx,
+            name: settings.name.clone(),
+            client,
+            current: RwLock::new(Arc::new(version)),
+            links: Mutex::new(HashMap::new()),
+            reloading: tokio::sync::Mutex::new(()),
             queue: Arc::new(WorkQueue::new()),
-            informers,
+            metrics,
             in_flight: Mutex::new(HashSet::new()),
             last_errors: Mutex::new(HashMap::new()),
             held_back: Mutex::new(String::new()),
             counters: Counters::default(),
-            tasks: Mutex::new(Vec::new()),
-            for_kind: desc.for_.clone(),
+            workers: Mutex::new(Vec::new()),
+            settings,
         });
-        let mut tasks = Vec::new();
-        for (kind, kind_roles, sub) in subscriptions {
-            tasks.push(
-                tokio::spawn(handle(Arc::downgrade(&controller), kind, kind_roles, sub))
-                    .abort_handle(),
-            );
+        controller.link(plan.kinds.iter().zip(subscriptions));
+        let mut workers = Vec::new();
+        for _ in 0..controller.settings.workers.max(1) {
+            workers.push(tokio::spawn(work(Arc::downgrade(&controller))).abort_handle());
         }
-        for _ in 0..settings.workers.max(1) {
-            tasks.push(tokio::spawn(work(Arc::downgrade(&controller))).abort_handle());
-        }
-        controller.tasks.lock().unwrap().extend(tasks);
-        tracing::info!(guest = %name, digest = %controller.digest(), kind = %gvk_key(&controller.for_kind), read_your_writes, "guest started");
+        controller.workers.lock().unwrap().extend(workers);
+        tracing::info!(guest = %controller.name, digest = %controller.digest(), kind = %gvk_key(&plan.for_kind), read_your_writes = plan.read_your_writes, "guest started");
         Ok(controller)
+    }
+
+    /// Swaps in `module` between reconciles, keeping the queue, the workers and every informer
+    /// both versions read. Reconciles already running finish on the old version.
+    ///
+    /// The new version is described and checked against the grant first, and informers only it
+    /// reads are started and must sync within `sync_timeout` before the swap; if anything fails
+    /// the old version keeps serving untouched and the error says why. After the swap, informers
+    /// only the old version read are released and every primary key is queued once, at low
+    /// priority, for the new version.
+    pub async fn reload(
+        self: &Arc<Self>,
+        factory: &InformerFactory,
+        module: Module,
+        sync_timeout: Duration,
+    ) -> Result<Reload, Error> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let plan = describe(&module, &self.settings).await?;
+        // Make before break: subscribe to what is new and wait for it while the old version
+        // still serves.
+        let existing: HashMap<InformerKey, Arc<Informer>> = self
+            .links
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, l)| (k.clone(), l.informer.clone()))
+            .collect();
+        let mut fresh = Vec::new();
+        for k in &plan.kinds {
+            match existing.get(&k.key) {
+                Some(informer) => add_indexes(informer, &self.name, k)?,
+                None => fresh.push((k, subscribe(factory, &self.name, k)?)),
+            }
+        }
+        for (k, sub) in &fresh {
+            sub.informer()
+                .wait_synced(sync_timeout)
+                .await
+                .map_err(|e| Error::Informer {
+                    guest: self.name.clone(),
+                    kind: gvk_key(&k.kind),
+                    reason: e.to_string(),
+                })?;
+        }
+
+        let floors: HashMap<String, Arc<Floors>> = self
+            .context()
+            .declared
+            .iter()
+            .map(|(k, d)| (k.clone(), d.floors.clone()))
+            .collect();
+        let mut informers: HashMap<InformerKey, Arc<Informer>> = existing
+            .into_iter()
+            .filter(|(k, _)| plan.kinds.iter().any(|p| p.key == *k))
+            .collect();
+        for (k, sub) in &fresh {
+            informers.insert(k.key.clone(), sub.informer().clone());
+        }
+        let by_kind: Vec<Arc<Informer>> = plan
+            .kinds
+            .iter()
+            .map(|k| informers[&k.key].clone())
+            .collect();
+        let version = build_version_from(
+            &self.settings,
+            &self.client,
+            module,
+            &plan,
+            &by_kind,
+            &floors,
+            self.metrics.clone(),
+        );
+        let digest = version.module.digest().to_string();
+        *self.current.write().unwrap() = Arc::new(version);
+
+        let mut report = Reload {
+            added: fresh.iter().map(|(k, _)| gvk_key(&k.kind)).collect(),
+            ..Reload::default()
+        };
+        {
+            let mut links = self.links.lock().unwrap();
+            links.retain(|key, link| {
+                let keep = plan.kinds.iter().any(|p| p.key == *key);
+                if !keep {
+                    link.task.abort();
+                    report.released.push(key.kind.clone());
+                }
+                keep
+            });
+        }
+        self.link(fresh.into_iter());
+        report.requeued = self.enqueue_all(Priority::Low);
+        tracing::info!(guest = %self.name, %digest, added = ?report.added, released = ?report.released, requeued = report.requeued, "guest reloaded");
+        Ok(report)
+    }
+
+    /// Starts a handler task per subscription and records it, replacing any previous link
+    /// for the same informer.
+    fn link<'a>(
+        self: &Arc<Self>,
+        subscriptions: impl Iterator<Item = (&'a PlannedKind, crate::informer::Subscription)>,
+    ) {
+        let mut links = self.links.lock().unwrap();
+        for (k, sub) in subscriptions {
+            let informer = sub.informer().clone();
+            let task =
+                tokio::spawn(handle(Arc::downgrade(self), k.kind.clone(), sub)).abort_handle();
+            if let Some(old) = links.insert(k.key.clone(), Link { informer, task }) {
+                old.task.abort();
+            }
+        }
+    }
+
+    fn current(&self) -> Arc<Version> {
+        self.current.read().unwrap().clone()
     }
 
     /// The guest's name.
@@ -268,9 +373,19 @@ impl Controller {
         &self.name
     }
 
+    /// How the operator runs this guest.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     /// sha256 of the module serving now.
     pub fn digest(&self) -> String {
-        self.module.read().unwrap().digest().to_string()
+        self.current().module.digest().to_string()
+    }
+
+    /// The module serving now.
+    pub fn module(&self) -> Module {
+        self.current().module.clone()
     }
 
     /// Reconcile counters.
@@ -283,18 +398,26 @@ impl Controller {
         self.last_errors.lock().unwrap().get(key).cloned()
     }
 
-    /// The guest's shared context (metrics, grant, declared kinds).
-    pub fn context(&self) -> &Arc<GuestContext> {
-        &self.ctx
+    /// The serving version's context (metrics, grant, declared kinds). A reload replaces it;
+    /// the metrics inside are shared by all versions.
+    pub fn context(&self) -> Arc<GuestContext> {
+        self.current().ctx.clone()
+    }
+
+    /// Informers the serving version reads.
+    pub fn informers(&self) -> Vec<Arc<Informer>> {
+        self.current().informers.clone()
     }
 
     /// A status snapshot.
     pub fn snapshot(&self) -> Snapshot {
-        let m = &self.ctx.metrics;
+        let m = &self.metrics;
+        let v = self.current();
         Snapshot {
             name: self.name.clone(),
-            digest: self.digest(),
-            informers: self
+            digest: v.module.digest().to_string(),
+            loaded_at: v.loaded_at,
+            informers: v
                 .informers
                 .iter()
                 .map(|i| (i.key().kind.clone(), i.status()))
@@ -306,19 +429,23 @@ impl Controller {
         }
     }
 
-    /// Queues every primary key (low priority), e.g. after a subscriber resync.
-    fn enqueue_all(&self, priority: Priority) {
-        if let Some(d) = self.ctx.declared.get(&gvk_key(&self.for_kind)) {
-            for o in d.informer.store().all() {
-                self.queue.add(o.key().to_string(), priority);
-            }
+    /// Queues every primary key; returns how many.
+    fn enqueue_all(&self, priority: Priority) -> usize {
+        let v = self.current();
+        let Some(d) = v.ctx.declared.get(&gvk_key(&v.for_kind)) else {
+            return 0;
+        };
+        let all = d.informer.store().all();
+        for o in &all {
+            self.queue.add(o.key().to_string(), priority);
         }
+        all.len()
     }
 
     /// Whether every informer this guest reads has synced, waiting up to `wait` for each. Logs
     /// why reconciles are held back whenever the reason changes.
     async fn synced(&self, wait: Duration) -> bool {
-        for informer in &self.informers {
+        for informer in self.informers() {
             if let Err(e) = informer.wait_synced(wait).await {
                 let reason = e.to_string();
                 let mut last = self.held_back.lock().unwrap();
@@ -330,6 +457,18 @@ impl Controller {
             }
         }
         true
+    }
+
+    /// Why reconciles are held back, if they are: the first informer not synced, with its
+    /// reason (forbidden with the rule to add, kind not found, still syncing).
+    pub fn not_ready(&self) -> Option<String> {
+        self.informers().iter().find_map(|i| {
+            let st = i.status();
+            match st.state {
+                crate::informer::State::Synced | crate::informer::State::Degraded => None,
+                _ => Some(format!("{}: {st}", i.key().kind)),
+            }
+        })
     }
 
     async fn reconcile_one(&self, key: &str) {
@@ -344,11 +483,14 @@ impl Controller {
                 .fetch_add(1, Ordering::Relaxed);
         }
         self.counters.started.fetch_add(1, Ordering::Relaxed);
-        let module = self.module.read().unwrap().clone();
+        // The whole call runs on the version current at its start, even if a reload swaps
+        // another in meanwhile.
+        let version = self.current();
         let started = Instant::now();
-        let result = module.reconcile(self.ctx.clone(), request).await;
+        let result = version.module.reconcile(version.ctx.clone(), request).await;
+        drop(version);
         self.in_flight.lock().unwrap().remove(key);
-        let m = &self.ctx.metrics;
+        let m = &self.metrics;
         let error = match &result {
             Ok(Ok(_)) => None,
             Ok(Err(e)) => Some(format!("{e:?}")),
@@ -362,14 +504,14 @@ impl Controller {
             Ok(Ok(Outcome::Done)) => {
                 Metrics::bump(&m.reconciles_ok);
                 self.queue.forget(&key.to_string());
-                tracing::info!(guest = %self.name, %key, took = ?started.elapsed(), "reconciled");
+                tracing::debug!(guest = %self.name, %key, took = ?started.elapsed(), "reconciled");
             }
             Ok(Ok(Outcome::RequeueAfter(ms))) => {
                 Metrics::bump(&m.reconciles_ok);
                 self.queue.forget(&key.to_string());
                 self.queue
                     .add_after(key.to_string(), Duration::from_millis(ms), Priority::High);
-                tracing::info!(guest = %self.name, %key, took = ?started.elapsed(), requeue_after_ms = ms, "reconciled");
+                tracing::debug!(guest = %self.name, %key, took = ?started.elapsed(), requeue_after_ms = ms, "reconciled");
             }
             Ok(Err(e)) => {
                 Metrics::bump(&m.reconciles_failed);
@@ -385,13 +527,179 @@ impl Controller {
     }
 }
 
-/// Maps one subscription's notifications to primary keys.
+/// Describes `module`, checks the declaration against the grant and plans its informers.
+async fn describe(module: &Module, settings: &Settings) -> Result<Plan, Error> {
+    let name = &settings.name;
+    let desc = module
+        .describe(settings.limits)
+        .await
+        .map_err(|source| Error::Describe {
+            guest: name.clone(),
+            source,
+        })?;
+    settings.grant.check(name, &desc)?;
+    let invalid = |reason: String| Error::Invalid {
+        guest: name.clone(),
+        reason,
+    };
+
+    // Declared namespaces, else the granted ones, else all.
+    let namespaces = if !desc.namespaces.is_empty() {
+        Namespaces::Only(desc.namespaces.iter().cloned().collect())
+    } else if let Some(set) = &settings.grant.namespaces {
+        Namespaces::Only(set.iter().cloned().collect::<BTreeSet<_>>())
+    } else {
+        Namespaces::All
+    };
+    let for_labels = LabelSelector::parse(&desc.label_selector)
+        .map_err(|e| invalid(format!("label selector {:?}: {e}", desc.label_selector)))?;
+
+    // Each kind once, with every role it plays.
+    let mut roles: Vec<(Gvk, Role)> = vec![(desc.for_.clone(), Role::For)];
+    roles.extend(desc.owns.iter().map(|k| (k.clone(), Role::Owner)));
+    for w in &desc.watches {
+        let role = match &w.mapping {
+            Mapping::Owner => Role::Owner,
+            Mapping::Label(l) => Role::Label(l.clone()),
+            Mapping::GuestMap => Role::GuestMap,
+        };
+        roles.push((w.kind.clone(), role));
+    }
+    let mut kinds: Vec<PlannedKind> = Vec::new();
+    for (kind, _) in &roles {
+        if kinds.iter().any(|k| k.kind == *kind) {
+            continue;
+        }
+        let scope = Scope {
+            namespaces: namespaces.clone(),
+            labels: if *kind == desc.for_ {
+                for_labels.clone()
+            } else {
+                LabelSelector::default()
+            },
+            ..Scope::default()
+        };
+        kinds.push(PlannedKind {
+            kind: kind.clone(),
+            key: InformerKey::new(&kind.group, &kind.version, &kind.kind, scope),
+            indexes: desc
+                .field_indexes
+                .iter()
+                .filter(|i| i.kind == *kind)
+                .map(|i| i.path.clone())
+                .collect(),
+            roles: roles
+                .iter()
+                .filter(|(k, _)| k == kind)
+                .map(|(_, r)| r.clone())
+                .collect(),
+        });
+    }
+    Ok(Plan {
+        kinds,
+        for_kind: desc.for_.clone(),
+        read_your_writes: settings.read_your_writes.unwrap_or(true)
+            && desc.consistency == Consistency::ReadYourWrites,
+    })
+}
+
+fn subscribe(
+    factory: &InformerFactory,
+    guest: &str,
+    k: &PlannedKind,
+) -> Result<crate::informer::Subscription, Error> {
+    let indexes: Vec<&str> = k.indexes.iter().map(String::as_str).collect();
+    factory
+        .subscribe(k.key.clone(), &indexes)
+        .map_err(|e| Error::Invalid {
+            guest: guest.to_string(),
+            reason: e.to_string(),
+        })
+}
+
+/// Adds the indexes a new version declares to an informer it keeps.
+fn add_indexes(informer: &Informer, guest: &str, k: &PlannedKind) -> Result<(), Error> {
+    for idx in &k.indexes {
+        match informer.store().add_field_index(idx) {
+            Ok(()) | Err(crate::store::Error::DuplicateIndex(_)) => {}
+            Err(e) => {
+                return Err(Error::Invalid {
+                    guest: guest.to_string(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn build_version(
+    settings: &Settings,
+    client: &kube::Client,
+    module: Module,
+    plan: &Plan,
+    subscriptions: &[crate::informer::Subscription],
+    floors: &HashMap<String, Arc<Floors>>,
+    metrics: Arc<Metrics>,
+) -> Version {
+    let informers: Vec<Arc<Informer>> =
+        subscriptions.iter().map(|s| s.informer().clone()).collect();
+    build_version_from(settings, client, module, plan, &informers, floors, metrics)
+}
+
+/// The version for `plan`, with `informers[i]` serving `plan.kinds[i]`. Read-your-writes
+/// floors of kinds both versions read carry over: a write the old version made must still be
+/// visible to the new one's reads.
+fn build_version_from(
+    settings: &Settings,
+    client: &kube::Client,
+    module: Module,
+    plan: &Plan,
+    informers: &[Arc<Informer>],
+    floors: &HashMap<String, Arc<Floors>>,
+    metrics: Arc<Metrics>,
+) -> Version {
+    let mut declared = HashMap::new();
+    let mut roles = HashMap::new();
+    for (k, informer) in plan.kinds.iter().zip(informers) {
+        let key = gvk_key(&k.kind);
+        declared.insert(
+            key.clone(),
+            Declared {
+                informer: informer.clone(),
+                floors: floors.get(&key).cloned().unwrap_or_default(),
+                indexes: k.indexes.clone(),
+            },
+        );
+        roles.insert(key, k.roles.clone());
+    }
+    let ctx = Arc::new(GuestContext {
+        name: settings.name.clone(),
+        client: client.clone(),
+        grant: settings.grant.clone(),
+        declared,
+        read_your_writes: plan.read_your_writes,
+        limits: settings.limits,
+        metrics,
+    });
+    Version {
+        module,
+        ctx,
+        informers: informers.to_vec(),
+        roles,
+        for_kind: plan.for_kind.clone(),
+        loaded_at: std::time::SystemTime::now(),
+    }
+}
+
+/// Maps one subscription's notifications to primary keys, with the roles the serving version
+/// gives this kind.
 async fn handle(
     controller: std::sync::Weak<Controller>,
     kind: Gvk,
-    roles: Vec<Role>,
     mut sub: crate::informer::Subscription,
 ) {
+    let kind_key = gvk_key(&kind);
     while let Some(n) = sub.recv().await {
         let Some(c) = controller.upgrade() else {
             return;
@@ -400,13 +708,21 @@ async fn handle(
             c.enqueue_all(Priority::Low);
             continue;
         }
+        let version = c.current();
+        let Some(roles) = version.roles.get(&kind_key) else {
+            // A reload dropped this kind; the task is being aborted.
+            continue;
+        };
         let priority = handlers::priority(&n);
-        for role in &roles {
+        for role in roles {
             for obj in handlers::objects(&n) {
                 if *role == Role::GuestMap {
-                    let module = c.module.read().unwrap().clone();
                     let json = String::from_utf8_lossy(obj.json()).into_owned();
-                    match module.map(c.ctx.clone(), kind.clone(), json).await {
+                    match version
+                        .module
+                        .map(version.ctx.clone(), kind.clone(), json)
+                        .await
+                    {
                         Ok(requests) => {
                             for r in requests {
                                 c.queue.add(
@@ -421,7 +737,7 @@ async fn handle(
                     }
                     continue;
                 }
-                for key in handlers::primaries(role, &c.for_kind, obj) {
+                for key in handlers::primaries(role, &version.for_kind, obj) {
                     c.queue.add(key, priority);
                 }
             }

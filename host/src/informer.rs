@@ -79,6 +79,34 @@ impl Default for Scope {
     }
 }
 
+/// Compact, for logs and metric labels: `ns=a,b labels=app=x fields=… transformed`. Two scopes
+/// differing only in the details of their transform print alike.
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespaces {
+            Namespaces::All => write!(f, "ns=*")?,
+            Namespaces::Only(set) => {
+                write!(f, "ns=")?;
+                for (i, ns) in set.iter().enumerate() {
+                    write!(f, "{}{ns}", if i > 0 { "," } else { "" })?;
+                }
+            }
+        }
+        let labels = self.labels.to_string();
+        if !labels.is_empty() {
+            write!(f, " labels={labels}")?;
+        }
+        let fields = self.fields.to_string();
+        if !fields.is_empty() {
+            write!(f, " fields={fields}")?;
+        }
+        if self.transform != Transform::default() {
+            write!(f, " transformed")?;
+        }
+        Ok(())
+    }
+}
+
 impl Scope {
     /// All objects in one namespace, default transform.
     pub fn namespace(ns: &str) -> Self {

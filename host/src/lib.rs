@@ -29,8 +29,10 @@ pub mod guest;
 pub mod imports;
 pub mod read_your_writes;
 
-// Where modules come from.
+// Where modules come from, and the supervisor that loads, swaps and unloads them.
 pub mod artifact_cache;
+pub mod sources;
+pub mod supervisor;
 
 // Operating the host: the config file, status, metrics and probes.
 pub mod config;

@@ -1,15 +1,20 @@
 //! `reconciled`: run wasm reconcilers against a Kubernetes cluster.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
+use reconciled::artifact_cache::ArtifactCache;
 use reconciled::config::{Config, GuestConfig};
-use reconciled::controller::{Controller, Settings};
+use reconciled::controller::Settings;
 use reconciled::factory::InformerFactory;
 use reconciled::guest::Runtime;
 use reconciled::informer::Options;
+use reconciled::sources::configmap::{self, ConfigMapSource, TenantPolicy};
+use reconciled::sources::dir::{Change, DirSource, Settle};
+use reconciled::supervisor::{self, Source, Supervisor};
 
 #[derive(Parser)]
 #[command(
@@ -26,23 +31,76 @@ struct Cli {
 enum Command {
     /// Load guests and reconcile until Ctrl-C.
     Run(RunArgs),
+    /// Run every .wasm in a folder and reload each when it changes (the development loop).
+    Dev(DevArgs),
+    /// Show the guests of a running host: version, source, load time, errors, reconciles.
+    Status(StatusArgs),
+    /// Print a ConfigMap manifest that delivers a module to a namespace (gzipped if needed).
+    Pack(PackArgs),
 }
 
 #[derive(Args)]
-struct RunArgs {
+struct ClusterArgs {
     /// Kubeconfig to use. Without it (and without $KUBECONFIG) an embedded loopback control
     /// plane is started, for trying things out.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Host config file: guests, grants, limits (see `reconciled::config`).
+    /// With the embedded control plane: also write its admin kubeconfig here.
+    #[arg(long)]
+    write_kubeconfig: Option<PathBuf>,
+    /// Serve /healthz, /readyz, /metrics and /status here ("off" to disable).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: String,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Host config file: guests, grants, limits, tenants (see `reconciled::config`).
     #[arg(long)]
     config: Option<PathBuf>,
     /// A guest module to run with a full grant; repeatable. Named after its file.
     #[arg(long = "guest")]
     guests: Vec<PathBuf>,
-    /// With the embedded control plane: also write its admin kubeconfig here.
+    /// Load tenants' guests from ConfigMaps labelled reconciled.dev/reconciler=true, each
+    /// confined to its namespace (the config file's [tenants] section tunes this).
     #[arg(long)]
-    write_kubeconfig: Option<PathBuf>,
+    configmaps: bool,
+}
+
+#[derive(Args)]
+struct DevArgs {
+    /// The folder of .wasm files to run and watch.
+    dir: PathBuf,
+    /// A guest crate to rebuild (cargo build --release --target wasm32-wasip2) when its
+    /// sources change; the built module is installed into the folder.
+    #[arg(long)]
+    build: Option<PathBuf>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    /// Where the host listens (its --listen).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// Print the raw JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct PackArgs {
+    /// The module (.wasm component).
+    module: PathBuf,
+    /// The ConfigMap's name.
+    #[arg(long)]
+    name: String,
+    /// The tenant namespace.
+    #[arg(long, short = 'n')]
+    namespace: String,
 }
 
 fn main() -> ExitCode {
@@ -65,6 +123,9 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Run(args) => rt.block_on(run(args)),
+        Command::Dev(args) => rt.block_on(dev(args)),
+        Command::Status(args) => rt.block_on(status(args)),
+        Command::Pack(args) => pack(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -75,7 +136,9 @@ fn main() -> ExitCode {
     }
 }
 
-async fn client(args: &RunArgs) -> anyhow::Result<(kube::Client, Option<testenv::ControlPlane>)> {
+async fn client(
+    args: &ClusterArgs,
+) -> anyhow::Result<(kube::Client, Option<testenv::ControlPlane>)> {
     if let Some(path) = &args.kubeconfig {
         let kc = kube::config::Kubeconfig::read_from(path)?;
         let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
@@ -95,15 +158,59 @@ async fn client(args: &RunArgs) -> anyhow::Result<(kube::Client, Option<testenv:
     Ok((cp.admin_client(), Some(cp)))
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let mut guests: Vec<GuestConfig> = match &args.config {
-        Some(path) => Config::load(path)?.guests,
-        None => Vec::new(),
+/// A connected host: the client, the supervisor, the endpoints.
+struct Host {
+    supervisor: Arc<Supervisor>,
+    _embedded: Option<testenv::ControlPlane>,
+}
+
+async fn host(args: &ClusterArgs) -> anyhow::Result<Host> {
+    let (client, embedded) = client(args).await?;
+    let mut runtime = Runtime::new()?;
+    let dir = ArtifactCache::default_dir();
+    runtime = match runtime.with_artifact_cache(&dir) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("{e}");
+            Runtime::new()?
+        }
     };
+    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
+    let supervisor = Arc::new(Supervisor::new(
+        runtime,
+        factory,
+        client,
+        supervisor::Options::default(),
+    ));
+    if args.listen != "off" {
+        let addr: SocketAddr = args.listen.parse().map_err(|e| {
+            anyhow::anyhow!("--listen {:?} is not an address like 127.0.0.1:8080 ({e}); use \"off\" to disable the endpoints", args.listen)
+        })?;
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!("cannot listen on {addr} for /healthz, /readyz, /metrics and /status: {e}; pick another with --listen, or --listen off")
+        })?;
+        tracing::info!(%addr, "serving /healthz /readyz /metrics /status");
+        let endpoints: Arc<dyn reconciled::http::Endpoints> = supervisor.clone();
+        tokio::spawn(async move {
+            if let Err(e) = reconciled::http::serve(listener, endpoints).await {
+                tracing::error!("the status endpoints stopped: {e}");
+            }
+        });
+    }
+    Ok(Host {
+        supervisor,
+        _embedded: embedded,
+    })
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    let mut guests = config.guests.clone();
     for path in &args.guests {
-        let name = path
-            .file_stem()
-            .map_or("guest".into(), |s| s.to_string_lossy().replace('_', "-"));
+        let name = reconciled::sources::dir::guest_name(path);
         let s = Settings::new(&name);
         guests.push(GuestConfig {
             name,
@@ -114,13 +221,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             limits: s.limits,
         });
     }
-    if guests.is_empty() {
-        anyhow::bail!("no guests: pass --guest <file.wasm> or --config <host.toml>");
+    let tenants = match (&config.tenants, args.configmaps) {
+        (Some(p), _) => Some(p.clone()),
+        (None, true) => Some(TenantPolicy::default()),
+        (None, false) => None,
+    };
+    if guests.is_empty() && tenants.is_none() {
+        anyhow::bail!(
+            "no guests: pass --guest <file.wasm>, --config <host.toml>, or --configmaps to load tenants' ConfigMaps"
+        );
     }
-    let (client, _embedded) = client(&args).await?;
-    let runtime = Runtime::new()?;
-    let factory = InformerFactory::new(client.clone(), Options::default());
-    let mut running: Vec<Arc<Controller>> = Vec::new();
+    let host = host(&args.cluster).await?;
+    let sup = &host.supervisor;
     for g in &guests {
         // A guest that cannot load is reported and skipped: the others still run.
         let bytes = match std::fs::read(&g.module) {
@@ -130,25 +242,83 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 continue;
             }
         };
-        let module = match runtime.compile(bytes).await {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::error!(guest = %g.name, "{e}");
-                continue;
-            }
-        };
-        tracing::info!(guest = %g.name, digest = module.digest(), size = module.size(), compile = ?module.compile_time(), "module compiled");
-        match Controller::start(&factory, client.clone(), module, g.settings()).await {
-            Ok(c) => running.push(c),
-            Err(e) => tracing::error!(guest = %g.name, "not started: {e}"),
-        }
+        sup.apply(&g.name, Source::File(g.module.clone()), g.settings(), bytes)
+            .await;
     }
-    tracing::info!(
-        running = running.len(),
-        of = guests.len(),
-        "guests loaded; Ctrl-C stops"
-    );
+    let _configmaps = match tenants {
+        Some(policy) => {
+            tracing::info!(label = %format!("{}=true", configmap::LABEL), "loading tenants' guests from labelled ConfigMaps");
+            Some(ConfigMapSource::start(sup.factory(), sup.clone(), policy)?)
+        }
+        None => None,
+    };
+    tracing::info!(guests = ?sup.names(), "host running; Ctrl-C stops");
     tokio::signal::ctrl_c().await?;
     tracing::info!("stopping");
+    Ok(())
+}
+
+async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.dir)
+        .map_err(|e| anyhow::anyhow!("cannot create the dev folder {}: {e}", args.dir.display()))?;
+    let _build = match &args.build {
+        Some(krate) => Some(reconciled::sources::cargo_build::CargoBuild::start(
+            krate, &args.dir,
+        )?),
+        None => None,
+    };
+    let host = host(&args.cluster).await?;
+    let (_watch, mut changes) = DirSource::start(&args.dir, Settle::default())?;
+    tracing::info!(dir = %args.dir.display(), "watching for modules; write a .wasm there to load or reload it; Ctrl-C stops");
+    let sup = host.supervisor.clone();
+    let apply = async move {
+        while let Some(change) = changes.recv().await {
+            match change {
+                Change::Upsert {
+                    name, path, bytes, ..
+                } => {
+                    let settings = Settings::new(&name);
+                    sup.apply(&name, Source::DevFolder(path), settings, bytes)
+                        .await;
+                }
+                Change::Remove { name, .. } => {
+                    sup.remove(&name).await;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = apply => anyhow::bail!("stopped watching {}", args.dir.display()),
+        r = tokio::signal::ctrl_c() => r?,
+    }
+    tracing::info!("stopping");
+    Ok(())
+}
+
+async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let (code, body) = reconciled::http::get(args.addr, "/status").await?;
+    if code != 200 {
+        anyhow::bail!("{} answered /status with {code}: {body}", args.addr);
+    }
+    if args.json {
+        println!("{body}");
+        return Ok(());
+    }
+    let doc: serde_json::Value = serde_json::from_str(&body)?;
+    print!("{}", reconciled::http::render_status(&doc));
+    Ok(())
+}
+
+fn pack(args: PackArgs) -> anyhow::Result<()> {
+    let bytes = std::fs::read(&args.module)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.module.display()))?;
+    let stem = args
+        .module
+        .file_name()
+        .map(|n| n.to_string_lossy().trim_end_matches(".wasm").to_string())
+        .unwrap_or_else(|| "module".into());
+    let manifest = configmap::pack(&args.namespace, &args.name, &stem, &bytes)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.module.display()))?;
+    println!("{}", serde_json::to_string_pretty(&manifest)?);
     Ok(())
 }

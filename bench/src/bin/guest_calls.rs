@@ -22,7 +22,7 @@ use reconciled::bindings::Request;
 use reconciled::factory::InformerFactory;
 use reconciled::grant::Grant;
 use reconciled::guest::Runtime;
-use reconciled::imports::{Declared, GuestContext, Limits, Metrics};
+use reconciled::imports::{Declared, GuestContext, Limits};
 use reconciled::informer::{InformerKey, Options, Scope};
 use reconciled::read_your_writes::Floors;
 use reconciled::store::Query;
@@ -119,7 +119,7 @@ async fn run(cp: &testenv::ControlPlane, wasm: &Path, n: usize) -> anyhow::Resul
         )]),
         read_your_writes: true,
         limits,
-        metrics: Metrics::default(),
+        metrics: Default::default(),
     });
     let req = |name: &str| Request {
         namespace: NS.into(),

@@ -113,7 +113,7 @@ pub struct GuestContext {
     /// Per-call limits.
     pub limits: Limits,
     /// Counters.
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for GuestContext {

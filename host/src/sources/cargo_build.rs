@@ -1,0 +1,645 @@
+//! `reconciled dev --build <crate>`: rebuilds a guest crate when its sources change, and installs
+//! the `.wasm` into the folder that a [`DirSource`](super::dir::DirSource) watches.
+//!
+//! Where it may surprise:
+//! - Only the crate's `src/` (recursively), `Cargo.toml` and `build.rs` are watched: a change to
+//!   a path dependency, a workspace manifest or `.cargo/config.toml` needs a save in `src/` to
+//!   take effect. Editor temp files (`.x.swp`, `x~`, `#x#`) are ignored.
+//! - Builds never overlap: a change during a build waits for it, then one more build covers every
+//!   change that came in meanwhile.
+//! - A failed build changes nothing in the output folder, so the previous version keeps serving.
+//!   So does a no-op build: an artifact identical to the installed one is not copied again.
+//! - `cargo` is whatever is first on `PATH`, run in the crate's folder (so its
+//!   `rust-toolchain.toml` applies), and inherits this process's environment.
+//! - Every `.wasm` that the build produces is installed, so pointing it at a workspace installs
+//!   one module per guest crate in it.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::Stdio;
+use std::time::Duration;
+
+use notify::event::{AccessKind, AccessMode};
+use notify::{Event, EventKind, RecursiveMode, Watcher};
+use serde::Deserialize;
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Quiet needed after the last source change before building: saving several files, or an
+/// editor's save dance, is one build.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// A tree that never goes quiet (a formatter over many files) still builds after this long.
+const MAX_WAIT: Duration = Duration::from_secs(2);
+
+/// Why the crate cannot be watched, or why one build did not install anything.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The folder has no `Cargo.toml`.
+    #[error(
+        "{dir} has no Cargo.toml; `--build` takes the guest crate's folder (the one with its Cargo.toml)"
+    )]
+    NotACrate {
+        /// The folder given.
+        dir: PathBuf,
+    },
+    /// The output folder could not be created.
+    #[error(
+        "cannot create the module folder {path}: {source}; check that this user may write there"
+    )]
+    OutDir {
+        /// The folder.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The OS refused to watch part of the crate.
+    #[error(
+        "cannot watch {path}: {source}; on Linux the usual cause is the inotify budget (sysctl fs.inotify.max_user_instances and fs.inotify.max_user_watches)"
+    )]
+    Watch {
+        /// What was to be watched.
+        path: PathBuf,
+        /// What the watcher said.
+        #[source]
+        source: notify::Error,
+    },
+    /// `cargo` could not be started or its output read.
+    #[error("cannot run cargo in {dir}: {source}; is cargo on PATH?")]
+    Cargo {
+        /// The crate.
+        dir: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The build failed; cargo has printed why.
+    #[error(
+        "cargo build in {dir} failed ({status}); fix the error above; the previous version keeps serving"
+    )]
+    Failed {
+        /// The crate.
+        dir: PathBuf,
+        /// Cargo's exit status.
+        status: std::process::ExitStatus,
+    },
+    /// The build succeeded without producing a module.
+    #[error(
+        "cargo build in {dir} produced no .wasm; a guest crate needs `crate-type = [\"cdylib\"]` (or a bin target), and the target needs `rustup target add wasm32-wasip2`"
+    )]
+    NoArtifact {
+        /// The crate.
+        dir: PathBuf,
+    },
+    /// The module could not be copied into the output folder.
+    #[error("cannot install {from} as {to}: {source}; the previous version keeps serving")]
+    Install {
+        /// The built module.
+        from: PathBuf,
+        /// Where it was going.
+        to: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Rebuilds a guest crate on change and installs its module. Dropping it stops watching, and
+/// kills a build in progress.
+pub struct CargoBuild {
+    crate_dir: PathBuf,
+    // Never read: owning it is what keeps the OS watches (and their thread) alive.
+    _watcher: notify::RecommendedWatcher,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for CargoBuild {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CargoBuild")
+            .field("crate_dir", &self.crate_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for CargoBuild {
+    fn drop(&mut self) {
+        // Drops a running build's future, whose child is `kill_on_drop`.
+        self.task.abort();
+    }
+}
+
+impl CargoBuild {
+    /// Watches `crate_dir`'s `src/` (recursively), `Cargo.toml` and `build.rs`; on change
+    /// (debounced 200 ms) runs `cargo build --release --target wasm32-wasip2` in `crate_dir`
+    /// and installs each `.wasm` it produces into `out_dir` under its own file name, atomically
+    /// (a dot-temp file renamed into place), for a [`DirSource`](super::dir::DirSource) on
+    /// `out_dir` to pick up. Also builds once at start.
+    ///
+    /// `out_dir` is created if missing. Build failures are logged, not returned: cargo's own
+    /// output (on stderr, passed through) says what to fix.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start(crate_dir: &Path, out_dir: &Path) -> Result<CargoBuild, Error> {
+        if !crate_dir.join("Cargo.toml").is_file() {
+            return Err(Error::NotACrate {
+                dir: crate_dir.into(),
+            });
+        }
+        std::fs::create_dir_all(out_dir).map_err(|source| Error::OutDir {
+            path: out_dir.into(),
+            source,
+        })?;
+
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let mut watcher = notify::recommended_watcher(move |event| {
+            let _ = events_tx.send(event);
+        })
+        .map_err(|source| Error::Watch {
+            path: crate_dir.into(),
+            source,
+        })?;
+        // The folder rather than the two files: editors save by renaming a new file over the
+        // old one, which would end a watch on the file itself.
+        watcher
+            .watch(crate_dir, RecursiveMode::NonRecursive)
+            .map_err(|source| Error::Watch {
+                path: crate_dir.into(),
+                source,
+            })?;
+        let src = crate_dir.join("src");
+        if src.is_dir() {
+            watcher
+                .watch(&src, RecursiveMode::Recursive)
+                .map_err(|source| Error::Watch {
+                    path: src.clone(),
+                    source,
+                })?;
+        } else {
+            tracing::warn!(crate_dir = %crate_dir.display(), "the crate has no src/ folder; only Cargo.toml and build.rs are watched");
+        }
+
+        let loop_ = BuildLoop {
+            crate_dir: crate_dir.into(),
+            events,
+        };
+        let (crate_dir2, out_dir) = (crate_dir.to_path_buf(), out_dir.to_path_buf());
+        let task = tokio::spawn(loop_.run(move || {
+            let (crate_dir, out_dir) = (crate_dir2.clone(), out_dir.clone());
+            Box::pin(async move { build_and_log(&crate_dir, &out_dir).await })
+                as Pin<Box<dyn Future<Output = ()> + Send>>
+        }));
+        Ok(CargoBuild {
+            crate_dir: crate_dir.into(),
+            _watcher: watcher,
+            task,
+        })
+    }
+}
+
+/// Builds once and says how it went.
+async fn build_and_log(crate_dir: &Path, out_dir: &Path) {
+    let started = std::time::Instant::now();
+    tracing::info!(crate_dir = %crate_dir.display(), "building guest crate");
+    match build(crate_dir, out_dir).await {
+        Ok(installed) if installed.is_empty() => {
+            tracing::info!(crate_dir = %crate_dir.display(), took = ?started.elapsed(), "build finished; module unchanged");
+        }
+        Ok(installed) => {
+            tracing::info!(crate_dir = %crate_dir.display(), took = ?started.elapsed(), ?installed, "build finished; module installed");
+        }
+        Err(e) => tracing::error!(crate_dir = %crate_dir.display(), "{e}"),
+    }
+}
+
+/// Runs cargo once and installs what it built; returns the files that changed in `out_dir`.
+async fn build(crate_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let cargo_err = |source| Error::Cargo {
+        dir: crate_dir.into(),
+        source,
+    };
+    let mut child = tokio::process::Command::new("cargo")
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(crate_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        // Progress and rendered compiler errors, straight to the developer.
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(cargo_err)?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let mut artifacts = Vec::new();
+    while let Some(line) = lines.next_line().await.map_err(cargo_err)? {
+        artifacts.extend(wasm_artifacts(&line));
+    }
+    let status = child.wait().await.map_err(cargo_err)?;
+    if !status.success() {
+        return Err(Error::Failed {
+            dir: crate_dir.into(),
+            status,
+        });
+    }
+    if artifacts.is_empty() {
+        return Err(Error::NoArtifact {
+            dir: crate_dir.into(),
+        });
+    }
+    // Off the runtime: modules are megabytes.
+    let out_dir = out_dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let mut installed = Vec::new();
+        for artifact in artifacts {
+            installed.extend(install(&artifact, &out_dir)?);
+        }
+        Ok(installed)
+    })
+    .await
+    .map_err(|e| Error::Cargo {
+        dir: crate_dir.into(),
+        source: std::io::Error::other(e),
+    })?
+}
+
+/// One line of cargo's JSON output, as far as artifacts go.
+#[derive(Debug, Deserialize)]
+struct Message {
+    reason: String,
+    #[serde(default)]
+    target: Option<Target>,
+    #[serde(default)]
+    filenames: Vec<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Target {
+    kind: Vec<String>,
+}
+
+/// The modules a line of `cargo build --message-format=json` reports built: `.wasm` files of a
+/// `compiler-artifact` for a cdylib or bin target. Anything else, including a line that is not
+/// JSON, yields none.
+fn wasm_artifacts(line: &str) -> Vec<PathBuf> {
+    let Ok(message) = serde_json::from_str::<Message>(line) else {
+        return Vec::new();
+    };
+    let module_target = message
+        .target
+        .is_some_and(|t| t.kind.iter().any(|k| k == "cdylib" || k == "bin"));
+    if message.reason != "compiler-artifact" || !module_target {
+        return Vec::new();
+    }
+    message
+        .filenames
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "wasm"))
+        .collect()
+}
+
+/// Copies `artifact` into `out_dir` under its file name, atomically; `None` when the installed
+/// file already has the same bytes.
+fn install(artifact: &Path, out_dir: &Path) -> Result<Option<PathBuf>, Error> {
+    let name = artifact.file_name().unwrap_or_default().to_string_lossy();
+    let to = out_dir.join(&*name);
+    let err = |source| Error::Install {
+        from: artifact.into(),
+        to: to.clone(),
+        source,
+    };
+    let bytes = std::fs::read(artifact).map_err(err)?;
+    // A no-op rebuild must not wake the folder watcher (or rewrite a file that is being read).
+    if std::fs::read(&to).is_ok_and(|old| old == bytes) {
+        return Ok(None);
+    }
+    // A dot name that does not end in .wasm: the folder watcher ignores it until the rename.
+    let tmp = out_dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, &bytes).map_err(err)?;
+    if let Err(e) = std::fs::rename(&tmp, &to) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err(e));
+    }
+    Ok(Some(to))
+}
+
+/// Whether an event is a change to something the build reads.
+fn is_source_change(crate_dir: &Path, event: &Event) -> bool {
+    match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
+        // Opens and reads: cargo and rustc reading the sources would otherwise loop forever.
+        EventKind::Access(_) => return false,
+        _ => {}
+    }
+    let src = crate_dir.join("src");
+    event.paths.iter().any(|path| {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            return false;
+        };
+        if path.starts_with(&src) && path != &src {
+            !(name.starts_with('.') || name.starts_with('#') || name.ends_with('~'))
+        } else {
+            // Not Cargo.lock or target/: cargo writes those itself.
+            path.parent() == Some(crate_dir) && (name == "Cargo.toml" || name == "build.rs")
+        }
+    })
+}
+
+/// Decides when builds run: at most one at a time, and one more after it if anything changed
+/// while it ran, however many changes that was.
+#[derive(Debug, Default)]
+struct Coalesce {
+    running: bool,
+    again: bool,
+}
+
+impl Coalesce {
+    /// Something changed; true when a build should start now.
+    fn changed(&mut self) -> bool {
+        if self.running {
+            self.again = true;
+            false
+        } else {
+            self.running = true;
+            true
+        }
+    }
+
+    /// The running build ended; true when another should start now.
+    fn finished(&mut self) -> bool {
+        if std::mem::take(&mut self.again) {
+            true
+        } else {
+            self.running = false;
+            false
+        }
+    }
+}
+
+/// The task behind a [`CargoBuild`], with the build itself left to the caller (so tests can
+/// drive it without cargo).
+struct BuildLoop {
+    crate_dir: PathBuf,
+    events: mpsc::UnboundedReceiver<notify::Result<Event>>,
+}
+
+type BuildFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl BuildLoop {
+    async fn run(mut self, mut start_build: impl FnMut() -> BuildFuture) {
+        let mut coalesce = Coalesce::default();
+        let mut running: Option<BuildFuture> = None;
+        // (first change of the burst, when to build)
+        let mut pending: Option<(Instant, Instant)> = None;
+        if coalesce.changed() {
+            running = Some(start_build());
+        }
+        loop {
+            let deadline = pending.map(|(_, at)| at);
+            tokio::select! {
+                event = self.events.recv() => match event {
+                    Some(Ok(event)) => {
+                        if is_source_change(&self.crate_dir, &event) {
+                            let now = Instant::now();
+                            let first = pending.map_or(now, |(first, _)| first);
+                            pending = Some((first, (now + DEBOUNCE).min(first + MAX_WAIT)));
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::error!(crate_dir = %self.crate_dir.display(), error = %e, "watching the guest crate failed; it is no longer rebuilt on change (restart `reconciled dev`)");
+                        return;
+                    }
+                    None => return,
+                },
+                () = sleep_until(deadline) => {
+                    pending = None;
+                    if coalesce.changed() {
+                        running = Some(start_build());
+                    }
+                }
+                () = async { running.as_mut().expect("guarded").await }, if running.is_some() => {
+                    running = coalesce.finished().then(&mut start_build);
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use notify::event::{CreateKind, DataChange, ModifyKind};
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    const LIB: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///g#cmgen@0.1.0","manifest_path":"/g/Cargo.toml","target":{"kind":["cdylib"],"crate_types":["cdylib"],"name":"configmap_generator","src_path":"/g/src/lib.rs","edition":"2024","doctest":false,"test":false},"profile":{"opt_level":"3","debuginfo":0,"debug_assertions":false,"overflow_checks":false,"test":false},"features":[],"filenames":["/g/target/wasm32-wasip2/release/configmap_generator.wasm"],"executable":null,"fresh":false}"#;
+    const BIN: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///g#tool@0.1.0","manifest_path":"/g/Cargo.toml","target":{"kind":["bin"],"crate_types":["bin"],"name":"tool","src_path":"/g/src/main.rs","edition":"2024","doctest":false,"test":false},"profile":{"opt_level":"3","debuginfo":0,"debug_assertions":false,"overflow_checks":false,"test":false},"features":[],"filenames":["/g/target/wasm32-wasip2/release/tool.wasm"],"executable":"/g/target/wasm32-wasip2/release/tool.wasm","fresh":true}"#;
+    const DEP: &str = r#"{"reason":"compiler-artifact","package_id":"registry+https://github.com/rust-lang/crates.io-index#serde@1.0.0","manifest_path":"/r/serde/Cargo.toml","target":{"kind":["lib"],"crate_types":["lib"],"name":"serde","src_path":"/r/serde/src/lib.rs","edition":"2018","doctest":true,"test":true},"profile":{"opt_level":"3","debuginfo":0,"debug_assertions":false,"overflow_checks":false,"test":false},"features":["std"],"filenames":["/g/target/wasm32-wasip2/release/deps/libserde-1.rlib","/g/target/wasm32-wasip2/release/deps/libserde-1.rmeta"],"executable":null,"fresh":true}"#;
+    const BUILD_SCRIPT: &str = r#"{"reason":"build-script-executed","package_id":"path+file:///g#cmgen@0.1.0","linked_libs":[],"linked_paths":[],"cfgs":[],"env":[],"out_dir":"/g/target/release/build/x/out"}"#;
+    const MESSAGE: &str = r#"{"reason":"compiler-message","package_id":"path+file:///g#cmgen@0.1.0","manifest_path":"/g/Cargo.toml","target":{"kind":["cdylib"],"crate_types":["cdylib"],"name":"configmap_generator","src_path":"/g/src/lib.rs","edition":"2024","doctest":false,"test":false},"message":{"rendered":"error: x","message":"x","level":"error","spans":[],"children":[],"code":null}}"#;
+    const FINISHED: &str = r#"{"reason":"build-finished","success":true}"#;
+
+    #[test]
+    fn finds_the_wasm_artifacts_in_cargo_json() {
+        assert_eq!(
+            wasm_artifacts(LIB),
+            [PathBuf::from(
+                "/g/target/wasm32-wasip2/release/configmap_generator.wasm"
+            )]
+        );
+        assert_eq!(
+            wasm_artifacts(BIN),
+            [PathBuf::from("/g/target/wasm32-wasip2/release/tool.wasm")]
+        );
+        for line in [
+            DEP,
+            BUILD_SCRIPT,
+            MESSAGE,
+            FINISHED,
+            "",
+            "warning: not json",
+        ] {
+            assert!(wasm_artifacts(line).is_empty(), "{line}");
+        }
+    }
+
+    #[test]
+    fn coalesces_changes_during_a_build_into_one_more() {
+        let mut c = Coalesce::default();
+        assert!(c.changed(), "idle: build now");
+        assert!(!c.changed(), "running: wait");
+        assert!(!c.changed(), "still one more, not two");
+        assert!(c.finished(), "the one more");
+        assert!(!c.finished(), "nothing changed during it");
+        assert!(c.changed(), "idle again");
+        assert!(!c.finished());
+    }
+
+    #[test]
+    fn only_the_crates_sources_count() {
+        let dir = Path::new("/g");
+        let modify = |p: &str| {
+            Event::new(EventKind::Modify(ModifyKind::Data(DataChange::Any))).add_path(p.into())
+        };
+        for p in [
+            "/g/src/lib.rs",
+            "/g/src/a/b.rs",
+            "/g/Cargo.toml",
+            "/g/build.rs",
+        ] {
+            assert!(is_source_change(dir, &modify(p)), "{p}");
+        }
+        for p in [
+            "/g/Cargo.lock",
+            "/g/target/release/x.wasm",
+            "/g/src/.lib.rs.swp",
+            "/g/src/lib.rs~",
+            "/g/src/#lib.rs#",
+            "/g/README.md",
+            "/g/sub/Cargo.toml",
+        ] {
+            assert!(!is_source_change(dir, &modify(p)), "{p}");
+        }
+        let open = Event::new(EventKind::Access(AccessKind::Open(AccessMode::Any)))
+            .add_path("/g/src/lib.rs".into());
+        assert!(!is_source_change(dir, &open), "rustc reading sources");
+        let close = Event::new(EventKind::Access(AccessKind::Close(AccessMode::Write)))
+            .add_path("/g/src/lib.rs".into());
+        assert!(is_source_change(dir, &close));
+    }
+
+    /// Drives the real loop with fake builds that wait for a permit; yields the number of builds
+    /// started so far, after letting the loop catch up.
+    struct Harness {
+        events: mpsc::UnboundedSender<notify::Result<Event>>,
+        builds: Arc<AtomicUsize>,
+        permits: Arc<Semaphore>,
+        _task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Harness {
+        fn start() -> Self {
+            let (events, rx) = mpsc::unbounded_channel();
+            let builds = Arc::new(AtomicUsize::new(0));
+            let permits = Arc::new(Semaphore::new(0));
+            let (b, p) = (builds.clone(), permits.clone());
+            let task = tokio::spawn(
+                BuildLoop {
+                    crate_dir: "/g".into(),
+                    events: rx,
+                }
+                .run(move || {
+                    b.fetch_add(1, Ordering::SeqCst);
+                    let p = p.clone();
+                    Box::pin(async move { p.acquire().await.unwrap().forget() })
+                }),
+            );
+            Self {
+                events,
+                builds,
+                permits,
+                _task: task,
+            }
+        }
+
+        fn touch(&self, path: &str) {
+            let e = Event::new(EventKind::Create(CreateKind::File)).add_path(path.into());
+            self.events.send(Ok(e)).unwrap();
+        }
+
+        async fn builds_after(&self, wait: Duration) -> usize {
+            tokio::time::sleep(wait).await;
+            self.builds.load(Ordering::SeqCst)
+        }
+
+        fn finish_one(&self) {
+            self.permits.add_permits(1);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn builds_at_start_then_once_per_quiet_burst_never_two_at_once() {
+        let h = Harness::start();
+        let ms = Duration::from_millis;
+        assert_eq!(h.builds_after(ms(1)).await, 1, "the build at start");
+
+        // Changes during the build: debounced, then held until it ends.
+        for _ in 0..5 {
+            h.touch("/g/src/lib.rs");
+            assert_eq!(h.builds_after(ms(50)).await, 1);
+        }
+        assert_eq!(h.builds_after(ms(500)).await, 1, "never two at once");
+        h.finish_one();
+        assert_eq!(h.builds_after(ms(1)).await, 2, "one more for all of them");
+        h.finish_one();
+        assert_eq!(h.builds_after(ms(1000)).await, 2, "and no third");
+
+        // Idle: a burst of changes is one build, 200 ms after the last.
+        h.touch("/g/src/a.rs");
+        assert_eq!(h.builds_after(ms(150)).await, 2);
+        h.touch("/g/Cargo.toml");
+        assert_eq!(h.builds_after(ms(150)).await, 2, "the wait restarted");
+        assert_eq!(h.builds_after(ms(60)).await, 3);
+        h.finish_one();
+
+        // What cargo itself writes never builds.
+        h.touch("/g/Cargo.lock");
+        h.touch("/g/target/x");
+        assert_eq!(h.builds_after(ms(1000)).await, 3);
+    }
+
+    #[tokio::test]
+    async fn start_refuses_a_folder_without_cargo_toml() {
+        let dir = std::env::temp_dir().join(format!(
+            "reconciled-cargo-build-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = CargoBuild::start(&dir, &dir.join("out")).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(err, Error::NotACrate { .. }), "{err}");
+        assert!(err.to_string().contains(&*dir.to_string_lossy()), "{err}");
+    }
+
+    #[test]
+    fn installs_atomically_and_skips_an_unchanged_module() {
+        let dir = std::env::temp_dir().join(format!(
+            "reconciled-cargo-install-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        let out = dir.join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let built = dir.join("m.wasm");
+        std::fs::write(&built, b"v1").unwrap();
+        assert_eq!(install(&built, &out).unwrap(), Some(out.join("m.wasm")));
+        assert_eq!(install(&built, &out).unwrap(), None, "unchanged");
+        std::fs::write(&built, b"v2").unwrap();
+        assert_eq!(install(&built, &out).unwrap(), Some(out.join("m.wasm")));
+        assert_eq!(std::fs::read(out.join("m.wasm")).unwrap(), b"v2");
+        let left: Vec<_> = std::fs::read_dir(&out).unwrap().collect();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(left.len(), 1, "no temp file left behind");
+    }
+}

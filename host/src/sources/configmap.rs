@@ -1,0 +1,419 @@
+//! Guests delivered in ConfigMaps: a tenant runs
+//!
+//! ```sh
+//! kubectl create configmap my-rec -n team-a --from-file=rec.wasm=target/.../rec.wasm
+//! kubectl label configmap my-rec -n team-a reconciled.dev/reconciler=true
+//! ```
+//!
+//! and guest `team-a/my-rec/rec` loads. Every `binaryData` key ending in `.wasm` (or `.wasm.gz`,
+//! gzipped) is one guest named `<namespace>/<configmap>/<key without the extension>`. Editing
+//! the ConfigMap reloads the guests whose bytes changed; removing a key, the label or the
+//! ConfigMap unloads them.
+//!
+//! The ConfigMap's namespace is the guest's tenant namespace: its grant is the
+//! [`TenantPolicy`]'s, confined to that namespace. A module that declares anything beyond it is
+//! rejected, with an Event on the ConfigMap saying why.
+//!
+//! Where it may surprise:
+//! - **Size.** The API server refuses a ConfigMap over 1 MiB (1,048,576 bytes, all keys
+//!   together; `binaryData` counts decoded bytes). Gzip the module (`gzip -9 -k rec.wasm`, key
+//!   `rec.wasm.gz`): Rust components typically shrink 2.5–3×. `reconciled pack` builds the
+//!   ConfigMap and says clearly when a module cannot fit even gzipped. A `.wasm.gz` larger than
+//!   [`TenantPolicy::max_module_bytes`] once unpacked is rejected unread (a gzip bomb).
+//! - The ConfigMaps are read through the host's own informer (label-selected, so other
+//!   ConfigMaps are never cached) and processed one at a time: a tenant's large module compiling
+//!   delays the next tenant's by that long.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::Read;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use tokio::task::AbortHandle;
+
+use crate::controller::Settings;
+use crate::factory::InformerFactory;
+use crate::grant::Grant;
+use crate::imports::Limits;
+use crate::informer::{Event, InformerKey, Namespaces, Scope};
+use crate::object::ObjectRef;
+use crate::selector::LabelSelector;
+use crate::supervisor::{Source, Supervisor};
+
+/// The label that makes a ConfigMap a module source (value `true`).
+pub const LABEL: &str = "reconciled.dev/reconciler";
+
+/// The API server's limit on one ConfigMap: all data and binaryData together.
+pub const CONFIGMAP_LIMIT: usize = 1 << 20;
+
+/// Why the source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The informer could not be set up.
+    #[error("cannot watch module ConfigMaps: {0}")]
+    Subscribe(String),
+}
+
+/// What tenants' guests may do, and which namespaces may deliver them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantPolicy {
+    /// Namespaces whose labelled ConfigMaps are loaded; `None` = every namespace.
+    pub namespaces: Option<BTreeSet<String>>,
+    /// Kinds a tenant guest may declare, as in a grant; `None` = any namespaced kind.
+    pub kinds: Option<BTreeSet<String>>,
+    /// Concurrent reconciles per tenant guest [1].
+    pub workers: usize,
+    /// Per-call limits.
+    pub limits: Limits,
+    /// Largest module accepted once unpacked [32 MiB].
+    pub max_module_bytes: usize,
+}
+
+impl Default for TenantPolicy {
+    fn default() -> Self {
+        Self {
+            namespaces: None,
+            kinds: None,
+            workers: 1,
+            limits: Limits::default(),
+            max_module_bytes: 32 << 20,
+        }
+    }
+}
+
+impl TenantPolicy {
+    /// The settings of guest `name` delivered in `namespace`: confined to it, no uncached reads.
+    pub fn settings(&self, name: &str, namespace: &str) -> Settings {
+        Settings {
+            name: name.to_string(),
+            grant: Grant {
+                namespaces: Some([namespace.to_string()].into()),
+                kinds: self.kinds.clone(),
+                uncached_reads: false,
+            },
+            limits: self.limits,
+            workers: self.workers,
+            read_your_writes: None,
+        }
+    }
+}
+
+/// Watches labelled ConfigMaps and feeds their modules to the supervisor. Dropping it stops
+/// watching; guests already loaded keep running.
+#[derive(Debug)]
+pub struct ConfigMapSource {
+    task: AbortHandle,
+}
+
+impl Drop for ConfigMapSource {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ConfigMapSource {
+    /// Starts watching. Must be called inside a tokio runtime.
+    pub fn start(
+        factory: &InformerFactory,
+        supervisor: Arc<Supervisor>,
+        policy: TenantPolicy,
+    ) -> Result<Self, Error> {
+        let scope = Scope {
+            namespaces: match &policy.namespaces {
+                Some(set) => Namespaces::Only(set.clone()),
+                None => Namespaces::All,
+            },
+            labels: LabelSelector::parse(&format!("{LABEL}=true"))
+                .map_err(|e| Error::Subscribe(e.to_string()))?,
+            ..Scope::default()
+        };
+        let sub = factory
+            .subscribe(InformerKey::new("", "v1", "ConfigMap", scope), &[])
+            .map_err(|e| Error::Subscribe(e.to_string()))?;
+        let task = tokio::spawn(run(sub, supervisor, policy)).abort_handle();
+        Ok(Self { task })
+    }
+}
+
+async fn run(
+    mut sub: crate::informer::Subscription,
+    supervisor: Arc<Supervisor>,
+    policy: TenantPolicy,
+) {
+    let informer = sub.informer().clone();
+    while let Some(n) = sub.recv().await {
+        match n.event {
+            Event::Added(o) => sync(&supervisor, &policy, &o).await,
+            Event::Updated { new, .. } => sync(&supervisor, &policy, &new).await,
+            Event::Deleted { last_known, .. } => {
+                for name in guests_of(&supervisor, &last_known) {
+                    supervisor.remove(&name).await;
+                }
+            }
+            Event::Resync => {
+                // Events were dropped: make the guests match the cache as it is now.
+                let all = informer.store().all();
+                for o in &all {
+                    sync(&supervisor, &policy, o).await;
+                }
+                let live: BTreeSet<(String, String)> = all
+                    .iter()
+                    .map(|o| {
+                        (
+                            o.namespace().unwrap_or("").to_string(),
+                            o.name().to_string(),
+                        )
+                    })
+                    .collect();
+                for name in supervisor.names_where(|s| {
+                    matches!(s, Source::ConfigMap { namespace, name, .. }
+                        if !live.contains(&(namespace.clone(), name.clone())))
+                }) {
+                    supervisor.remove(&name).await;
+                }
+            }
+        }
+    }
+}
+
+/// Guests loaded from the ConfigMap `o`.
+fn guests_of(supervisor: &Supervisor, o: &ObjectRef) -> Vec<String> {
+    let (ns, name) = (o.namespace().unwrap_or(""), o.name());
+    supervisor.names_where(
+        |s| matches!(s, Source::ConfigMap { namespace, name: n, .. } if namespace == ns && n == name),
+    )
+}
+
+/// Loads every module key of `o`, and unloads guests of keys it no longer has.
+async fn sync(supervisor: &Supervisor, policy: &TenantPolicy, o: &ObjectRef) {
+    let namespace = o.namespace().unwrap_or("").to_string();
+    let cm = o.name().to_string();
+    let modules = match modules_of(o.json()) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(configmap = %format!("{namespace}/{cm}"), "ignoring an unparseable ConfigMap: {e}");
+            return;
+        }
+    };
+    let mut wanted = BTreeSet::new();
+    for m in modules.modules {
+        let name = format!("{namespace}/{cm}/{}", m.stem);
+        wanted.insert(name.clone());
+        let source = Source::ConfigMap {
+            namespace: namespace.clone(),
+            name: cm.clone(),
+            key: m.key.clone(),
+            uid: modules.uid.clone(),
+        };
+        let settings = policy.settings(&name, &namespace);
+        match unpack(&m.key, m.bytes, policy.max_module_bytes) {
+            Ok(bytes) => {
+                supervisor.apply(&name, source, settings, bytes).await;
+            }
+            Err((digest, message)) => {
+                supervisor
+                    .reject_unreadable(&name, source, settings, &digest, message)
+                    .await;
+            }
+        }
+    }
+    for name in guests_of(supervisor, o) {
+        if !wanted.contains(&name) {
+            supervisor.remove(&name).await;
+        }
+    }
+}
+
+struct Modules {
+    uid: String,
+    modules: Vec<Packed>,
+}
+
+struct Packed {
+    key: String,
+    stem: String,
+    bytes: Vec<u8>,
+}
+
+/// The module keys of a ConfigMap's JSON, base64-decoded, in key order.
+fn modules_of(json: &[u8]) -> Result<Modules, String> {
+    #[derive(serde::Deserialize)]
+    struct Cm {
+        metadata: Meta,
+        #[serde(default, rename = "binaryData")]
+        binary_data: HashMap<String, String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        uid: String,
+    }
+    let cm: Cm = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    let mut keys: Vec<&String> = cm.binary_data.keys().collect();
+    keys.sort();
+    let mut modules = Vec::new();
+    for key in keys {
+        let Some(stem) = key
+            .strip_suffix(".wasm.gz")
+            .or_else(|| key.strip_suffix(".wasm"))
+        else {
+            continue;
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(&cm.binary_data[key])
+            .map_err(|e| format!("binaryData key {key:?} is not base64: {e}"))?;
+        modules.push(Packed {
+            key: key.clone(),
+            stem: stem.replace('_', "-").to_lowercase(),
+            bytes,
+        });
+    }
+    Ok(Modules {
+        uid: cm.metadata.uid,
+        modules,
+    })
+}
+
+/// The module bytes of key `key`: as is, or gunzipped for `.wasm.gz`, refusing more than `max`
+/// bytes unpacked. An error carries the digest of the packed bytes and the message.
+fn unpack(key: &str, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>, (String, String)> {
+    if !key.ends_with(".gz") {
+        return Ok(bytes);
+    }
+    let digest = crate::guest::digest_of(&bytes);
+    let mut out = Vec::with_capacity(bytes.len() * 3);
+    let mut reader = flate2::read::GzDecoder::new(&bytes[..]).take(max as u64 + 1);
+    match reader.read_to_end(&mut out) {
+        Ok(n) if n > max => Err((
+            digest,
+            format!(
+                "key {key:?} unpacks to more than {max} bytes, the largest module tenants may load; ask the operator to raise tenants.max_module_bytes"
+            ),
+        )),
+        Ok(_) => Ok(out),
+        Err(e) => Err((
+            digest,
+            format!(
+                "key {key:?} is not valid gzip ({e}); create it with `gzip -9 -k module.wasm` and a key ending in .wasm.gz, or use a .wasm key for an uncompressed module"
+            ),
+        )),
+    }
+}
+
+/// What `reconciled pack` makes of a module: a ConfigMap manifest, or why it cannot fit.
+///
+/// Modules that fit uncompressed go as `<stem>.wasm`; others are gzipped into `<stem>.wasm.gz`.
+pub fn pack(
+    namespace: &str,
+    name: &str,
+    stem: &str,
+    module: &[u8],
+) -> Result<serde_json::Value, String> {
+    // Headroom for the object's metadata, which counts against the same limit in etcd.
+    const BUDGET: usize = CONFIGMAP_LIMIT - 4096;
+    let (key, bytes) = if module.len() <= BUDGET {
+        (format!("{stem}.wasm"), module.to_vec())
+    } else {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut gz, module).map_err(|e| e.to_string())?;
+        let packed = gz.finish().map_err(|e| e.to_string())?;
+        if packed.len() > BUDGET {
+            return Err(format!(
+                "the module is {} bytes ({} gzipped); a ConfigMap holds at most {CONFIGMAP_LIMIT} bytes, so it cannot be delivered this way. Shrink it (opt-level = \"s\", lto = true, strip = true, panic = \"abort\"; drop large dependencies) or load it from the host's config instead",
+                module.len(),
+                packed.len()
+            ));
+        }
+        (format!("{stem}.wasm.gz"), packed)
+    };
+    Ok(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": { LABEL: "true" },
+        },
+        "binaryData": { key: base64::engine::general_purpose::STANDARD.encode(bytes) },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gzip(b: &[u8]) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, b).unwrap();
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn module_keys_are_found_decoded_and_named() {
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let json = serde_json::json!({
+            "metadata": {"uid": "u-1"},
+            "data": {"README": "text"},
+            "binaryData": {"rec.wasm": b64(b"one"), "Other_Rec.wasm.gz": b64(b"two"), "notes.bin": b64(b"x")},
+        });
+        let m = modules_of(json.to_string().as_bytes()).unwrap();
+        assert_eq!(m.uid, "u-1");
+        let got: Vec<(&str, &str, &[u8])> = m
+            .modules
+            .iter()
+            .map(|p| (p.key.as_str(), p.stem.as_str(), p.bytes.as_slice()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("Other_Rec.wasm.gz", "other-rec", &b"two"[..]),
+                ("rec.wasm", "rec", &b"one"[..]),
+            ]
+        );
+    }
+
+    #[test]
+    fn gzip_is_unpacked_and_bombs_and_garbage_are_refused() {
+        assert_eq!(unpack("a.wasm", b"raw".to_vec(), 1).unwrap(), b"raw");
+        assert_eq!(
+            unpack("a.wasm.gz", gzip(b"hello"), 5).unwrap(),
+            b"hello".to_vec()
+        );
+        let (_, big) = unpack("a.wasm.gz", gzip(&[0u8; 4096]), 4095).unwrap_err();
+        assert!(big.contains("more than 4095 bytes"), "{big}");
+        let (digest, bad) = unpack("a.wasm.gz", b"not gzip".to_vec(), 100).unwrap_err();
+        assert!(bad.contains("not valid gzip"), "{bad}");
+        assert_eq!(digest, crate::guest::digest_of(b"not gzip"));
+    }
+
+    #[test]
+    fn pack_gzips_only_when_needed_and_says_when_nothing_fits() {
+        let small = pack("team-a", "my-rec", "rec", &[1u8; 1000]).unwrap();
+        assert!(small["binaryData"]["rec.wasm"].is_string());
+        assert_eq!(small["metadata"]["labels"][LABEL], "true");
+
+        let compressible = vec![7u8; 3 << 20];
+        let packed = pack("team-a", "my-rec", "rec", &compressible).unwrap();
+        assert!(packed["binaryData"]["rec.wasm.gz"].is_string());
+
+        let mut noise = vec![0u8; 2 << 20];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for b in &mut noise {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        let err = pack("team-a", "my-rec", "rec", &noise).unwrap_err();
+        assert!(err.contains("cannot be delivered this way"), "{err}");
+    }
+
+    #[test]
+    fn tenant_settings_confine_to_the_namespace() {
+        let s = TenantPolicy::default().settings("team-a/x/rec", "team-a");
+        assert!(s.grant.allows_namespace("team-a"));
+        assert!(!s.grant.allows_namespace("team-b"));
+        assert!(!s.grant.uncached_reads);
+    }
+}

@@ -1,0 +1,838 @@
+//! `reconciled dev`: a folder of `.wasm` modules, watched, each file one guest.
+//!
+//! Every `<name>.wasm` in the folder is reported once at start and again each time its content
+//! changes; a file that goes away is reported as removed. Writers are not atomic, so each file's
+//! events are debounced: a close after writing (or a rename into place) settles in
+//! milliseconds, anything else waits for the writer to go quiet.
+//!
+//! Where it may surprise:
+//! - Only the folder itself is watched, not subfolders, and only names ending in `.wasm` that
+//!   do not start with `.`: editor and build temp files (`x.wasm.tmp`, `.x.wasm.swp`) are
+//!   ignored until they are renamed to `x.wasm`.
+//! - A change is content, not events: touching a file, or rewriting it with the same bytes,
+//!   reports nothing.
+//! - A writer that pauses longer than the settle time mid-file (or writes for longer than
+//!   `max_wait`) is read half-written. The half version is reported, and the finished one
+//!   follows once it is closed; guests that fail to load keep the previous version serving.
+//! - A symlink counts as the file it points to, but only changes to the link itself are seen.
+//! - Two files whose names map to the same guest (`a_b.wasm`, `a-b.wasm`) both report under that
+//!   name; the last one written wins, and a warning says so.
+//! - Deleting or moving the folder stops the source: the receiver yields `None`.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+use notify::{Event, EventKind, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::guest::digest_of;
+
+/// How many changes may wait for the consumer before the watcher stops reading files.
+const CHANGES_BUFFER: usize = 64;
+
+/// Why the folder cannot be watched.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The folder does not exist.
+    #[error(
+        "module folder {path} does not exist; create it, or point `reconciled dev` at the folder your build writes .wasm files to"
+    )]
+    Missing {
+        /// The folder.
+        path: PathBuf,
+    },
+    /// The path exists but is not a folder.
+    #[error(
+        "{path} is not a folder; `reconciled dev` watches a folder of .wasm modules, so pass the folder that holds it"
+    )]
+    NotAFolder {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The folder could not be inspected or listed.
+    #[error("cannot list module folder {path}: {source}; check that this user may read it")]
+    Read {
+        /// The folder.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The OS refused to watch the folder.
+    #[error(
+        "cannot watch module folder {path}: {source}; on Linux the usual cause is the inotify budget (sysctl fs.inotify.max_user_instances and fs.inotify.max_user_watches)"
+    )]
+    Watch {
+        /// The folder.
+        path: PathBuf,
+        /// What the watcher said.
+        #[source]
+        source: notify::Error,
+    },
+}
+
+/// A module file appeared, changed or went away.
+#[derive(Clone)]
+pub enum Change {
+    /// The file exists with content not reported before (always, for the first report).
+    Upsert {
+        /// The guest name, from the file name (see [`guest_name`]).
+        name: String,
+        /// The file.
+        path: PathBuf,
+        /// Its whole content, as read once the writer had settled.
+        bytes: Vec<u8>,
+        /// sha256 of `bytes`, lowercase hex (the same as [`crate::guest::digest_of`]).
+        digest: String,
+        /// When the first filesystem event of this burst arrived (for the initial scan, when
+        /// the scan ran): the start of the write-to-serving latency.
+        changed_at: std::time::Instant,
+    },
+    /// The file is gone. Only sent for files that had an `Upsert`.
+    Remove {
+        /// The guest name, from the file name.
+        name: String,
+        /// The file that was removed (or renamed away).
+        path: PathBuf,
+    },
+}
+
+// Derived Debug would print megabytes of module bytes.
+impl std::fmt::Debug for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::Upsert {
+                name,
+                path,
+                bytes,
+                digest,
+                changed_at,
+            } => f
+                .debug_struct("Upsert")
+                .field("name", name)
+                .field("path", path)
+                .field("len", &bytes.len())
+                .field("digest", digest)
+                .field("changed_at", changed_at)
+                .finish(),
+            Change::Remove { name, path } => f
+                .debug_struct("Remove")
+                .field("name", name)
+                .field("path", path)
+                .finish(),
+        }
+    }
+}
+
+/// How long a file must be quiet before it is read.
+///
+/// Each new event for a file restarts its wait; `max_wait` caps the total so that a file
+/// rewritten continuously is still read now and then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settle {
+    /// Quiet needed after the writer closed the file or renamed it into place [10 ms]: the
+    /// write is most likely complete, and this is the latency every change pays.
+    pub after_close: Duration,
+    /// Quiet needed after any other event (data written, file created or removed) [100 ms]:
+    /// the writer may still be writing, or about to recreate what it removed.
+    pub after_other: Duration,
+    /// Longest wait from the first event of a burst [2 s].
+    pub max_wait: Duration,
+}
+
+impl Default for Settle {
+    fn default() -> Self {
+        Self {
+            after_close: Duration::from_millis(10),
+            after_other: Duration::from_millis(100),
+            max_wait: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Watches a folder of modules. Dropping it stops watching, and the receiver then yields
+/// `None`.
+pub struct DirSource {
+    dir: PathBuf,
+    // Never read: owning it is what keeps the OS watch (and its thread) alive.
+    _watcher: notify::RecommendedWatcher,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for DirSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirSource")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for DirSource {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl DirSource {
+    /// Starts watching `dir` (not its subfolders): first an `Upsert` for every module already
+    /// there, in name order, then one change per settled write.
+    ///
+    /// The receiver yields `None` once the source stops: dropped, the folder deleted or moved,
+    /// or the watcher failed (logged). A file being written while the source starts may be
+    /// reported twice, half-written first.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start(dir: &Path, settle: Settle) -> Result<(DirSource, mpsc::Receiver<Change>), Error> {
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(Error::NotAFolder { path: dir.into() }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Missing { path: dir.into() });
+            }
+            Err(source) => {
+                return Err(Error::Read {
+                    path: dir.into(),
+                    source,
+                });
+            }
+        }
+
+        // notify calls back on its own thread: stamp the event there (the latency starts at the
+        // event, not when the task gets to it) and never block it.
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
+            let _ = events_tx.send((std::time::Instant::now(), event));
+        })
+        .map_err(|source| Error::Watch {
+            path: dir.into(),
+            source,
+        })?;
+        watcher
+            .watch(dir, RecursiveMode::NonRecursive)
+            .map_err(|source| Error::Watch {
+                path: dir.into(),
+                source,
+            })?;
+
+        // Listed after the watch is in place, so a file written in between is either listed or
+        // seen as an event (or both; the digest check drops the repeat).
+        let existing = list_modules(dir).map_err(|source| Error::Read {
+            path: dir.into(),
+            source,
+        })?;
+        let now = Instant::now();
+        let pending = existing
+            .into_iter()
+            .map(|path| {
+                (
+                    path,
+                    Pending {
+                        first: now,
+                        deadline: now,
+                    },
+                )
+            })
+            .collect();
+
+        let (changes, rx) = mpsc::channel(CHANGES_BUFFER);
+        let task = tokio::spawn(
+            Watch {
+                dir: dir.into(),
+                settle,
+                events,
+                changes,
+                pending,
+                emitted: BTreeMap::new(),
+            }
+            .run(),
+        );
+        Ok((
+            DirSource {
+                dir: dir.into(),
+                _watcher: watcher,
+                task,
+            },
+            rx,
+        ))
+    }
+}
+
+/// The guest name a module file stands for: its file name without `.wasm`, with `_` turned
+/// into `-` (so `configmap_generator.wasm`, as cargo names it, is guest `configmap-generator`).
+///
+/// A name that does not end in `.wasm` is kept whole; a name that is not UTF-8 is converted
+/// lossily.
+pub fn guest_name(path: &Path) -> String {
+    let file = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    file.strip_suffix(".wasm")
+        .unwrap_or(&file)
+        .replace('_', "-")
+}
+
+/// Whether `path` is a module file directly in `dir`.
+fn is_module(dir: &Path, path: &Path) -> bool {
+    path.parent() == Some(dir)
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(".wasm") && !n.starts_with('.'))
+}
+
+/// The module files in `dir` that are (or point to) regular files.
+fn list_modules(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = dir.join(entry?.file_name());
+        if is_module(dir, &path) && std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Reads a module: `None` when it is gone (or is no longer a regular file).
+fn read_module(path: &Path) -> std::io::Result<Option<(Vec<u8>, String)>> {
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => return Ok(None),
+        Ok(_) => {}
+        Err(e) if gone(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let digest = digest_of(&bytes);
+            Ok(Some((bytes, digest)))
+        }
+        Err(e) if gone(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A file with events not yet acted on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pending {
+    /// The first event of the burst.
+    first: Instant,
+    /// When to read the file, unless another event comes first.
+    deadline: Instant,
+}
+
+impl Pending {
+    /// Accounts for an event at `at` that wants `quiet` after it.
+    fn bump(this: Option<Pending>, at: Instant, quiet: Duration, max_wait: Duration) -> Pending {
+        let first = this.map_or(at, |p| p.first.min(at));
+        Pending {
+            first,
+            // The latest event decides, even when it shortens the wait: a close after a write
+            // means the writer is done.
+            deadline: (at + quiet).min(first + max_wait),
+        }
+    }
+}
+
+/// What an event of `kind` means for a path it names: how long to wait for quiet, or `None`
+/// when it does not change content.
+fn quiet_for(kind: &EventKind, settle: &Settle) -> Option<Duration> {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => Some(settle.after_close),
+        // Opens and reads, including our own.
+        EventKind::Access(_) => None,
+        EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Any)) => {
+            Some(settle.after_close)
+        }
+        _ => Some(settle.after_other),
+    }
+}
+
+/// The task behind a [`DirSource`].
+struct Watch {
+    dir: PathBuf,
+    settle: Settle,
+    events: mpsc::UnboundedReceiver<(std::time::Instant, notify::Result<Event>)>,
+    changes: mpsc::Sender<Change>,
+    pending: BTreeMap<PathBuf, Pending>,
+    /// The digest last reported per file; a file is here iff its last report was an `Upsert`.
+    emitted: BTreeMap<PathBuf, String>,
+}
+
+impl Watch {
+    async fn run(mut self) {
+        loop {
+            // Everything already queued first: an event that arrived just before a deadline
+            // postpones it, rather than letting us read a file its writer has resumed writing.
+            loop {
+                match self.events.try_recv() {
+                    Ok((at, event)) => {
+                        if self.on_event(at, event).is_break() {
+                            return;
+                        }
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => return,
+                }
+            }
+            if self.flush_due().await.is_break() {
+                return;
+            }
+            let next = self.pending.values().map(|p| p.deadline).min();
+            tokio::select! {
+                event = self.events.recv() => match event {
+                    Some((at, event)) => {
+                        if self.on_event(at, event).is_break() {
+                            return;
+                        }
+                    }
+                    None => return,
+                },
+                () = sleep_until(next) => {}
+            }
+        }
+    }
+
+    fn on_event(
+        &mut self,
+        at: std::time::Instant,
+        event: notify::Result<Event>,
+    ) -> ControlFlow<()> {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::error!(folder = %self.dir.display(), error = %e, "watching the module folder failed; no further changes will be picked up (restart `reconciled dev`)");
+                return ControlFlow::Break(());
+            }
+        };
+        let at = Instant::from_std(at);
+        if event.need_rescan() {
+            return self.rescan(at);
+        }
+        for (i, path) in event.paths.iter().enumerate() {
+            if path.as_path() == self.dir {
+                if matches!(
+                    event.kind,
+                    EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+                ) {
+                    tracing::error!(folder = %self.dir.display(), "the module folder was removed or moved; no further changes will be picked up (recreate it and restart `reconciled dev`)");
+                    return ControlFlow::Break(());
+                }
+                continue;
+            }
+            if !is_module(&self.dir, path) {
+                continue;
+            }
+            let quiet = match event.kind {
+                // A rename reported as one event: from, then to.
+                EventKind::Modify(ModifyKind::Name(RenameMode::Both)) if i == 0 => {
+                    Some(self.settle.after_other)
+                }
+                EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => {
+                    Some(self.settle.after_close)
+                }
+                ref kind => quiet_for(kind, &self.settle),
+            };
+            if let Some(quiet) = quiet {
+                self.mark(path.clone(), at, quiet);
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn mark(&mut self, path: PathBuf, at: Instant, quiet: Duration) {
+        let previous = self.pending.get(&path).copied();
+        self.pending.insert(
+            path,
+            Pending::bump(previous, at, quiet, self.settle.max_wait),
+        );
+    }
+
+    /// Events were lost (the OS queue overflowed): every file may have changed.
+    fn rescan(&mut self, at: Instant) -> ControlFlow<()> {
+        tracing::warn!(folder = %self.dir.display(), "file events were lost; rereading every module in the folder");
+        let listed = match list_modules(&self.dir) {
+            Ok(listed) => listed,
+            Err(e) => {
+                tracing::error!(folder = %self.dir.display(), error = %e, "cannot list the module folder; no further changes will be picked up (restart `reconciled dev`)");
+                return ControlFlow::Break(());
+            }
+        };
+        // Reported files that are no longer listed get read too, which reports them removed.
+        let known: Vec<PathBuf> = self.emitted.keys().cloned().collect();
+        for path in listed.into_iter().chain(known) {
+            self.mark(path, at, self.settle.after_close);
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Reads every file whose wait is over and reports what changed.
+    async fn flush_due(&mut self) -> ControlFlow<()> {
+        let now = Instant::now();
+        let due: Vec<(PathBuf, Pending)> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(path, p)| (path.clone(), *p))
+            .collect();
+        for (path, pending) in due {
+            self.pending.remove(&path);
+            let file = path.clone();
+            // Off the runtime: a module is megabytes, and hashing it takes milliseconds.
+            let read = tokio::task::spawn_blocking(move || read_module(&file)).await;
+            let change = match read {
+                Ok(Ok(Some((bytes, digest)))) => {
+                    if self.emitted.get(&path) == Some(&digest) {
+                        continue;
+                    }
+                    let name = guest_name(&path);
+                    if let Some(other) = self
+                        .emitted
+                        .keys()
+                        .find(|p| **p != path && guest_name(p) == name)
+                    {
+                        tracing::warn!(guest = %name, file = %path.display(), other = %other.display(), "two module files map to the same guest; the last one written wins (rename one of them)");
+                    }
+                    self.emitted.insert(path.clone(), digest.clone());
+                    Change::Upsert {
+                        name,
+                        path,
+                        bytes,
+                        digest,
+                        changed_at: pending.first.into_std(),
+                    }
+                }
+                Ok(Ok(None)) => {
+                    if self.emitted.remove(&path).is_none() {
+                        continue;
+                    }
+                    Change::Remove {
+                        name: guest_name(&path),
+                        path,
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(file = %path.display(), error = %e, "cannot read module; the previous version keeps serving, and the file is read again on its next change");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "reading module failed; the previous version keeps serving, and the file is read again on its next change");
+                    continue;
+                }
+            };
+            if self.changes.send(change).await.is_err() {
+                // Nobody is listening any more.
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    /// A folder under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(test: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!(
+                "reconciled-dir-{}-{test}-{}",
+                std::process::id(),
+                fastrand::u64(..)
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+
+        fn path(&self, name: &str) -> PathBuf {
+            self.0.join(name)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Every change that arrives within `window`.
+    async fn changes_within(rx: &mut mpsc::Receiver<Change>, window: Duration) -> Vec<Change> {
+        let end = Instant::now() + window;
+        let mut got = Vec::new();
+        while let Ok(Some(change)) = tokio::time::timeout_at(end, rx.recv()).await {
+            got.push(change);
+        }
+        got
+    }
+
+    fn upsert(change: &Change) -> (&str, &[u8]) {
+        match change {
+            Change::Upsert {
+                name,
+                bytes,
+                digest,
+                ..
+            } => {
+                assert_eq!(*digest, digest_of(bytes));
+                (name.as_str(), bytes.as_slice())
+            }
+            Change::Remove { .. } => panic!("expected an Upsert, got {change:?}"),
+        }
+    }
+
+    /// Long enough for any settle (100 ms after a create, plus scheduling on a busy machine).
+    const WINDOW: Duration = Duration::from_millis(400);
+
+    #[test]
+    fn guest_names_come_from_file_names() {
+        assert_eq!(
+            guest_name(Path::new("/m/configmap_generator.wasm")),
+            "configmap-generator"
+        );
+        assert_eq!(guest_name(Path::new("a.b.wasm")), "a.b");
+        assert_eq!(guest_name(Path::new("plain")), "plain");
+        let dir = Path::new("/m");
+        assert!(is_module(dir, Path::new("/m/x.wasm")));
+        assert!(!is_module(dir, Path::new("/m/x.wasm.tmp")));
+        assert!(!is_module(dir, Path::new("/m/.x.wasm.swp")));
+        assert!(!is_module(dir, Path::new("/m/.x.wasm")));
+        assert!(!is_module(dir, Path::new("/m/sub/x.wasm")));
+    }
+
+    #[test]
+    fn default_settle_coalesces_a_chunked_write_and_caps_the_wait() {
+        // The debounce arithmetic of test (b) below, exactly and with the defaults: ten chunks
+        // 5 ms apart, each written then closed.
+        let s = Settle::default();
+        let t0 = Instant::now();
+        let mut p = None;
+        for chunk in 0..10u64 {
+            let written = t0 + Duration::from_millis(5 * chunk);
+            let closed = written + Duration::from_micros(200);
+            let q = Pending::bump(p, written, s.after_other, s.max_wait);
+            assert_eq!(q.deadline, written + s.after_other);
+            let q = Pending::bump(Some(q), closed, s.after_close, s.max_wait);
+            assert_eq!(q.deadline, closed + s.after_close);
+            if let Some(prev) = p {
+                assert!(prev.deadline > written, "chunk {chunk} would be read early");
+            }
+            p = Some(q);
+        }
+        let p = p.unwrap();
+        assert_eq!(p.first, t0);
+        assert_eq!(
+            p.deadline,
+            t0 + Duration::from_millis(45) + Duration::from_micros(200) + s.after_close
+        );
+
+        // A writer that never goes quiet is read after max_wait.
+        let mut p = None;
+        for ms in (0..3000).step_by(50) {
+            p = Some(Pending::bump(
+                p,
+                t0 + Duration::from_millis(ms),
+                s.after_other,
+                s.max_wait,
+            ));
+            assert!(p.unwrap().deadline <= t0 + s.max_wait);
+        }
+    }
+
+    #[test]
+    fn event_kinds_choose_the_wait() {
+        use notify::event::{CreateKind, DataChange, RemoveKind};
+        let s = Settle::default();
+        let close = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        let open = EventKind::Access(AccessKind::Open(AccessMode::Any));
+        let to = EventKind::Modify(ModifyKind::Name(RenameMode::To));
+        let from = EventKind::Modify(ModifyKind::Name(RenameMode::From));
+        let data = EventKind::Modify(ModifyKind::Data(DataChange::Any));
+        assert_eq!(quiet_for(&close, &s), Some(s.after_close));
+        assert_eq!(quiet_for(&to, &s), Some(s.after_close));
+        assert_eq!(quiet_for(&open, &s), None);
+        for kind in [
+            from,
+            data,
+            EventKind::Create(CreateKind::File),
+            EventKind::Remove(RemoveKind::File),
+        ] {
+            assert_eq!(quiet_for(&kind, &s), Some(s.after_other), "{kind:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn start_refuses_a_missing_folder_or_a_file() {
+        let dir = TempDir::new("refuses");
+        let missing = dir.path("nope");
+        let err = DirSource::start(&missing, Settle::default()).unwrap_err();
+        assert!(matches!(err, Error::Missing { .. }), "{err}");
+        assert!(
+            err.to_string().contains(&*missing.to_string_lossy()),
+            "{err}"
+        );
+        let file = dir.path("x.wasm");
+        std::fs::write(&file, b"x").unwrap();
+        let err = DirSource::start(&file, Settle::default()).unwrap_err();
+        assert!(matches!(err, Error::NotAFolder { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_module_present_at_start_is_reported_once() {
+        let dir = TempDir::new("existing");
+        std::fs::write(dir.path("b_guest.wasm"), b"bbb").unwrap();
+        std::fs::write(dir.path("a.wasm"), b"aaa").unwrap();
+        std::fs::write(dir.path("notes.txt"), b"not a module").unwrap();
+        let (_source, mut rx) = DirSource::start(&dir.0, Settle::default()).unwrap();
+        let got = changes_within(&mut rx, WINDOW).await;
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(upsert(&got[0]), ("a", &b"aaa"[..]), "sorted by name");
+        assert_eq!(upsert(&got[1]), ("b-guest", &b"bbb"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_write_in_chunks_is_reported_once_with_the_final_bytes() {
+        let dir = TempDir::new("chunks");
+        // The default 10 ms after a close leaves 5 ms of slack over these 5 ms gaps, which a
+        // busy two-core machine can eat; 40 ms keeps the test about the behaviour (gaps shorter
+        // than the settle coalesce), and the test above checks the defaults' arithmetic.
+        let settle = Settle {
+            after_close: Duration::from_millis(40),
+            ..Settle::default()
+        };
+        let (_source, mut rx) = DirSource::start(&dir.0, settle).unwrap();
+        let path = dir.path("m.wasm");
+        let mut expected = Vec::new();
+        for chunk in 0..10u8 {
+            let bytes = vec![chunk; 1000];
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .unwrap();
+            f.write_all(&bytes).unwrap();
+            drop(f);
+            expected.extend_from_slice(&bytes);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let got = changes_within(&mut rx, WINDOW).await;
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(upsert(&got[0]), ("m", &expected[..]));
+    }
+
+    #[tokio::test]
+    async fn a_temp_file_renamed_into_place_is_reported_once() {
+        let dir = TempDir::new("rename");
+        // A rename settles after `after_close`; were it treated as a write, this test would wait
+        // the 2 s `after_other` and see nothing within its window.
+        let settle = Settle {
+            after_other: Duration::from_secs(2),
+            max_wait: Duration::from_secs(3),
+            ..Settle::default()
+        };
+        let (_source, mut rx) = DirSource::start(&dir.0, settle).unwrap();
+        let tmp = dir.path("m.wasm.tmp");
+        std::fs::write(&tmp, b"new version").unwrap();
+        std::fs::rename(&tmp, dir.path("m.wasm")).unwrap();
+        let got = changes_within(&mut rx, Duration::from_secs(1)).await;
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(upsert(&got[0]), ("m", &b"new version"[..]));
+    }
+
+    #[tokio::test]
+    async fn rewriting_the_same_bytes_reports_nothing() {
+        let dir = TempDir::new("same");
+        let path = dir.path("m.wasm");
+        std::fs::write(&path, b"v1").unwrap();
+        let (_source, mut rx) = DirSource::start(&dir.0, Settle::default()).unwrap();
+        assert_eq!(changes_within(&mut rx, WINDOW).await.len(), 1);
+        std::fs::write(&path, b"v1").unwrap();
+        let got = changes_within(&mut rx, Duration::from_millis(300)).await;
+        assert!(got.is_empty(), "{got:?}");
+        // A real change after that is still seen.
+        std::fs::write(&path, b"v2").unwrap();
+        let got = changes_within(&mut rx, WINDOW).await;
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(upsert(&got[0]), ("m", &b"v2"[..]));
+    }
+
+    #[tokio::test]
+    async fn deleting_a_module_reports_a_remove() {
+        let dir = TempDir::new("delete");
+        let path = dir.path("m.wasm");
+        std::fs::write(&path, b"v1").unwrap();
+        let (_source, mut rx) = DirSource::start(&dir.0, Settle::default()).unwrap();
+        assert_eq!(changes_within(&mut rx, WINDOW).await.len(), 1);
+        std::fs::remove_file(&path).unwrap();
+        let got = changes_within(&mut rx, WINDOW).await;
+        assert_eq!(got.len(), 1, "{got:?}");
+        match &got[0] {
+            Change::Remove { name, path: p } => assert_eq!((name.as_str(), p), ("m", &path)),
+            other => panic!("expected a Remove, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn files_that_are_not_modules_report_nothing() {
+        let dir = TempDir::new("others");
+        let (_source, mut rx) = DirSource::start(&dir.0, Settle::default()).unwrap();
+        std::fs::write(dir.path("notes.txt"), b"x").unwrap();
+        std::fs::write(dir.path("m.wasm.tmp"), b"x").unwrap();
+        std::fs::write(dir.path(".m.wasm.swp"), b"x").unwrap();
+        std::fs::create_dir(dir.path("sub")).unwrap();
+        std::fs::write(dir.path("sub/n.wasm"), b"x").unwrap();
+        std::fs::remove_file(dir.path("m.wasm.tmp")).unwrap();
+        let got = changes_within(&mut rx, Duration::from_millis(300)).await;
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn two_files_changed_together_are_reported_once_each() {
+        let dir = TempDir::new("two");
+        let (_source, mut rx) = DirSource::start(&dir.0, Settle::default()).unwrap();
+        std::fs::write(dir.path("a.wasm"), b"aaa").unwrap();
+        std::fs::write(dir.path("b.wasm"), b"bbb").unwrap();
+        let got = changes_within(&mut rx, WINDOW).await;
+        assert_eq!(got.len(), 2, "{got:?}");
+        let mut seen: Vec<_> = got.iter().map(upsert).collect();
+        seen.sort();
+        assert_eq!(seen, [("a", &b"aaa"[..]), ("b", &b"bbb"[..])]);
+    }
+
+    #[tokio::test]
+    async fn deleting_the_folder_stops_the_source() {
+        let dir = TempDir::new("gone");
+        let (_source, mut rx) = DirSource::start(&dir.0, Settle::default()).unwrap();
+        std::fs::remove_dir(&dir.0).unwrap();
+        let end = tokio::time::timeout(WINDOW, rx.recv()).await;
+        assert!(matches!(end, Ok(None)), "{end:?}");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_source_closes_the_receiver() {
+        let dir = TempDir::new("drop");
+        let (source, mut rx) = DirSource::start(&dir.0, Settle::default()).unwrap();
+        drop(source);
+        let end = tokio::time::timeout(WINDOW, rx.recv()).await;
+        assert!(matches!(end, Ok(None)), "{end:?}");
+    }
+}

@@ -1,0 +1,779 @@
+//! Supervisor: the guests this host runs, by name, and the reload protocol every module source
+//! (a config file, the dev folder, tenant ConfigMaps) goes through.
+//!
+//! Loading a version: compile off the async runtime (or load the precompiled artifact), then
+//! validate (instantiate, `describe`, check the grant, start and sync any informer only the new
+//! version reads), then swap between reconciles. A module that fails any step is rejected: the
+//! previous version keeps serving, and the reason goes to the log, to
+//! `reconciled_module_rejections_total`, to the guest's status and, for a ConfigMap, to a
+//! Kubernetes Event on it.
+//!
+//! Where it may surprise:
+//! - The same bytes twice are one load: a version already serving, or already rejected, is
+//!   not loaded again (no second Event for a module that did not change).
+//! - Loads of one guest are serialised; loads of different guests run concurrently.
+//! - A first load that passes validation serves even if its informers are not synced yet (for
+//!   example forbidden by RBAC): reconciles wait, and `/readyz` names the rule to add. A
+//!   *reload* instead waits for new informers and is rejected if they do not sync, since an
+//!   older version is serving and should keep doing so.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::artifact_cache::Origin;
+use crate::controller::{self, Controller, Settings};
+use crate::factory::InformerFactory;
+use crate::guest::{LoadError, Runtime, digest_of};
+use crate::metrics::{Exposition, Kind};
+
+/// Where a guest's module comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A `[[guest]]` of the host config file, or `--guest`.
+    File(std::path::PathBuf),
+    /// A file in the folder `reconciled dev` watches.
+    DevFolder(std::path::PathBuf),
+    /// A key of a labelled ConfigMap.
+    ConfigMap {
+        /// Its namespace: the guest's tenant namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The `binaryData` key.
+        key: String,
+        /// Its uid, for Events.
+        uid: String,
+    },
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::File(p) => write!(f, "file {}", p.display()),
+            Source::DevFolder(p) => write!(f, "dev folder file {}", p.display()),
+            Source::ConfigMap {
+                namespace,
+                name,
+                key,
+                ..
+            } => write!(f, "configmap {namespace}/{name} key {key}"),
+        }
+    }
+}
+
+/// Why a module was rejected, as the `reason` label of the rejection metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// The bytes could not be read or unpacked (for example a bad `.wasm.gz`).
+    Unreadable,
+    /// Not wasm, or not a component.
+    Invalid,
+    /// A component of another world.
+    WrongWorld,
+    /// `describe()` trapped, timed out or returned something malformed.
+    Describe,
+    /// The declaration exceeds the grant.
+    Grant,
+    /// An informer only the new version reads did not sync.
+    Informer,
+    /// The host could not run it (engine trouble): not the module's fault.
+    Host,
+}
+
+impl Reason {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::Unreadable => "unreadable",
+            Reason::Invalid => "invalid",
+            Reason::WrongWorld => "wrong-world",
+            Reason::Describe => "describe",
+            Reason::Grant => "grant",
+            Reason::Informer => "informer",
+            Reason::Host => "host",
+        }
+    }
+}
+
+/// What [`Supervisor::apply`] did.
+#[derive(Debug, Clone)]
+pub enum Applied {
+    /// The guest was not running; it is now.
+    Loaded {
+        /// The module's sha256.
+        digest: String,
+    },
+    /// A new version replaced the serving one.
+    Reloaded {
+        /// The new module's sha256.
+        digest: String,
+        /// What changed.
+        reload: controller::Reload,
+    },
+    /// These bytes are already serving, or were already rejected: nothing done.
+    Unchanged,
+    /// The module was rejected; whatever served before still serves.
+    Rejected {
+        /// The category.
+        reason: Reason,
+        /// The full message.
+        message: String,
+    },
+}
+
+/// Tunables.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How long a reload waits for informers only the new version reads [30 s].
+    pub sync_timeout: Duration,
+    /// Post Kubernetes Events on ConfigMap sources [true].
+    pub events: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            sync_timeout: Duration::from_secs(30),
+            events: true,
+        }
+    }
+}
+
+struct Entry {
+    source: Source,
+    settings: Settings,
+    controller: Option<Arc<Controller>>,
+    loads: u64,
+    rejections: BTreeMap<Reason, u64>,
+    last_error: Option<String>,
+    rejected_digest: Option<String>,
+    last_load: Option<LoadTiming>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LoadTiming {
+    compile: Duration,
+    total: Duration,
+    origin: Origin,
+}
+
+/// The guests of one host.
+pub struct Supervisor {
+    runtime: Runtime,
+    factory: Arc<InformerFactory>,
+    client: kube::Client,
+    options: Options,
+    guests: Mutex<BTreeMap<String, Entry>>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    unloads: AtomicU64,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("guests", &self.names())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Supervisor {
+    /// A supervisor loading modules with `runtime` and reading through `factory`'s informers.
+    pub fn new(
+        runtime: Runtime,
+        factory: Arc<InformerFactory>,
+        client: kube::Client,
+        options: Options,
+    ) -> Self {
+        Self {
+            runtime,
+            factory,
+            client,
+            options,
+            guests: Mutex::new(BTreeMap::new()),
+            locks: Mutex::new(HashMap::new()),
+            unloads: AtomicU64::new(0),
+            started: Instant::now(),
+        }
+    }
+
+    /// The informer factory guests share.
+    pub fn factory(&self) -> &Arc<InformerFactory> {
+        &self.factory
+    }
+
+    /// Guest names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.guests.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// Names of the guests whose source satisfies `f`.
+    pub fn names_where(&self, f: impl Fn(&Source) -> bool) -> Vec<String> {
+        self.guests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, e)| f(&e.source))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// The serving controller of `name`.
+    pub fn controller(&self, name: &str) -> Option<Arc<Controller>> {
+        self.guests
+            .lock()
+            .unwrap()
+            .get(name)
+            .and_then(|e| e.controller.clone())
+    }
+
+    /// The last error of `name` (a rejection), if any.
+    pub fn last_error(&self, name: &str) -> Option<String> {
+        self.guests
+            .lock()
+            .unwrap()
+            .get(name)
+            .and_then(|e| e.last_error.clone())
+    }
+
+    fn lock_for(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap()
+            .entry(name.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Loads `bytes` as guest `name`: starts it, or reloads it if it runs. See the module docs
+    /// for the protocol. Never fails: a rejection is an outcome, recorded everywhere.
+    pub async fn apply(
+        &self,
+        name: &str,
+        source: Source,
+        settings: Settings,
+        bytes: Vec<u8>,
+    ) -> Applied {
+        let lock = self.lock_for(name);
+        let _serial = lock.lock().await;
+        let started = Instant::now();
+        let digest = if bytes.len() > (1 << 20) {
+            let b = bytes.clone();
+            tokio::task::spawn_blocking(move || digest_of(&b))
+                .await
+                .unwrap_or_default()
+        } else {
+            digest_of(&bytes)
+        };
+        let running = {
+            let guests = self.guests.lock().unwrap();
+            match guests.get(name) {
+                Some(e) if e.settings == settings => {
+                    let serving = e.controller.as_ref().map(|c| c.digest());
+                    if serving.as_deref() == Some(digest.as_str())
+                        || e.rejected_digest.as_deref() == Some(digest.as_str())
+                    {
+                        return Applied::Unchanged;
+                    }
+                    e.controller.clone()
+                }
+                // New settings (another grant, limits): start afresh.
+                Some(_) | None => None,
+            }
+        };
+
+        let module = match self.runtime.compile(bytes).await {
+            Ok(m) => m,
+            Err(e) => {
+                let reason = match e {
+                    LoadError::Invalid { .. } => Reason::Invalid,
+                    LoadError::WrongWorld { .. } => Reason::WrongWorld,
+                    LoadError::Describe { .. } => Reason::Describe,
+                    LoadError::Engine(_) => Reason::Host,
+                };
+                return self.reject(name, source, settings, &digest, reason, e.to_string());
+            }
+        };
+        let compile = module.compile_time();
+        let origin = module.origin();
+        let result = match &running {
+            Some(c) => c
+                .reload(&self.factory, module, self.options.sync_timeout)
+                .await
+                .map(|reload| (c.clone(), Some(reload))),
+            None => Controller::start(&self.factory, self.client.clone(), module, settings.clone())
+                .await
+                .map(|c| (c, None)),
+        };
+        let (controller, reload) = match result {
+            Ok(ok) => ok,
+            Err(e) => {
+                let reason = match e {
+                    controller::Error::Describe { .. } | controller::Error::Invalid { .. } => {
+                        Reason::Describe
+                    }
+                    controller::Error::Grant(_) => Reason::Grant,
+                    controller::Error::Informer { .. } => Reason::Informer,
+                };
+                return self.reject(name, source, settings, &digest, reason, e.to_string());
+            }
+        };
+        let timing = LoadTiming {
+            compile,
+            total: started.elapsed(),
+            origin,
+        };
+        tracing::info!(guest = %name, %digest, %source, compile = ?timing.compile, total = ?timing.total, from_cache = matches!(origin, Origin::Cache), "{}", if reload.is_some() { "new version serving" } else { "guest loaded" });
+        let message = format!(
+            "guest {name}: serving sha256 {digest} ({} in {} ms, {} ms end to end)",
+            if origin == Origin::Cache {
+                "loaded precompiled"
+            } else {
+                "compiled"
+            },
+            compile.as_millis(),
+            timing.total.as_millis()
+        );
+        self.event(&source, "Normal", "ModuleLoaded", message);
+        let mut guests = self.guests.lock().unwrap();
+        let entry = guests.entry(name.to_string()).or_insert_with(|| Entry {
+            source: source.clone(),
+            settings: settings.clone(),
+            controller: None,
+            loads: 0,
+            rejections: BTreeMap::new(),
+            last_error: None,
+            rejected_digest: None,
+            last_load: None,
+        });
+        let old = entry.controller.replace(controller);
+        entry.source = source;
+        entry.settings = settings;
+        entry.loads += 1;
+        entry.last_error = None;
+        entry.rejected_digest = None;
+        entry.last_load = Some(timing);
+        drop(guests);
+        // A replaced controller (new settings) stops when its last reconcile returns.
+        drop(old);
+        match reload {
+            Some(reload) => Applied::Reloaded { digest, reload },
+            None => Applied::Loaded { digest },
+        }
+    }
+
+    /// Records a module that could not even be handed to the runtime (for example a
+    /// `.wasm.gz` that does not unpack). The guest's serving version, if any, stays.
+    pub async fn reject_unreadable(
+        &self,
+        name: &str,
+        source: Source,
+        settings: Settings,
+        digest: &str,
+        message: String,
+    ) -> Applied {
+        let lock = self.lock_for(name);
+        let _serial = lock.lock().await;
+        {
+            let guests = self.guests.lock().unwrap();
+            if guests
+                .get(name)
+                .is_some_and(|e| e.rejected_digest.as_deref() == Some(digest))
+            {
+                return Applied::Unchanged;
+            }
+        }
+        self.reject(name, source, settings, digest, Reason::Unreadable, message)
+    }
+
+    fn reject(
+        &self,
+        name: &str,
+        source: Source,
+        settings: Settings,
+        digest: &str,
+        reason: Reason,
+        message: String,
+    ) -> Applied {
+        let mut guests = self.guests.lock().unwrap();
+        let entry = guests.entry(name.to_string()).or_insert_with(|| Entry {
+            source: source.clone(),
+            settings,
+            controller: None,
+            loads: 0,
+            rejections: BTreeMap::new(),
+            last_error: None,
+            rejected_digest: None,
+            last_load: None,
+        });
+        *entry.rejections.entry(reason).or_default() += 1;
+        entry.last_error = Some(message.clone());
+        entry.rejected_digest = Some(digest.to_string());
+        let serving = entry.controller.as_ref().map(|c| c.digest());
+        drop(guests);
+        let keeps = match &serving {
+            Some(d) => format!("; sha256 {d} keeps serving"),
+            None => "; the guest is not running".to_string(),
+        };
+        tracing::error!(guest = %name, %digest, %source, reason = reason.label(), "module rejected: {message}{keeps}");
+        self.event(
+            &source,
+            "Warning",
+            "ModuleRejected",
+            format!("guest {name}: module sha256 {digest} rejected: {message}{keeps}"),
+        );
+        Applied::Rejected { reason, message }
+    }
+
+    /// Unloads `name`: its workers stop (a reconcile in flight is cancelled) and informers no
+    /// other guest reads are released. Returns whether it existed.
+    pub async fn remove(&self, name: &str) -> bool {
+        let lock = self.lock_for(name);
+        let _serial = lock.lock().await;
+        let Some(entry) = self.guests.lock().unwrap().remove(name) else {
+            return false;
+        };
+        self.locks.lock().unwrap().remove(name);
+        self.unloads.fetch_add(1, Ordering::Relaxed);
+        let digest = entry.controller.as_ref().map(|c| c.digest());
+        tracing::info!(guest = %name, source = %entry.source, ?digest, "guest unloaded");
+        self.event(
+            &entry.source,
+            "Normal",
+            "ModuleUnloaded",
+            format!("guest {name}: unloaded; its informers are released"),
+        );
+        true
+    }
+
+    /// Posts an Event about a ConfigMap source, in the background: a slow or failing Event
+    /// never holds up a load. Other sources have no object to attach one to.
+    fn event(&self, source: &Source, type_: &str, reason: &str, message: String) {
+        let Source::ConfigMap {
+            namespace,
+            name,
+            uid,
+            ..
+        } = source
+        else {
+            return;
+        };
+        if !self.options.events {
+            return;
+        }
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let event = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": format!("{name}.{:016x}", fastrand::u64(..)),
+                "namespace": namespace,
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "namespace": namespace,
+                "name": name,
+                "uid": uid,
+            },
+            "type": type_,
+            "reason": reason,
+            // The API caps messages at 1 KiB.
+            "message": truncate(&message, 1000),
+            "source": { "component": "reconciled" },
+            "reportingComponent": "reconciled",
+            "reportingInstance": hostname(),
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        });
+        let client = self.client.clone();
+        let path = format!("/api/v1/namespaces/{namespace}/events");
+        tokio::spawn(async move {
+            let req = http::Request::post(path)
+                .header("content-type", "application/json")
+                .body(event.to_string().into_bytes());
+            let result = match req {
+                Ok(req) => client
+                    .request::<serde_json::Value>(req)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = result {
+                tracing::warn!("could not record an Event (the host needs create on events): {e}");
+            }
+        });
+    }
+
+    /// Timing of the last successful load of `name`: compile (or cache load) time, end to end
+    /// time, and whether the artifact came from the cache.
+    pub fn last_load(&self, name: &str) -> Option<(Duration, Duration, Origin)> {
+        self.guests
+            .lock()
+            .unwrap()
+            .get(name)
+            .and_then(|e| e.last_load)
+            .map(|t| (t.compile, t.total, t.origin))
+    }
+
+    /// The status document (`/status`, `reconciled status`).
+    pub fn status(&self) -> serde_json::Value {
+        let guests = self.guests.lock().unwrap();
+        let list: Vec<serde_json::Value> = guests
+            .iter()
+            .map(|(name, e)| {
+                let snap = e.controller.as_ref().map(|c| c.snapshot());
+                serde_json::json!({
+                    "name": name,
+                    "state": if snap.is_some() { "serving" } else { "rejected" },
+                    "digest": snap.as_ref().map(|s| s.digest.clone()),
+                    "source": e.source.to_string(),
+                    "loaded_at": snap.as_ref().map(|s| rfc3339(s.loaded_at)),
+                    "loads": e.loads,
+                    "rejections": e.rejections.values().sum::<u64>(),
+                    "last_error": e.last_error,
+                    "last_load_ms": e.last_load.map(|t| t.total.as_secs_f64() * 1000.0),
+                    "reconciles": {
+                        "ok": snap.as_ref().map_or(0, |s| s.reconciles_ok),
+                        "failed": snap.as_ref().map_or(0, |s| s.reconciles_failed),
+                        "traps": snap.as_ref().map_or(0, |s| s.traps),
+                    },
+                    "queued": snap.as_ref().map_or(0, |s| s.queued),
+                    "informers": snap.as_ref().map_or(Vec::new(), |s| s.informers.iter().map(|(kind, st)| serde_json::json!({
+                        "kind": kind,
+                        "state": format!("{:?}", st.state),
+                        "message": st.message,
+                    })).collect()),
+                })
+            })
+            .collect();
+        serde_json::json!({ "guests": list, "uptime_seconds": self.started.elapsed().as_secs() })
+    }
+
+    /// Why the host is not ready: one line per serving guest whose informers have not synced.
+    pub fn readiness(&self) -> Result<(), Vec<String>> {
+        let controllers: Vec<Arc<Controller>> = self
+            .guests
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(|e| e.controller.clone())
+            .collect();
+        let reasons: Vec<String> = controllers
+            .iter()
+            .filter_map(|c| c.not_ready().map(|r| format!("guest {}: {r}", c.name())))
+            .collect();
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons)
+        }
+    }
+
+    /// The Prometheus exposition.
+    pub fn metrics(&self) -> String {
+        let mut x = Exposition::new();
+        let guests = self.guests.lock().unwrap();
+        let snaps: Vec<(&String, &Entry, Option<controller::Snapshot>)> = guests
+            .iter()
+            .map(|(n, e)| (n, e, e.controller.as_ref().map(|c| c.snapshot())))
+            .collect();
+
+        x.family(
+            "reconciled_guest_info",
+            "Guests by name, with the sha256 of the module serving (empty when none) and where it came from.",
+            Kind::Gauge,
+        );
+        for (n, e, s) in &snaps {
+            let digest = s.as_ref().map_or("", |s| s.digest.as_str());
+            let source = e.source.to_string();
+            x.sample(
+                &[("guest", n), ("digest", digest), ("source", &source)],
+                1u64,
+            );
+        }
+        x.family(
+            "reconciled_guest_serving",
+            "1 if a version of the guest is serving, 0 if its only versions were rejected.",
+            Kind::Gauge,
+        );
+        for (n, _, s) in &snaps {
+            x.sample(&[("guest", n)], s.is_some());
+        }
+        x.family(
+            "reconciled_module_loads_total",
+            "Versions of the guest swapped in (first load and reloads).",
+            Kind::Counter,
+        );
+        for (n, e, _) in &snaps {
+            x.sample(&[("guest", n)], e.loads);
+        }
+        x.family(
+            "reconciled_module_rejections_total",
+            "Modules rejected, by reason; the previous version kept serving.",
+            Kind::Counter,
+        );
+        for (n, e, _) in &snaps {
+            for (reason, count) in &e.rejections {
+                x.sample(&[("guest", n), ("reason", reason.label())], *count);
+            }
+        }
+        x.family(
+            "reconciled_module_load_seconds",
+            "Duration of the guest's last successful load, from bytes to serving.",
+            Kind::Gauge,
+        );
+        for (n, e, _) in &snaps {
+            if let Some(t) = e.last_load {
+                x.sample(&[("guest", n)], t.total.as_secs_f64());
+            }
+        }
+        x.family(
+            "reconciled_module_unloads_total",
+            "Guests unloaded (module or ConfigMap removed).",
+            Kind::Counter,
+        );
+        x.sample(&[], self.unloads.load(Ordering::Relaxed));
+        x.family(
+            "reconciled_reconciles_total",
+            "Reconciles by result: ok, error (the guest returned an error) or trap.",
+            Kind::Counter,
+        );
+        for (n, _, s) in &snaps {
+            if let Some(s) = s {
+                x.sample(&[("guest", n), ("result", "ok")], s.reconciles_ok);
+                x.sample(&[("guest", n), ("result", "error")], s.reconciles_failed);
+                x.sample(&[("guest", n), ("result", "trap")], s.traps);
+            }
+        }
+        x.family(
+            "reconciled_queue_depth",
+            "Keys waiting in the guest's work queue.",
+            Kind::Gauge,
+        );
+        for (n, _, s) in &snaps {
+            if let Some(s) = s {
+                x.sample(&[("guest", n)], s.queued);
+            }
+        }
+        drop(snaps);
+        drop(guests);
+
+        let informers = self.factory.active();
+        let label = |i: &crate::informer::Informer| {
+            let k = i.key();
+            let gv = if k.group.is_empty() {
+                k.version.clone()
+            } else {
+                format!("{}/{}", k.group, k.version)
+            };
+            (format!("{gv}/{}", k.kind), k.scope.to_string())
+        };
+        let stats: Vec<((String, String), crate::informer::Stats, bool)> = informers
+            .iter()
+            .map(|i| {
+                let synced = matches!(
+                    i.status().state,
+                    crate::informer::State::Synced | crate::informer::State::Degraded
+                );
+                (label(i), i.stats(), synced)
+            })
+            .collect();
+        type Field = fn(&crate::informer::Stats) -> u64;
+        let families: [(&str, &str, Field); 4] = [
+            (
+                "reconciled_informer_lists_total",
+                "LIST requests (pages) made by the informer; after startup these grow only on a relist.",
+                |s| s.lists,
+            ),
+            (
+                "reconciled_informer_relists_total",
+                "Relists after the initial sync (a watch expired or the connection broke for too long).",
+                |s| s.relists,
+            ),
+            (
+                "reconciled_informer_watches_total",
+                "Watches opened.",
+                |s| s.watches,
+            ),
+            (
+                "reconciled_informer_events_total",
+                "Watch events received.",
+                |s| s.events,
+            ),
+        ];
+        for (name, help, field) in families {
+            x.family(name, help, Kind::Counter);
+            for ((kind, scope), s, _) in &stats {
+                x.sample(&[("kind", kind), ("scope", scope)], field(s));
+            }
+        }
+        x.family(
+            "reconciled_informer_synced",
+            "1 once the informer's cache has synced.",
+            Kind::Gauge,
+        );
+        for ((kind, scope), _, synced) in &stats {
+            x.sample(&[("kind", kind), ("scope", scope)], *synced);
+        }
+        x.family(
+            "reconciled_informer_objects",
+            "Objects in the informer's cache.",
+            Kind::Gauge,
+        );
+        for (i, ((kind, scope), _, _)) in informers.iter().zip(&stats) {
+            x.sample(&[("kind", kind), ("scope", scope)], i.store().len());
+        }
+        x.finish()
+    }
+}
+
+impl crate::http::Endpoints for Supervisor {
+    fn metrics(&self) -> String {
+        Supervisor::metrics(self)
+    }
+
+    fn status(&self) -> serde_json::Value {
+        Supervisor::status(self)
+    }
+
+    fn readiness(&self) -> Result<(), Vec<String>> {
+        Supervisor::readiness(self)
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "reconciled".into())
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(t)
+        .map(|t| {
+            t.round(k8s_openapi::jiff::Unit::Second)
+                .unwrap_or(t)
+                .to_string()
+        })
+        .unwrap_or_default()
+}

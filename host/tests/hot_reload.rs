@@ -1,0 +1,505 @@
+//! Hot reload against the real apiserver: swaps under a stream of updates, bad modules
+//! rejected while the old version serves, and guests delivered in ConfigMaps.
+//!
+//! The guest is `guests/stamp`: it writes `stamp.reconciled.dev/seen = <version>:<data.v>` on
+//! every ConfigMap labelled `stamp.reconciled.dev/enabled=true`, so an annotation says which
+//! version reconciled which state.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::Api;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use reconciled::controller::Settings;
+use reconciled::factory::InformerFactory;
+use reconciled::grant::Grant;
+use reconciled::guest::{Runtime, digest_of};
+use reconciled::informer::Options;
+use reconciled::sources::configmap::{ConfigMapSource, LABEL, TenantPolicy};
+use reconciled::supervisor::{self, Applied, Reason, Source, Supervisor};
+use testenv::ControlPlane;
+
+const SEEN: &str = "stamp.reconciled.dev/seen";
+const ENABLED: &str = "stamp.reconciled.dev/enabled";
+
+fn wasm(name: &str) -> Vec<u8> {
+    std::fs::read(common::guests::wasm(name)).unwrap()
+}
+
+fn supervisor(client: &kube::Client) -> Arc<Supervisor> {
+    let dir = std::env::temp_dir().join(format!(
+        "reconciled-test-artifacts-{}-{}",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    let runtime = Runtime::new().unwrap().with_artifact_cache(&dir).unwrap();
+    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
+    Arc::new(Supervisor::new(
+        runtime,
+        factory,
+        client.clone(),
+        supervisor::Options::default(),
+    ))
+}
+
+fn stamped(name: &str, v: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([(ENABLED.to_string(), "true".to_string())].into()),
+            ..Default::default()
+        },
+        data: Some([("v".to_string(), v.to_string())].into()),
+        ..Default::default()
+    }
+}
+
+fn settings(name: &str, ns: &str) -> Settings {
+    Settings {
+        grant: Grant {
+            namespaces: Some([ns.to_string()].into()),
+            kinds: Some(["v1/ConfigMap".to_string()].into()),
+            uncached_reads: false,
+        },
+        workers: 2,
+        ..Settings::new(name)
+    }
+}
+
+/// name → `seen` annotation of every ConfigMap in `ns`.
+async fn seen(api: &Api<ConfigMap>) -> BTreeMap<String, Option<String>> {
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| {
+            let seen = c.metadata.annotations.and_then(|a| a.get(SEEN).cloned());
+            (c.metadata.name.unwrap(), seen)
+        })
+        .collect()
+}
+
+/// Waits until every ConfigMap in `api` carries `want(name)`.
+async fn wait_seen(api: &Api<ConfigMap>, timeout: Duration, want: impl Fn(&str) -> Option<String>) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let now = seen(api).await;
+        let wrong: Vec<_> = now
+            .iter()
+            .filter(|(n, s)| want(n).is_some() && **s != want(n))
+            .collect();
+        if wrong.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {timeout:?}, {} objects not as expected, e.g. {:?} (want {:?})",
+            wrong.len(),
+            wrong[0],
+            want(wrong[0].0)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn lists(sup: &Supervisor) -> (u64, u64) {
+    sup.factory().active().iter().fold((0, 0), |(l, r), i| {
+        let s = i.stats();
+        (l + s.lists + s.watch_list_syncs, r + s.relists)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swaps_under_a_stream_of_updates_keep_cache_queue_and_order() {
+    const OBJECTS: usize = 200;
+    const UPDATES: usize = 5000;
+    const SWAPS: usize = 20;
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "reload-load";
+    namespace(&client, ns).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    for i in 0..OBJECTS {
+        api.create(&PostParams::default(), &stamped(&format!("o-{i}"), "0"))
+            .await
+            .unwrap();
+    }
+    let (v1, v2) = (wasm("stamp_v1"), wasm("stamp_v2"));
+    let sup = supervisor(&client);
+    let loaded = sup
+        .apply(
+            "stamp",
+            Source::File("v1".into()),
+            settings("stamp", ns),
+            v1.clone(),
+        )
+        .await;
+    assert!(matches!(loaded, Applied::Loaded { .. }), "{loaded:?}");
+    wait_seen(&api, Duration::from_secs(60), |_| Some("v1:0".into())).await;
+    let controller = sup.controller("stamp").unwrap();
+    let after_startup = lists(&sup);
+
+    // Writers: at least UPDATES merge patches spread over the objects, 8 at a time, going on
+    // until after the last swap, so that every swap happens under load.
+    let next = Arc::new(AtomicUsize::new(0));
+    let stop_at = Arc::new(AtomicUsize::new(usize::MAX));
+    let writers = (0..8)
+        .map(|_| {
+            let (api, next, stop_at) = (api.clone(), next.clone(), stop_at.clone());
+            tokio::spawn(async move {
+                let mut last = BTreeMap::new();
+                loop {
+                    let u = next.fetch_add(1, Ordering::Relaxed);
+                    if u >= stop_at.load(Ordering::Relaxed) {
+                        return last;
+                    }
+                    let name = format!("o-{}", u % OBJECTS);
+                    let v = (u + 1).to_string();
+                    api.patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(serde_json::json!({"data": {"v": v}})),
+                    )
+                    .await
+                    .unwrap();
+                    last.insert(name, u + 1);
+                }
+            })
+        })
+        .collect::<Vec<_>>();
+
+    // Meanwhile: SWAPS reloads alternating v2, v1, ... (the last is v1 when SWAPS is even).
+    let mut versions = Vec::new();
+    for s in 0..SWAPS {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let (tag, bytes) = if s % 2 == 0 {
+            ("v2", v2.clone())
+        } else {
+            ("v1", v1.clone())
+        };
+        match sup
+            .apply(
+                "stamp",
+                Source::File(tag.into()),
+                settings("stamp", ns),
+                bytes,
+            )
+            .await
+        {
+            Applied::Reloaded { digest, reload } => {
+                assert!(
+                    reload.added.is_empty() && reload.released.is_empty(),
+                    "{reload:?}"
+                );
+                assert_eq!(reload.requeued, OBJECTS, "every primary queued once");
+                versions.push((tag, digest));
+            }
+            other => panic!("swap {s} to {tag}: {other:?}"),
+        }
+    }
+    let last_tag = versions.last().unwrap().0;
+    let updates_by_last_swap = next.load(Ordering::Relaxed);
+    // A few hundred more after the last swap: the last version must see live events too.
+    stop_at.store(UPDATES.max(updates_by_last_swap + 200), Ordering::Relaxed);
+    let mut last: BTreeMap<String, usize> = BTreeMap::new();
+    for w in writers {
+        for (name, v) in w.await.unwrap() {
+            let e = last.entry(name).or_default();
+            *e = (*e).max(v);
+        }
+    }
+    let updates = next.load(Ordering::Relaxed) - 8;
+    assert!(updates >= UPDATES && updates_by_last_swap < updates);
+
+    wait_seen(&api, Duration::from_secs(120), |name| {
+        Some(format!("{last_tag}:{}", last[name]))
+    })
+    .await;
+    assert_eq!(controller.digest(), digest_of(&v1));
+    assert_eq!(
+        lists(&sup),
+        after_startup,
+        "(LISTs, relists) after startup: swaps must not relist"
+    );
+    assert_eq!(
+        controller
+            .counters()
+            .concurrent_same_key
+            .load(Ordering::Relaxed),
+        0,
+        "a key was reconciled by two workers at once"
+    );
+    let started = controller.counters().started.load(Ordering::Relaxed);
+    eprintln!(
+        "{updates} updates ({updates_by_last_swap} by the last swap), {SWAPS} swaps: {started} reconciles, LIST/relist counts {after_startup:?} unchanged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_modules_are_rejected_and_the_old_version_keeps_serving() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "reload-bad";
+    namespace(&client, ns).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    api.create(&PostParams::default(), &stamped("target", "0"))
+        .await
+        .unwrap();
+    let sup = supervisor(&client);
+    let v1 = wasm("stamp_v1");
+    let good = sup
+        .apply(
+            "bad",
+            Source::File("v1".into()),
+            settings("bad", ns),
+            v1.clone(),
+        )
+        .await;
+    assert!(matches!(good, Applied::Loaded { .. }), "{good:?}");
+    wait_seen(&api, Duration::from_secs(30), |_| Some("v1:0".into())).await;
+
+    let cases: [(&str, Vec<u8>, Reason, &str); 4] = [
+        (
+            "not wasm",
+            b"#!/bin/sh\necho not a module\n".to_vec(),
+            Reason::Invalid,
+            "not a valid wasm component",
+        ),
+        (
+            "wrong world",
+            wasm("wrong_world"),
+            Reason::WrongWorld,
+            "does not fit the reconciled:runtime@0.1.0 `reconciler` world",
+        ),
+        (
+            "trap in describe",
+            wasm("stamp_trap"),
+            Reason::Describe,
+            "describe() refuses on purpose",
+        ),
+        (
+            "beyond its grant",
+            wasm("stamp_greedy"),
+            Reason::Grant,
+            "but its grant",
+        ),
+    ];
+    for (i, (what, bytes, reason, says)) in cases.into_iter().enumerate() {
+        let applied = sup
+            .apply("bad", Source::File(what.into()), settings("bad", ns), bytes)
+            .await;
+        match &applied {
+            Applied::Rejected { reason: r, message } => {
+                assert_eq!(*r, reason, "{what}: {message}");
+                assert!(message.contains(says), "{what}: {message}");
+            }
+            other => panic!("{what} was not rejected: {other:?}"),
+        }
+        assert!(sup.last_error("bad").unwrap().contains(says));
+        // The old version still reconciles.
+        let v = (i + 1).to_string();
+        api.patch(
+            "target",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"v": v}})),
+        )
+        .await
+        .unwrap();
+        wait_seen(&api, Duration::from_secs(30), |_| Some(format!("v1:{v}"))).await;
+        assert_eq!(sup.controller("bad").unwrap().digest(), digest_of(&v1));
+    }
+    let metrics = sup.metrics();
+    for reason in ["invalid", "wrong-world", "describe", "grant"] {
+        let line =
+            format!("reconciled_module_rejections_total{{guest=\"bad\",reason=\"{reason}\"}} 1");
+        assert!(metrics.contains(&line), "no {line:?} in\n{metrics}");
+    }
+    let status = sup.status();
+    assert_eq!(status["guests"][0]["state"], "serving");
+    assert_eq!(status["guests"][0]["rejections"], 4);
+
+    // Unloading releases the guest's informer (nobody else reads this namespace).
+    assert!(sup.remove("bad").await);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sup
+        .factory()
+        .active()
+        .iter()
+        .any(|i| i.key().scope.to_string().contains(ns))
+    {
+        assert!(Instant::now() < deadline, "informer not released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(sup.controller("bad").is_none());
+}
+
+async fn events(client: &kube::Client, ns: &str, cm: &str) -> Vec<(String, String)> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(cm))
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+async fn wait_event(client: &kube::Client, ns: &str, cm: &str, reason: &str, says: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let all = events(client, ns, cm).await;
+        if all.iter().any(|(r, m)| r == reason && m.contains(says)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {reason} event saying {says:?} on {ns}/{cm}: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !f() {
+        assert!(
+            started.elapsed() < timeout,
+            "{what}: not within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    started.elapsed()
+}
+
+fn patch_module(bytes: &[u8]) -> Patch<serde_json::Value> {
+    use base64::Engine as _;
+    Patch::Merge(serde_json::json!({
+        "binaryData": { "rec.wasm": base64::engine::general_purpose::STANDARD.encode(bytes) }
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmaps_deliver_reload_reject_and_unload_tenant_guests() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "team-a";
+    namespace(&client, ns).await;
+    let objects: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    objects
+        .create(&PostParams::default(), &stamped("work", "1"))
+        .await
+        .unwrap();
+    let sup = supervisor(&client);
+    let _source =
+        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+    let guest = "team-a/my-rec/rec";
+    let (v1, v2) = (wasm("stamp_v1"), wasm("stamp_v2"));
+
+    // Deliver with kubectl, as a tenant would.
+    let module = common::guests::wasm("stamp_v1");
+    let kubectl = |args: &[&str]| {
+        let out = cp.kubectl().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let from_file = format!("--from-file=rec.wasm={}", module.display());
+    kubectl(&["create", "configmap", "my-rec", "-n", ns, &from_file]);
+    let labelled = Instant::now();
+    kubectl(&[
+        "label",
+        "configmap",
+        "my-rec",
+        "-n",
+        ns,
+        &format!("{LABEL}=true"),
+    ]);
+    let took = wait_until("loaded", Duration::from_secs(2), || {
+        sup.controller(guest).is_some()
+    })
+    .await;
+    let load_latency = labelled.elapsed();
+    eprintln!(
+        "ConfigMap to serving: {took:?} after the label ({load_latency:?} including kubectl)"
+    );
+    assert_eq!(sup.controller(guest).unwrap().digest(), digest_of(&v1));
+    wait_seen(&objects, Duration::from_secs(30), |n| {
+        (n == "work").then(|| "v1:1".into())
+    })
+    .await;
+    wait_event(&client, ns, "my-rec", "ModuleLoaded", &digest_of(&v1)).await;
+
+    // Editing the ConfigMap reloads.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    cms.patch("my-rec", &PatchParams::default(), &patch_module(&v2))
+        .await
+        .unwrap();
+    wait_until("reloaded to v2", Duration::from_secs(5), || {
+        sup.controller(guest)
+            .is_some_and(|c| c.digest() == digest_of(&v2))
+    })
+    .await;
+    wait_seen(&objects, Duration::from_secs(30), |n| {
+        (n == "work").then(|| "v2:1".into())
+    })
+    .await;
+
+    // A bad module is rejected with an Event on the ConfigMap; v2 keeps serving.
+    cms.patch("my-rec", &PatchParams::default(), &patch_module(b"garbage"))
+        .await
+        .unwrap();
+    wait_event(
+        &client,
+        ns,
+        "my-rec",
+        "ModuleRejected",
+        "not a valid wasm component",
+    )
+    .await;
+    // A tenant guest may not reach outside its namespace.
+    cms.patch(
+        "my-rec",
+        &PatchParams::default(),
+        &patch_module(&wasm("stamp_greedy")),
+    )
+    .await
+    .unwrap();
+    wait_event(&client, ns, "my-rec", "ModuleRejected", "kube-system").await;
+    assert_eq!(sup.controller(guest).unwrap().digest(), digest_of(&v2));
+    objects
+        .patch(
+            "work",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"v": "2"}})),
+        )
+        .await
+        .unwrap();
+    wait_seen(&objects, Duration::from_secs(30), |n| {
+        (n == "work").then(|| "v2:2".into())
+    })
+    .await;
+
+    // Deleting the ConfigMap unloads the guest and releases its informer.
+    kubectl(&["delete", "configmap", "my-rec", "-n", ns]);
+    wait_until("unloaded", Duration::from_secs(5), || {
+        sup.controller(guest).is_none() && !sup.names().contains(&guest.to_string())
+    })
+    .await;
+    wait_until("informer released", Duration::from_secs(5), || {
+        !sup.factory().active().iter().any(|i| {
+            i.key().kind == "ConfigMap" && i.key().scope.to_string().contains("labels=stamp")
+        })
+    })
+    .await;
+    wait_event(&client, ns, "my-rec", "ModuleUnloaded", guest).await;
+}
