@@ -503,3 +503,114 @@ async fn configmaps_deliver_reload_reject_and_unload_tenant_guests() {
     .await;
     wait_event(&client, ns, "my-rec", "ModuleUnloaded", guest).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_declaration_starts_new_informers_releases_old_ones_and_keeps_shared_ones() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "reload-decl";
+    namespace(&client, ns).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    api.create(&PostParams::default(), &stamped("work", "1"))
+        .await
+        .unwrap();
+    let sup = supervisor(&client);
+    let open = |name: &str| Settings {
+        grant: Grant::namespaces([ns]),
+        ..Settings::new(name)
+    };
+    // "other" holds the stamp-labelled ConfigMap informer throughout.
+    let (stamp, probe) = (wasm("stamp_v1"), wasm("probe"));
+    for name in ["a", "other"] {
+        let r = sup
+            .apply(
+                name,
+                Source::File("stamp".into()),
+                open(name),
+                stamp.clone(),
+            )
+            .await;
+        assert!(matches!(r, Applied::Loaded { .. }), "{r:?}");
+    }
+    wait_seen(&api, Duration::from_secs(30), |_| Some("v1:1".into())).await;
+    let kinds = |sup: &Supervisor| {
+        let mut k: Vec<String> = sup
+            .factory()
+            .active()
+            .iter()
+            .map(|i| format!("{} {}", i.key().kind, i.key().scope))
+            .collect();
+        k.sort();
+        k
+    };
+    let stamp_informer = format!("ConfigMap ns={ns} labels={ENABLED}=true");
+    assert_eq!(kinds(&sup), vec![stamp_informer.clone()]);
+    let before = lists(&sup);
+
+    // stamp → probe: probe reads every ConfigMap, ServiceAccounts and Pods.
+    match sup
+        .apply("a", Source::File("probe".into()), open("a"), probe.clone())
+        .await
+    {
+        Applied::Reloaded { reload, .. } => {
+            let mut added = reload.added.clone();
+            added.sort();
+            assert_eq!(
+                added,
+                vec!["/v1/ConfigMap", "/v1/Pod", "/v1/ServiceAccount"],
+                "{reload:?}"
+            );
+            assert_eq!(reload.released, vec!["ConfigMap"], "{reload:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The shared informer stayed (held by "other") and was not relisted; the new ones synced.
+    let now = kinds(&sup);
+    assert!(now.contains(&stamp_informer), "{now:?}");
+    assert_eq!(now.len(), 4, "{now:?}");
+    let stamp_stats = sup
+        .factory()
+        .active()
+        .into_iter()
+        .find(|i| i.key().scope.to_string().contains("labels="))
+        .unwrap()
+        .stats();
+    assert_eq!(stamp_stats.relists, 0);
+    assert_eq!(
+        lists(&sup).0 - before.0,
+        3,
+        "one initial LIST (or watch-list sync) per new informer, nothing else"
+    );
+    // The probe now reconciles `work` (it reports `seen:<data.v>`).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = api
+            .get("work")
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .unwrap_or_default();
+        if got.get("probe.reconciled.dev/result").map(String::as_str) == Some("seen:1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{got:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Unloading "other" and swapping "a" back to stamp releases what only probe read.
+    assert!(sup.remove("other").await);
+    let r = sup
+        .apply("a", Source::File("stamp".into()), open("a"), stamp.clone())
+        .await;
+    let Applied::Reloaded { reload, .. } = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(reload.added, vec!["/v1/ConfigMap"]);
+    assert_eq!(reload.released.len(), 3, "{reload:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while kinds(&sup) != vec![stamp_informer.clone()] {
+        assert!(Instant::now() < deadline, "{:?}", kinds(&sup));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,206 @@
+//! `reconciled dev` as a developer runs it: the binary, a folder of modules, the real apiserver.
+//! A rewrite of the module reloads it once, however many file-system events the write makes;
+//! `/status`, `/metrics`, `/healthz`, `/readyz` and `reconciled status` report it.
+
+mod common;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reconciled::guest::digest_of;
+use testenv::ControlPlane;
+
+struct Dev {
+    child: Child,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+fn start(cp: &ControlPlane) -> Dev {
+    let dir = std::env::temp_dir().join(format!(
+        "reconciled-dev-{}-{}",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    std::fs::create_dir_all(dir.join("modules")).unwrap();
+    let addr = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_reconciled"))
+        .arg("dev")
+        .arg(dir.join("modules"))
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig_path())
+        .arg("--listen")
+        .arg(addr.to_string())
+        .env("RECONCILED_CACHE_DIR", dir.join("cache"))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    Dev { child, addr, dir }
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    reconciled::http::get(addr, path).await.ok()
+}
+
+async fn guest(addr: SocketAddr, name: &str) -> Option<serde_json::Value> {
+    let (_, body) = get(addr, "/status").await?;
+    let doc: serde_json::Value = serde_json::from_str(&body).ok()?;
+    doc["guests"]
+        .as_array()?
+        .iter()
+        .find(|g| g["name"] == name)
+        .cloned()
+}
+
+async fn wait_guest(
+    addr: SocketAddr,
+    name: &str,
+    timeout: Duration,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(g) = guest(addr, name).await
+            && ok(&g)
+        {
+            return g;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "guest {name} not as expected within {timeout:?}: {:?}",
+            guest(addr, name).await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Writes `bytes` the way a slow writer does: truncate, then chunks with pauses, closing and
+/// reopening between them, so the watcher sees a burst of events for one change.
+fn write_in_chunks(path: &Path, bytes: &[u8], chunks: usize) {
+    std::fs::File::create(path).unwrap();
+    for chunk in bytes.chunks(bytes.len().div_ceil(chunks)) {
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        f.write_all(chunk).unwrap();
+        drop(f);
+        std::thread::sleep(Duration::from_millis(3));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewriting_a_module_reloads_it_once_and_the_endpoints_report_it() {
+    let cp = ControlPlane::shared();
+    let v1 = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
+    let v2 = std::fs::read(common::guests::wasm("stamp_v2")).unwrap();
+    let dev = start(cp);
+    let module = dev.dir.join("modules/stamp.wasm");
+    let addr = dev.addr;
+
+    // Present before the folder is watched or after: either way it loads.
+    std::fs::write(&module, &v1).unwrap();
+    let g = wait_guest(addr, "stamp", Duration::from_secs(60), |g| {
+        g["state"] == "serving"
+    })
+    .await;
+    assert_eq!(g["digest"], digest_of(&v1));
+    assert_eq!(g["loads"], 1);
+
+    // One rewrite, written as a burst of events: one reload.
+    tokio::task::spawn_blocking({
+        let (module, v2) = (module.clone(), v2.clone());
+        move || write_in_chunks(&module, &v2, 8)
+    })
+    .await
+    .unwrap();
+    wait_guest(addr, "stamp", Duration::from_secs(10), |g| {
+        g["digest"] == digest_of(&v2)
+    })
+    .await;
+    // Give stray events time to cause a second load, if they were going to.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let g = guest(addr, "stamp").await.unwrap();
+    assert_eq!(g["loads"], 2, "{g}");
+    assert_eq!(g["rejections"], 0, "{g}");
+
+    // The same bytes again (a touch, a no-op rebuild): no load.
+    std::fs::write(&module, &v2).unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(guest(addr, "stamp").await.unwrap()["loads"], 2);
+
+    // A half-finished file that is not a module is rejected; v2 keeps serving.
+    std::fs::write(&module, &v2[..v2.len() / 2]).unwrap();
+    let g = wait_guest(addr, "stamp", Duration::from_secs(10), |g| {
+        g["rejections"] == 1
+    })
+    .await;
+    assert_eq!(g["state"], "serving");
+    assert_eq!(g["digest"], digest_of(&v2));
+    assert!(
+        g["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("not a valid wasm component"),
+        "{g}"
+    );
+
+    // The endpoints.
+    assert_eq!(get(addr, "/healthz").await.unwrap(), (200, "ok\n".into()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(addr, "/readyz").await.unwrap().0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            get(addr, "/readyz").await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (code, metrics) = get(addr, "/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    for line in [
+        "reconciled_module_loads_total{guest=\"stamp\"} 2",
+        "reconciled_module_rejections_total{guest=\"stamp\",reason=\"invalid\"} 1",
+        "reconciled_guest_serving{guest=\"stamp\"} 1",
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains(&format!("digest=\"{}\"", digest_of(&v2))),
+        "{metrics}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_reconciled"))
+        .args(["status", "--addr", &addr.to_string()])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    assert!(
+        table.contains("stamp")
+            && table.contains("serving")
+            && table.contains(&digest_of(&v2)[..12]),
+        "{table}"
+    );
+
+    // Removing the file unloads the guest.
+    std::fs::remove_file(&module).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while guest(addr, "stamp").await.is_some() {
+        assert!(Instant::now() < deadline, "not unloaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
