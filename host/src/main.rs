@@ -107,7 +107,12 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // kube's request builder logs every failed request at ERROR, including the
+                // embedded control plane's readiness polls; our own modules log failures with
+                // their context, so its lines are only noise.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("info,kube_client::client::builder=off")
+                }),
         )
         .init();
     let cli = Cli::parse();

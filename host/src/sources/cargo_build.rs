@@ -150,6 +150,11 @@ impl CargoBuild {
                 dir: crate_dir.into(),
             });
         }
+        // notify reports paths under the watched path as given; the source filter compares
+        // them with `crate_dir`, which a relative path (`--build guests/x`) would defeat.
+        let crate_dir = &crate_dir.canonicalize().map_err(|_| Error::NotACrate {
+            dir: crate_dir.into(),
+        })?;
         std::fs::create_dir_all(out_dir).map_err(|source| Error::OutDir {
             path: out_dir.into(),
             source,

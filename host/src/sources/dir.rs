@@ -202,6 +202,12 @@ impl DirSource {
                 });
             }
         }
+        // Events carry paths built from the watched one; an absolute path keeps every
+        // comparison (and every path we report) unambiguous whatever the working directory.
+        let dir = &dir.canonicalize().map_err(|source| Error::Read {
+            path: dir.into(),
+            source,
+        })?;
 
         // notify calls back on its own thread: stamp the event there (the latency starts at the
         // event, not when the task gets to it) and never block it.
@@ -707,6 +713,23 @@ mod tests {
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(upsert(&got[0]), ("a", &b"aaa"[..]), "sorted by name");
         assert_eq!(upsert(&got[1]), ("b-guest", &b"bbb"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_folder_given_as_a_relative_path_is_watched() {
+        let dir = TempDir::new("relative");
+        // The same folder, relative to the working directory (`reconciled dev ./modules`).
+        let cwd = std::env::current_dir().unwrap();
+        let mut relative = PathBuf::new();
+        for _ in cwd.components().skip(1) {
+            relative.push("..");
+        }
+        relative.push(dir.0.strip_prefix("/").unwrap());
+        let (_source, mut rx) = DirSource::start(&relative, Settle::default()).unwrap();
+        std::fs::write(dir.path("r.wasm"), b"rrr").unwrap();
+        let got = changes_within(&mut rx, WINDOW).await;
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(upsert(&got[0]), ("r", &b"rrr"[..]));
     }
 
     #[tokio::test]
