@@ -435,7 +435,8 @@ impl Supervisor {
         let Some(entry) = self.guests.lock().unwrap().remove(name) else {
             return false;
         };
-        self.locks.lock().unwrap().remove(name);
+        // The name's lock stays in `locks`: a load waiting on it must not race one that would
+        // otherwise create a fresh lock for the same name.
         self.unloads.fetch_add(1, Ordering::Relaxed);
         let digest = entry.controller.as_ref().map(|c| c.digest());
         tracing::info!(guest = %name, source = %entry.source, ?digest, "guest unloaded");
@@ -554,7 +555,8 @@ impl Supervisor {
         serde_json::json!({ "guests": list, "uptime_seconds": self.started.elapsed().as_secs() })
     }
 
-    /// Why the host is not ready: one line per serving guest whose informers have not synced.
+    /// Why the host is not ready: one line per serving guest whose informers have not synced,
+    /// and one per other informer of the host (the ConfigMap source's) that has not.
     pub fn readiness(&self) -> Result<(), Vec<String>> {
         let controllers: Vec<Arc<Controller>> = self
             .guests
@@ -563,10 +565,25 @@ impl Supervisor {
             .values()
             .filter_map(|e| e.controller.clone())
             .collect();
-        let reasons: Vec<String> = controllers
+        let mut reasons: Vec<String> = controllers
             .iter()
             .filter_map(|c| c.not_ready().map(|r| format!("guest {}: {r}", c.name())))
             .collect();
+        let guests_read: Vec<Arc<crate::informer::Informer>> =
+            controllers.iter().flat_map(|c| c.informers()).collect();
+        for informer in self.factory.active() {
+            if guests_read.iter().any(|i| Arc::ptr_eq(i, &informer)) {
+                continue;
+            }
+            let st = informer.status();
+            if !matches!(
+                st.state,
+                crate::informer::State::Synced | crate::informer::State::Degraded
+            ) {
+                let k = informer.key();
+                reasons.push(format!("informer {} ({}): {st}", k.kind, k.scope));
+            }
+        }
         if reasons.is_empty() {
             Ok(())
         } else {

@@ -614,3 +614,30 @@ async fn a_new_declaration_starts_new_informers_releases_old_ones_and_keeps_shar
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_may_not_watch_configmaps_is_not_ready_and_says_which_rule_to_add() {
+    let cp = ControlPlane::shared();
+    let user = cp.user("host-without-configmaps", &[]).unwrap();
+    let client = kube::Client::try_from(user.config.clone()).unwrap();
+    let sup = supervisor(&client);
+    let _source =
+        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reasons = loop {
+        match sup.readiness() {
+            Err(r) if r.iter().any(|r| r.contains("forbidden")) => break r,
+            other => {
+                assert!(Instant::now() < deadline, "{other:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    let r = &reasons[0];
+    assert!(
+        r.starts_with("informer ConfigMap (ns=* labels=reconciled.dev/reconciler=true)")
+            && r.contains(r#"resources:["configmaps"], verbs:["list","watch"]"#),
+        "{r}"
+    );
+}
