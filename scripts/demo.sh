@@ -5,7 +5,9 @@
 # 2. starts `reconciled run`, which starts an embedded kube-apiserver + etcd (no kubeconfig
 #    given) and loads the guest;
 # 3. installs the CRD and a sample ConfigMapGenerator with kubectl;
-# 4. shows the ConfigMaps the guest generated. The host's log shows each reconcile.
+# 4. shows the ConfigMaps the guest generated. The host's log shows each reconcile;
+# 5. delivers a second reconciler the way a tenant would, in a labelled ConfigMap, then swaps
+#    it for a new version by editing the ConfigMap, and shows `reconciled status`.
 # Ctrl-C stops everything. The demo always uses the embedded control plane, even with KUBECONFIG
 # set; `reconciled run --kubeconfig …` runs against a real cluster.
 set -euo pipefail
@@ -18,14 +20,22 @@ step "building the control-plane binaries (once per machine) and the host"
 kubectl=$(cargo run --quiet -p testenv -- prepare | awk '$1 == "kubectl" {print $2}')
 cargo build --quiet -p reconciled --bin reconciled
 
-step "building the example reconciler for wasm32-wasip2"
-wasm=$(guests/build.sh | grep configmap_generator.wasm)
+step "building the example reconciler (and the stamp guest) for wasm32-wasip2"
+built=$(guests/build.sh)
+wasm=$(grep configmap_generator.wasm <<<"$built")
+stamp_v1=$(grep stamp_v1.wasm <<<"$built")
+stamp_v2=$(grep stamp_v2.wasm <<<"$built")
 ls -l "$wasm" >&2
+
+# The status endpoint: the first free port from 18080.
+port=18080
+while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
 
 workdir=$(mktemp -d)
 kubeconfig="$workdir/kubeconfig"
 step "starting reconciled (embedded control plane, guest $wasm)"
-env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST target/debug/reconciled run --guest "$wasm" --write-kubeconfig "$kubeconfig" &
+env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST target/debug/reconciled run --guest "$wasm" --configmaps \
+  --listen "127.0.0.1:$port" --write-kubeconfig "$kubeconfig" &
 host=$!
 trap 'kill -INT $host 2>/dev/null; wait $host 2>/dev/null; rm -rf "$workdir"' EXIT
 for _ in $(seq 1 300); do
@@ -48,11 +58,28 @@ done
 k get configmapgenerators
 k get configmaps -l example.reconciled.dev/generator=greeting
 
+step "a tenant delivers a reconciler in a ConfigMap (guest team-a/my-rec/rec)"
+k create namespace team-a --dry-run=client -o yaml | k apply -f -
+k -n team-a create configmap work --from-literal=v=1 --dry-run=client -o yaml \
+  | k label --local -f - stamp.reconciled.dev/enabled=true -o yaml | k apply -f -
+target/debug/reconciled pack "$stamp_v1" --name my-rec -n team-a --key rec | k apply -f -
+stamped() { k -n team-a get configmap work -o jsonpath='{.metadata.annotations.stamp\.reconciled\.dev/seen}'; }
+for _ in $(seq 1 50); do [[ "$(stamped)" == v1:* ]] && break; sleep 0.2; done
+echo "work is stamped: $(stamped)" >&2
+
+step "the tenant edits the ConfigMap: version 2 is swapped in between reconciles"
+target/debug/reconciled pack "$stamp_v2" --name my-rec -n team-a --key rec | k apply -f -
+for _ in $(seq 1 50); do [[ "$(stamped)" == v2:* ]] && break; sleep 0.2; done
+echo "work is stamped: $(stamped)" >&2
+k -n team-a get events --field-selector involvedObject.name=my-rec
+target/debug/reconciled status --addr "127.0.0.1:$port"
+
 cat >&2 <<MSG
 
 The guest generated the ConfigMaps above. Try:
   $kubectl --kubeconfig $kubeconfig patch configmapgenerator greeting --type merge -p '{"spec":{"copies":1}}'
   $kubectl --kubeconfig $kubeconfig get configmaps -l example.reconciled.dev/generator=greeting
-and watch the reconciles in the log. Ctrl-C stops the host and the control plane.
+and watch the reconciles in the log; http://127.0.0.1:$port/metrics and /status describe the
+host. Ctrl-C stops the host and the control plane.
 MSG
 wait "$host"
