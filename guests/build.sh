@@ -79,6 +79,7 @@ variants=(
     "stamp_v2:v2"
     "stamp_trap:trap-describe"
     "stamp_greedy:greedy"
+    "stamp_cluster:cluster-scoped"
 )
 if $bench; then
     variants+=("stamp_big:big")

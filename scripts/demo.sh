@@ -62,13 +62,13 @@ step "a tenant delivers a reconciler in a ConfigMap (guest team-a/my-rec/rec)"
 k create namespace team-a --dry-run=client -o yaml | k apply -f -
 k -n team-a create configmap work --from-literal=v=1 --dry-run=client -o yaml \
   | k label --local -f - stamp.reconciled.dev/enabled=true -o yaml | k apply -f -
-target/debug/reconciled pack "$stamp_v1" --name my-rec -n team-a --key rec | k apply -f -
+target/debug/reconciled pack "$stamp_v1" --name my-rec -n team-a --key rec | k apply --server-side -f -
 stamped() { k -n team-a get configmap work -o jsonpath='{.metadata.annotations.stamp\.reconciled\.dev/seen}'; }
 for _ in $(seq 1 50); do [[ "$(stamped)" == v1:* ]] && break; sleep 0.2; done
 echo "work is stamped: $(stamped)" >&2
 
 step "the tenant edits the ConfigMap: version 2 is swapped in between reconciles"
-target/debug/reconciled pack "$stamp_v2" --name my-rec -n team-a --key rec | k apply -f -
+target/debug/reconciled pack "$stamp_v2" --name my-rec -n team-a --key rec | k apply --server-side -f -
 for _ in $(seq 1 50); do [[ "$(stamped)" == v2:* ]] && break; sleep 0.2; done
 echo "work is stamped: $(stamped)" >&2
 k -n team-a get events --field-selector involvedObject.name=my-rec

@@ -11,8 +11,10 @@
 //! - A corrupt, truncated or incompatible artifact is not an error: it is deleted and the
 //!   module is compiled again. Writes go to a temporary file that is renamed into place, so a
 //!   crash mid-write never leaves a half artifact under the real name.
-//! - Nothing is ever evicted. Artifacts are a few times the module's size; the directory of a
-//!   host that has loaded thousands of versions may need pruning (delete it; it refills).
+//! - Only validated modules are kept: the host stores an artifact once the module has passed
+//!   `describe` and the grant check, so a stream of rejected uploads does not fill the disk.
+//! - The directory is pruned to [`ArtifactCache::max_bytes`] (1 GiB by default) after each
+//!   store, least recently loaded first.
 
 use std::path::{Path, PathBuf};
 
@@ -58,6 +60,7 @@ pub enum Origin {
 #[derive(Debug, Clone)]
 pub struct ArtifactCache {
     dir: PathBuf,
+    max_bytes: u64,
 }
 
 impl ArtifactCache {
@@ -93,7 +96,21 @@ impl ArtifactCache {
         if let Some(parent) = dir.parent() {
             check_private(parent)?;
         }
-        Ok(Self { dir })
+        Ok(Self {
+            dir,
+            max_bytes: 1 << 30,
+        })
+    }
+
+    /// The size the directory is pruned to after each store.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Sets the size the directory is pruned to.
+    pub fn with_max_bytes(mut self, max: u64) -> Self {
+        self.max_bytes = max;
+        self
     }
 
     /// The directory artifacts of this engine live in.
@@ -106,7 +123,8 @@ impl ArtifactCache {
     }
 
     /// The component for `bytes` (whose sha256 is `digest`): loaded from the cache if present
-    /// and valid, else compiled and stored. Blocking: call it off the async runtime.
+    /// and valid, else compiled (and not stored: see [`ArtifactCache::store`]). Blocking: call
+    /// it off the async runtime.
     pub fn load_or_compile(
         &self,
         engine: &Engine,
@@ -121,7 +139,13 @@ impl ArtifactCache {
             // from the module's sha256; wasmtime still checks its header, version and engine
             // configuration, and a failure falls through to compiling.
             match unsafe { Component::deserialize_file(engine, &path) } {
-                Ok(c) => return Ok((c, Origin::Cache)),
+                Ok(c) => {
+                    // Recently used, for pruning.
+                    if let Ok(f) = std::fs::File::options().append(true).open(&path) {
+                        let _ = f.set_modified(std::time::SystemTime::now());
+                    }
+                    return Ok((c, Origin::Cache));
+                }
                 Err(e) => {
                     tracing::warn!(artifact = %path.display(), "discarding an unusable precompiled artifact: {e:#}");
                     let _ = std::fs::remove_file(&path);
@@ -129,24 +153,59 @@ impl ArtifactCache {
             }
         }
         let component = Component::new(engine, bytes)?;
-        if let Err(e) = self.store(&component, &path) {
-            tracing::warn!(artifact = %path.display(), "could not store the precompiled artifact (the next load compiles again): {e}");
-        }
         Ok((component, Origin::Compiled))
     }
 
-    fn store(&self, component: &Component, path: &Path) -> wasmtime::Result<()> {
-        let bytes = component.serialize()?;
-        let tmp = self.dir.join(format!(
-            ".{}.{}.tmp",
-            path.file_name().unwrap_or_default().to_string_lossy(),
-            std::process::id()
-        ));
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, path).inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })?;
-        Ok(())
+    /// Stores `component`'s native code under `digest`, then prunes the directory. Blocking.
+    /// Failures are logged, never fatal: the next load compiles again.
+    pub fn store(&self, component: &Component, digest: &str) {
+        let path = self.path(digest);
+        if path.exists() {
+            return;
+        }
+        let write = || -> wasmtime::Result<()> {
+            let bytes = component.serialize()?;
+            // Unique per writer: two loads of one module may store at once.
+            let tmp = self.dir.join(format!(
+                ".{digest}.{}.{:08x}.tmp",
+                std::process::id(),
+                fastrand::u32(..)
+            ));
+            std::fs::write(&tmp, bytes)?;
+            std::fs::rename(&tmp, &path).inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            })?;
+            Ok(())
+        };
+        if let Err(e) = write() {
+            tracing::warn!(artifact = %path.display(), "could not store the precompiled artifact (the next load compiles again): {e}");
+        }
+        self.prune();
+    }
+
+    /// Deletes the least recently loaded artifacts until the directory fits `max_bytes`.
+    fn prune(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                Some((m.modified().ok()?, m.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        files.sort();
+        for (_, len, path) in files {
+            if total <= self.max_bytes {
+                break;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                total -= len;
+            }
+        }
     }
 }
 
@@ -199,24 +258,67 @@ mod tests {
         let engine = Engine::default();
         let root = temp("reuse");
         let cache = ArtifactCache::open(&root, &engine).unwrap();
-        let (_, first) = cache
+        let (component, first) = cache
             .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
             .unwrap();
         assert_eq!(first, Origin::Compiled);
+        let (_, unstored) = cache
+            .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
+            .unwrap();
+        assert_eq!(unstored, Origin::Compiled, "nothing is stored until asked");
+        cache.store(&component, "abc");
         let (_, second) = cache
             .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
             .unwrap();
         assert_eq!(second, Origin::Cache);
 
         std::fs::write(cache.path("abc"), b"garbage").unwrap();
-        let (_, third) = cache
+        let (component, third) = cache
             .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
             .unwrap();
         assert_eq!(third, Origin::Compiled);
+        assert!(!cache.path("abc").exists(), "the corrupt artifact is gone");
+        cache.store(&component, "abc");
         let (_, fourth) = cache
             .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
             .unwrap();
         assert_eq!(fourth, Origin::Cache);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn pruning_keeps_the_most_recently_used_within_the_budget() {
+        let engine = Engine::default();
+        let root = temp("prune");
+        let cache = ArtifactCache::open(&root, &engine).unwrap();
+        let (component, _) = cache
+            .load_or_compile(&engine, "x", EMPTY_COMPONENT)
+            .unwrap();
+        let one = {
+            cache.store(&component, "a");
+            std::fs::metadata(cache.path("a")).unwrap().len()
+        };
+        let cache = cache.with_max_bytes(2 * one);
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        let age = |d: &str, t| {
+            let f = std::fs::File::options()
+                .append(true)
+                .open(cache.path(d))
+                .unwrap();
+            f.set_modified(t).unwrap();
+        };
+        age("a", old);
+        cache.store(&component, "b");
+        age("b", old + std::time::Duration::from_secs(1));
+        // Loading "a" makes it the most recent; storing "c" must then evict "b".
+        let (_, origin) = cache
+            .load_or_compile(&engine, "a", EMPTY_COMPONENT)
+            .unwrap();
+        assert_eq!(origin, Origin::Cache);
+        cache.store(&component, "c");
+        assert!(cache.path("a").exists());
+        assert!(!cache.path("b").exists());
+        assert!(cache.path("c").exists());
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -38,8 +38,9 @@ pub enum Error {
     /// The declaration exceeds the grant.
     #[error(transparent)]
     Grant(#[from] grant::Error),
-    /// An informer only the new version reads did not sync (forbidden, kind not found, slow).
-    #[error("guest {guest:?}: the new version's informer for {kind} did not sync: {reason}")]
+    /// An informer the version reads (and the serving version does not) did not sync:
+    /// forbidden, kind not found, a cluster-scoped kind in a confined scope, or slow.
+    #[error("guest {guest:?}: its informer for {kind} did not sync: {reason}")]
     Informer {
         /// The guest.
         guest: String,
@@ -115,7 +116,7 @@ pub struct Controller {
     last_errors: Mutex<HashMap<String, String>>,
     held_back: Mutex<String>,
     counters: Counters,
-    workers: Mutex<Vec<AbortHandle>>,
+    workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// One version of the guest: its module and everything built from its declaration. Swapped
@@ -246,10 +247,39 @@ impl Controller {
         controller.link(plan.kinds.iter().zip(subscriptions));
         let mut workers = Vec::new();
         for _ in 0..controller.settings.workers.max(1) {
-            workers.push(tokio::spawn(work(Arc::downgrade(&controller))).abort_handle());
+            workers.push(tokio::spawn(work(Arc::downgrade(&controller))));
         }
         controller.workers.lock().unwrap().extend(workers);
         tracing::info!(guest = %controller.name, digest = %controller.digest(), kind = %gvk_key(&plan.for_kind), read_your_writes = plan.read_your_writes, "guest started");
+        Ok(controller)
+    }
+
+    /// [`Controller::start`], then waits up to `timeout` for every informer to sync; if one
+    /// does not (forbidden, kind not found, cluster-scoped kind in a confined scope, slow), the
+    /// controller is stopped and the error names the informer and why.
+    ///
+    /// For guests whose author is not the operator (a tenant's): a declaration the host cannot
+    /// serve is rejected at once, instead of a guest that serves nothing and holds `/readyz`
+    /// down for everyone.
+    pub async fn start_synced(
+        factory: &InformerFactory,
+        client: kube::Client,
+        module: Module,
+        settings: Settings,
+        timeout: Duration,
+    ) -> Result<Arc<Self>, Error> {
+        let controller = Self::start(factory, client, module, settings).await?;
+        for informer in controller.informers() {
+            if let Err(e) = informer.wait_synced(timeout).await {
+                controller.stop().await;
+                let k = informer.key();
+                return Err(Error::Informer {
+                    guest: controller.name.clone(),
+                    kind: format!("{}/{}/{}", k.group, k.version, k.kind),
+                    reason: e.to_string(),
+                });
+            }
+        }
         Ok(controller)
     }
 
@@ -280,20 +310,18 @@ impl Controller {
             .collect();
         let mut fresh = Vec::new();
         for k in &plan.kinds {
-            match existing.get(&k.key) {
-                Some(informer) => add_indexes(informer, &self.name, k)?,
-                None => fresh.push((k, subscribe(factory, &self.name, k)?)),
+            if !existing.contains_key(&k.key) {
+                fresh.push((k, subscribe(factory, &self.name, k)?));
             }
         }
         for (k, sub) in &fresh {
-            sub.informer()
-                .wait_synced(sync_timeout)
-                .await
-                .map_err(|e| Error::Informer {
-                    guest: self.name.clone(),
-                    kind: gvk_key(&k.kind),
-                    reason: e.to_string(),
-                })?;
+            wait_synced(&self.name, k, sub.informer(), sync_timeout).await?;
+        }
+        // Only now, with the new version validated, touch informers other guests share.
+        for k in &plan.kinds {
+            if let Some(informer) = existing.get(&k.key) {
+                add_indexes(informer, &self.name, k)?;
+            }
         }
 
         let floors: HashMap<String, Arc<Floors>> = self
@@ -345,6 +373,29 @@ impl Controller {
         report.requeued = self.enqueue_all(Priority::Low);
         tracing::info!(guest = %self.name, %digest, added = ?report.added, released = ?report.released, requeued = report.requeued, "guest reloaded");
         Ok(report)
+    }
+
+    /// Stops the guest: no reconcile starts any more, one in flight is cancelled at its next
+    /// await (a running guest yields every 5 ms), handlers stop and the informers only this
+    /// guest read are released. Returns once every worker has ended, so that a new controller
+    /// for the same guest never reconciles alongside this one.
+    ///
+    /// Dropping the last `Arc` does the same without the wait; a worker or handler busy with an
+    /// event holds the controller for that long, which is why unloading calls this instead.
+    pub async fn stop(&self) {
+        self.queue.shutdown();
+        for (_, link) in self.links.lock().unwrap().drain() {
+            link.task.abort();
+        }
+        let workers: Vec<tokio::task::JoinHandle<()>> =
+            self.workers.lock().unwrap().drain(..).collect();
+        for w in &workers {
+            w.abort();
+        }
+        for w in workers {
+            let _ = w.await;
+        }
+        tracing::info!(guest = %self.name, "guest stopped");
     }
 
     /// Starts a handler task per subscription and records it, replacing any previous link
@@ -613,6 +664,22 @@ fn subscribe(
         .subscribe(k.key.clone(), &indexes)
         .map_err(|e| Error::Invalid {
             guest: guest.to_string(),
+            reason: e.to_string(),
+        })
+}
+
+async fn wait_synced(
+    guest: &str,
+    k: &PlannedKind,
+    informer: &Informer,
+    timeout: Duration,
+) -> Result<(), Error> {
+    informer
+        .wait_synced(timeout)
+        .await
+        .map_err(|e| Error::Informer {
+            guest: guest.to_string(),
+            kind: gvk_key(&k.kind),
             reason: e.to_string(),
         })
 }

@@ -55,8 +55,9 @@ pub enum LoadError {
         #[source]
         source: CallError,
     },
-    /// The engine could not be set up (a host problem, not the guest's).
-    #[error("the wasm engine could not be configured: {0}")]
+    /// The engine failed: it could not be set up, or a compile task died (a host problem, not
+    /// the guest's).
+    #[error("the wasm engine failed: {0}")]
     Engine(String),
 }
 
@@ -171,7 +172,7 @@ impl Runtime {
             (digest, compiled)
         })
         .await
-        .map_err(|e| LoadError::Engine(e.to_string()))?;
+        .map_err(|e| LoadError::Engine(format!("the compile task failed: {e}")))?;
         let (component, origin) = compiled.map_err(|e| LoadError::Invalid {
             size,
             digest: digest.clone(),
@@ -191,6 +192,8 @@ impl Runtime {
         })?;
         Ok(Module {
             engine: self.engine.clone(),
+            component: component.clone(),
+            artifacts: self.artifacts.clone(),
             pre,
             digest,
             size,
@@ -213,6 +216,8 @@ pub fn digest_of(bytes: &[u8]) -> String {
 #[derive(Clone)]
 pub struct Module {
     engine: Engine,
+    component: Component,
+    artifacts: Option<ArtifactCache>,
     pre: ReconcilerPre<HostState>,
     digest: String,
     size: usize,
@@ -249,6 +254,20 @@ impl Module {
     /// Whether the native code came from the precompile cache.
     pub fn origin(&self) -> Origin {
         self.origin
+    }
+
+    /// Stores the native code in the runtime's precompile cache, in the background, if it was
+    /// compiled now. Call it once the module is validated: the cache holds only modules that
+    /// loaded, so rejected uploads cannot fill the disk. Must be called inside a tokio runtime.
+    pub fn persist_artifact(&self) {
+        let Some(cache) = self.artifacts.clone() else {
+            return;
+        };
+        if self.origin != Origin::Compiled {
+            return;
+        }
+        let (component, digest) = (self.component.clone(), self.digest.clone());
+        tokio::task::spawn_blocking(move || cache.store(&component, &digest));
     }
 
     fn store(&self, ctx: Option<Arc<GuestContext>>, limits: Limits) -> Store<HostState> {

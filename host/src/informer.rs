@@ -177,7 +177,8 @@ pub enum State {
     Syncing,
     /// The cache holds the initial list and is watching.
     Synced,
-    /// RBAC denies list or watch.
+    /// RBAC denies list or watch, or the scope names namespaces and the kind is
+    /// cluster-scoped (such an informer never watches anything).
     Forbidden,
     /// The kind is not served.
     KindNotFound,
@@ -579,6 +580,22 @@ async fn drive(client: kube::Client, shared: Arc<Shared>, options: Options, task
     let _ = shared.resource.set(resource.clone());
 
     let scope = &shared.key.scope;
+    if let (Namespaces::Only(set), false) = (&scope.namespaces, resource.namespaced) {
+        // A scope of namespaces never holds objects that have none. Watching the whole kind
+        // instead would hand a guest confined to namespaces (a tenant's) every object of a
+        // cluster-scoped kind through its handlers and `map`.
+        let message = format!(
+            "{} is cluster-scoped, but this informer is confined to namespaces {:?}; a guest confined to namespaces cannot watch cluster-scoped kinds: remove the kind from describe(), or (for an operator's guest) declare no namespaces and grant none",
+            discovery::gvk_string(&gvk),
+            set
+        );
+        tracing::warn!(kind = %discovery::gvk_string(&gvk), "{message}");
+        shared.status.send_replace(Status {
+            state: State::Forbidden,
+            message: Some(message),
+        });
+        return;
+    }
     let namespaces: Vec<Option<String>> = match (&scope.namespaces, resource.namespaced) {
         (Namespaces::Only(set), true) => set.iter().cloned().map(Some).collect(),
         _ => vec![None],

@@ -12,10 +12,15 @@
 //! - The same bytes twice are one load: a version already serving, or already rejected, is
 //!   not loaded again (no second Event for a module that did not change).
 //! - Loads of one guest are serialised; loads of different guests run concurrently.
-//! - A first load that passes validation serves even if its informers are not synced yet (for
-//!   example forbidden by RBAC): reconciles wait, and `/readyz` names the rule to add. A
-//!   *reload* instead waits for new informers and is rejected if they do not sync, since an
-//!   older version is serving and should keep doing so.
+//! - An operator's guest (config file, dev folder) that passes validation serves even if its
+//!   informers are not synced yet (for example forbidden by RBAC): reconciles wait, and
+//!   `/readyz` names the rule to add. A tenant's guest (ConfigMap) must sync first or is
+//!   rejected, and never counts for `/readyz`. A *reload* always waits for new informers and
+//!   is rejected if they do not sync, since an older version is serving and should keep doing
+//!   so.
+//! - A rejection that could pass next time (a `describe` deadline on a loaded host, an
+//!   informer RBAC forbade) is not remembered: the same bytes are tried again when the source
+//!   next offers them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -167,6 +172,7 @@ pub struct Supervisor {
     options: Options,
     guests: Mutex<BTreeMap<String, Entry>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    compiles: tokio::sync::Semaphore,
     unloads: AtomicU64,
     started: Instant,
 }
@@ -194,6 +200,7 @@ impl Supervisor {
             options,
             guests: Mutex::new(BTreeMap::new()),
             locks: Mutex::new(HashMap::new()),
+            compiles: tokio::sync::Semaphore::new(2),
             unloads: AtomicU64::new(0),
             started: Instant::now(),
         }
@@ -267,7 +274,7 @@ impl Supervisor {
         } else {
             digest_of(&bytes)
         };
-        let running = {
+        let (running, replaced) = {
             let guests = self.guests.lock().unwrap();
             match guests.get(name) {
                 Some(e) if e.settings == settings => {
@@ -277,14 +284,21 @@ impl Supervisor {
                     {
                         return Applied::Unchanged;
                     }
-                    e.controller.clone()
+                    (e.controller.clone(), None)
                 }
                 // New settings (another grant, limits): start afresh.
-                Some(_) | None => None,
+                Some(e) => (None, e.controller.clone()),
+                None => (None, None),
             }
         };
 
-        let module = match self.runtime.compile(bytes).await {
+        let compiled = {
+            // Compiling takes every core for a while; a burst of deliveries queues here rather
+            // than thrashing memory with many compiles at once.
+            let _permit = self.compiles.acquire().await;
+            self.runtime.compile(bytes).await
+        };
+        let module = match compiled {
             Ok(m) => m,
             Err(e) => {
                 let reason = match e {
@@ -293,19 +307,47 @@ impl Supervisor {
                     LoadError::Describe { .. } => Reason::Describe,
                     LoadError::Engine(_) => Reason::Host,
                 };
-                return self.reject(name, source, settings, &digest, reason, e.to_string());
+                let lasting = reason != Reason::Host;
+                return self.reject_with(
+                    name,
+                    source,
+                    settings,
+                    &digest,
+                    reason,
+                    e.to_string(),
+                    lasting,
+                );
             }
         };
         let compile = module.compile_time();
         let origin = module.origin();
+        if let Some(old) = &replaced {
+            // Its grant or limits changed: no overlap of the two, so a gap instead.
+            old.stop().await;
+        }
+        let tenant = matches!(source, Source::ConfigMap { .. });
         let result = match &running {
             Some(c) => c
-                .reload(&self.factory, module, self.options.sync_timeout)
+                .reload(&self.factory, module.clone(), self.options.sync_timeout)
                 .await
                 .map(|reload| (c.clone(), Some(reload))),
-            None => Controller::start(&self.factory, self.client.clone(), module, settings.clone())
-                .await
-                .map(|c| (c, None)),
+            None if tenant => Controller::start_synced(
+                &self.factory,
+                self.client.clone(),
+                module.clone(),
+                settings.clone(),
+                self.options.sync_timeout,
+            )
+            .await
+            .map(|c| (c, None)),
+            None => Controller::start(
+                &self.factory,
+                self.client.clone(),
+                module.clone(),
+                settings.clone(),
+            )
+            .await
+            .map(|c| (c, None)),
         };
         let (controller, reload) = match result {
             Ok(ok) => ok,
@@ -317,9 +359,27 @@ impl Supervisor {
                     controller::Error::Grant(_) => Reason::Grant,
                     controller::Error::Informer { .. } => Reason::Informer,
                 };
-                return self.reject(name, source, settings, &digest, reason, e.to_string());
+                // A deadline or an informer that did not sync may pass next time (a loaded
+                // host, RBAC fixed meanwhile): the same bytes may then be tried again.
+                let lasting = !matches!(
+                    e,
+                    controller::Error::Informer { .. }
+                        | controller::Error::Describe {
+                            source: crate::guest::CallError::Deadline(_),
+                            ..
+                        }
+                );
+                let mut message = e.to_string();
+                if tenant && reason == Reason::Grant {
+                    message.push_str(
+                        " (this is a tenant's guest, confined to its ConfigMap's namespace: remove the declaration from describe(), or ask the host's operator to widen [tenants])",
+                    );
+                }
+                return self.reject_with(name, source, settings, &digest, reason, message, lasting);
             }
         };
+        // Validated: keep the native code for the next load of these bytes.
+        module.persist_artifact();
         let timing = LoadTiming {
             compile,
             total: started.elapsed(),
@@ -385,10 +445,21 @@ impl Supervisor {
                 return Applied::Unchanged;
             }
         }
-        self.reject(name, source, settings, digest, Reason::Unreadable, message)
+        self.reject_with(
+            name,
+            source,
+            settings,
+            digest,
+            Reason::Unreadable,
+            message,
+            true,
+        )
     }
 
-    fn reject(
+    /// Records a rejection. `lasting`: the same bytes would fail the same way again, so they
+    /// are not retried until they change.
+    #[allow(clippy::too_many_arguments)]
+    fn reject_with(
         &self,
         name: &str,
         source: Source,
@@ -396,7 +467,13 @@ impl Supervisor {
         digest: &str,
         reason: Reason,
         message: String,
+        lasting: bool,
     ) -> Applied {
+        // Guest-made text (a panic message, stderr) must not forge log lines or Event layout.
+        let message: String = message
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
         let mut guests = self.guests.lock().unwrap();
         let entry = guests.entry(name.to_string()).or_insert_with(|| Entry {
             source: source.clone(),
@@ -410,25 +487,30 @@ impl Supervisor {
         });
         *entry.rejections.entry(reason).or_default() += 1;
         entry.last_error = Some(message.clone());
-        entry.rejected_digest = Some(digest.to_string());
+        entry.rejected_digest = lasting.then(|| digest.to_string());
         let serving = entry.controller.as_ref().map(|c| c.digest());
         drop(guests);
         let keeps = match &serving {
-            Some(d) => format!("; sha256 {d} keeps serving"),
-            None => "; the guest is not running".to_string(),
+            Some(d) => format!("sha256 {d} keeps serving"),
+            None => "the guest is not running".to_string(),
         };
-        tracing::error!(guest = %name, %digest, %source, reason = reason.label(), "module rejected: {message}{keeps}");
+        tracing::error!(guest = %name, %digest, %source, reason = reason.label(), "module rejected ({keeps}): {message}");
+        // Reason and outcome first: the API truncates long Event messages.
         self.event(
             &source,
             "Warning",
             "ModuleRejected",
-            format!("guest {name}: module sha256 {digest} rejected: {message}{keeps}"),
+            format!(
+                "guest {name}: module rejected ({}; {keeps}): {message} [module sha256 {digest}]",
+                reason.label()
+            ),
         );
         Applied::Rejected { reason, message }
     }
 
-    /// Unloads `name`: its workers stop (a reconcile in flight is cancelled) and informers no
-    /// other guest reads are released. Returns whether it existed.
+    /// Unloads `name`: its workers stop (a reconcile in flight is cancelled at its next await)
+    /// and informers no other guest reads are released. Returns whether it existed, once the
+    /// guest has stopped.
     pub async fn remove(&self, name: &str) -> bool {
         let lock = self.lock_for(name);
         let _serial = lock.lock().await;
@@ -439,6 +521,9 @@ impl Supervisor {
         // otherwise create a fresh lock for the same name.
         self.unloads.fetch_add(1, Ordering::Relaxed);
         let digest = entry.controller.as_ref().map(|c| c.digest());
+        if let Some(c) = &entry.controller {
+            c.stop().await;
+        }
         tracing::info!(guest = %name, source = %entry.source, ?digest, "guest unloaded");
         self.event(
             &entry.source,
@@ -450,8 +535,8 @@ impl Supervisor {
     }
 
     /// Posts an Event about a ConfigMap source, in the background: a slow or failing Event
-    /// never holds up a load. Other sources have no object to attach one to.
-    fn event(&self, source: &Source, type_: &str, reason: &str, message: String) {
+    /// never holds up a load. Other sources have no object to attach one to, and are ignored.
+    pub fn event(&self, source: &Source, type_: &str, reason: &str, message: String) {
         let Source::ConfigMap {
             namespace,
             name,
@@ -469,7 +554,8 @@ impl Supervisor {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": format!("{name}.{:016x}", fastrand::u64(..)),
+                // Object names stop at 253 characters; ConfigMap names may use them all.
+                "name": format!("{}.{:016x}", truncate_name(name, 200), fastrand::u64(..)),
                 "namespace": namespace,
             },
             "involvedObject": {
@@ -555,22 +641,31 @@ impl Supervisor {
         serde_json::json!({ "guests": list, "uptime_seconds": self.started.elapsed().as_secs() })
     }
 
-    /// Why the host is not ready: one line per serving guest whose informers have not synced,
-    /// and one per other informer of the host (the ConfigMap source's) that has not.
+    /// Why the host is not ready: one line per serving operator guest (from the config or the
+    /// dev folder; tenants' guests do not count) whose informers have not synced, and one per
+    /// other informer of the host (the ConfigMap source's) that has not.
     pub fn readiness(&self) -> Result<(), Vec<String>> {
-        let controllers: Vec<Arc<Controller>> = self
+        let controllers: Vec<(Arc<Controller>, bool)> = self
             .guests
             .lock()
             .unwrap()
             .values()
-            .filter_map(|e| e.controller.clone())
+            .filter_map(|e| {
+                let tenant = matches!(e.source, Source::ConfigMap { .. });
+                e.controller.clone().map(|c| (c, tenant))
+            })
             .collect();
+        // A tenant's guest that stops syncing (its RBAC revoked, its CRD deleted) shows in
+        // /status and its own Events; it must not take the host out of service for everyone.
         let mut reasons: Vec<String> = controllers
             .iter()
-            .filter_map(|c| c.not_ready().map(|r| format!("guest {}: {r}", c.name())))
+            .filter(|(_, tenant)| !tenant)
+            .filter_map(|(c, _)| c.not_ready().map(|r| format!("guest {}: {r}", c.name())))
             .collect();
-        let guests_read: Vec<Arc<crate::informer::Informer>> =
-            controllers.iter().flat_map(|c| c.informers()).collect();
+        let guests_read: Vec<Arc<crate::informer::Informer>> = controllers
+            .iter()
+            .flat_map(|(c, _)| c.informers())
+            .collect();
         for informer in self.factory.active() {
             if guests_read.iter().any(|i| Arc::ptr_eq(i, &informer)) {
                 continue;
@@ -772,6 +867,14 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+fn truncate_name(name: &str, max: usize) -> &str {
+    let mut end = name.len().min(max);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].trim_end_matches(['.', '-'])
 }
 
 fn hostname() -> String {

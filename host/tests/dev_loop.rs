@@ -91,15 +91,14 @@ async fn wait_guest(
     }
 }
 
-/// Writes `bytes` the way a slow writer does: truncate, then chunks with pauses, closing and
-/// reopening between them, so the watcher sees a burst of events for one change.
+/// Writes `bytes` the way a slow writer does: truncate, then chunks with pauses, flushed one
+/// by one, so the watcher sees a burst of events (one per chunk) for one change.
 fn write_in_chunks(path: &Path, bytes: &[u8], chunks: usize) {
-    std::fs::File::create(path).unwrap();
+    let mut f = std::fs::File::create(path).unwrap();
     for chunk in bytes.chunks(bytes.len().div_ceil(chunks)) {
-        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
         f.write_all(chunk).unwrap();
-        drop(f);
-        std::thread::sleep(Duration::from_millis(3));
+        f.sync_data().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

@@ -199,9 +199,19 @@ async fn swaps_under_a_stream_of_updates_keep_cache_queue_and_order() {
                     "{reload:?}"
                 );
                 assert_eq!(reload.requeued, OBJECTS, "every primary queued once");
+                assert_eq!(controller.digest(), digest);
                 versions.push((tag, digest));
             }
             other => panic!("swap {s} to {tag}: {other:?}"),
+        }
+        // Each swap takes effect: some object is soon stamped by the new version.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !seen(&api).await.values().any(|v| {
+            v.as_deref()
+                .is_some_and(|v| v.starts_with(&format!("{tag}:")))
+        }) {
+            assert!(Instant::now() < deadline, "swap {s}: nothing stamped {tag}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     let last_tag = versions.last().unwrap().0;
@@ -237,6 +247,33 @@ async fn swaps_under_a_stream_of_updates_keep_cache_queue_and_order() {
         "a key was reconciled by two workers at once"
     );
     let started = controller.counters().started.load(Ordering::Relaxed);
+
+    // Unloading under load stops the guest at once: no reconcile starts afterwards.
+    let writer = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for u in 0..200 {
+                let v = format!("after-{u}");
+                api.patch(
+                    &format!("o-{}", u % OBJECTS),
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"data": {"v": v}})),
+                )
+                .await
+                .unwrap();
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(sup.remove("stamp").await);
+    let at_removal = controller.counters().started.load(Ordering::Relaxed);
+    writer.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        controller.counters().started.load(Ordering::Relaxed),
+        at_removal,
+        "a removed guest kept reconciling"
+    );
     eprintln!(
         "{updates} updates ({updates_by_last_swap} by the last swap), {SWAPS} swaps: {started} reconciles, LIST/relist counts {after_startup:?} unchanged"
     );
@@ -489,6 +526,57 @@ async fn configmaps_deliver_reload_reject_and_unload_tenant_guests() {
     })
     .await;
 
+    // Gzipped under a .wasm.gz key: the same guest, reloaded to v1.
+    let gz = {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut e, &v1).unwrap();
+        e.finish().unwrap()
+    };
+    {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&gz);
+        cms.patch(
+            "my-rec",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"binaryData": {"rec.wasm": null, "rec.wasm.gz": b64}}),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    wait_until("reloaded from .wasm.gz", Duration::from_secs(5), || {
+        sup.controller(guest)
+            .is_some_and(|c| c.digest() == digest_of(&v1))
+    })
+    .await;
+
+    // Removing the label unloads; putting it back loads again.
+    kubectl(&[
+        "label",
+        "configmap",
+        "my-rec",
+        "-n",
+        ns,
+        &format!("{LABEL}-"),
+    ]);
+    wait_until("unloaded by label removal", Duration::from_secs(5), || {
+        sup.controller(guest).is_none()
+    })
+    .await;
+    kubectl(&[
+        "label",
+        "configmap",
+        "my-rec",
+        "-n",
+        ns,
+        &format!("{LABEL}=true"),
+    ]);
+    wait_until("loaded again", Duration::from_secs(5), || {
+        sup.controller(guest).is_some()
+    })
+    .await;
+
     // Deleting the ConfigMap unloads the guest and releases its informer.
     kubectl(&["delete", "configmap", "my-rec", "-n", ns]);
     wait_until("unloaded", Duration::from_secs(5), || {
@@ -502,6 +590,39 @@ async fn configmaps_deliver_reload_reject_and_unload_tenant_guests() {
     })
     .await;
     wait_event(&client, ns, "my-rec", "ModuleUnloaded", guest).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_guest_cannot_watch_a_cluster_scoped_kind() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "team-c";
+    namespace(&client, ns).await;
+    let sup = supervisor(&client);
+    let _source =
+        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let packed =
+        reconciled::sources::configmap::pack(ns, "nosy", "rec", &wasm("stamp_cluster")).unwrap();
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(packed).unwrap(),
+    )
+    .await
+    .unwrap();
+    wait_event(&client, ns, "nosy", "ModuleRejected", "cluster-scoped").await;
+    let guest = "team-c/nosy/rec";
+    assert!(sup.controller(guest).is_none());
+    assert!(sup.last_error(guest).unwrap().contains("v1/Namespace"));
+    // Nothing watches Namespaces on its behalf, and the host stays ready.
+    wait_until("informer released", Duration::from_secs(5), || {
+        !sup.factory()
+            .active()
+            .iter()
+            .any(|i| i.key().kind == "Namespace")
+    })
+    .await;
+    assert_eq!(sup.readiness(), Ok(()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

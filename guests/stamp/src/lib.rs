@@ -18,12 +18,13 @@
 //! | `v2`            | `stamp_v2.wasm`     | stamps `v2:<data.v>`                                |
 //! | `trap-describe` | `stamp_trap.wasm`   | `describe()` panics: the component traps at load time |
 //! | `greedy`        | `stamp_greedy.wasm` | `describe()` also asks for namespace `kube-system` and owned v1 Secrets: more than a tenant is granted, so the host must refuse it |
+//! | `cluster-scoped`| `stamp_cluster.wasm`| `describe()` also watches v1 Namespaces (cluster-scoped) through `map`: a guest confined to namespaces must be refused |
 //! | `big`           | `stamp_big.wasm`    | embeds 12 MB of incompressible ballast (from `build.rs`): a ~12 MB component, for benchmarks (built only by `build.sh --bench`) |
 
 use std::hint::black_box;
 
 use reconciled_guest::bindings::reconciled::runtime::client::{self as raw_client, PatchBody};
-use reconciled_guest::k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use reconciled_guest::k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use reconciled_guest::serde_json::{self, Value, json};
 use reconciled_guest::{Description, Error, Kind, Outcome, Reconciler, Request, Result, describe};
 
@@ -51,6 +52,9 @@ impl Reconciler for Stamp {
         let mut description = describe::<ConfigMap>().label_selector(SELECTOR);
         if cfg!(feature = "greedy") {
             description = description.namespaces(["kube-system"]).owns::<Secret>();
+        }
+        if cfg!(feature = "cluster-scoped") {
+            description = description.watches_guest_map::<Namespace>();
         }
         description.build()
     }

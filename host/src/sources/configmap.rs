@@ -21,12 +21,17 @@
 //!   ConfigMap and says clearly when a module cannot fit even gzipped. A `.wasm.gz` larger than
 //!   [`TenantPolicy::max_module_bytes`] once unpacked is rejected unread (a gzip bomb).
 //! - The ConfigMaps are read through the host's own informer (label-selected, so other
-//!   ConfigMaps are never cached) and processed one at a time: a tenant's large module compiling
-//!   delays the next tenant's by that long.
+//!   ConfigMaps are never cached). Each guest loads in a task of its own, so one tenant's large
+//!   module does not delay another's; edits arriving during a load collapse into one more
+//!   load, and at most two modules compile at once (the supervisor's limit).
+//! - A tenant's first load must sync every informer it declares, or it is rejected: a guest
+//!   that could serve nothing never runs, and never holds the host's `/readyz` down.
+//! - Two keys naming one guest (`rec.wasm` and `rec.wasm.gz`) are rejected together; a
+//!   labelled ConfigMap with no module key gets a `NoModule` Warning Event.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Read;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use tokio::task::AbortHandle;
@@ -142,92 +147,244 @@ async fn run(
     policy: TenantPolicy,
 ) {
     let informer = sub.informer().clone();
+    let dispatch = Arc::new(Dispatch {
+        supervisor: supervisor.clone(),
+        policy,
+        slots: Mutex::new(HashMap::new()),
+    });
+    // Which guests each ConfigMap delivers, as this loop last saw it. Kept here rather than
+    // read back from the supervisor, whose view lags behind loads still in flight.
+    let mut owned: HashMap<(String, String), BTreeSet<String>> = HashMap::new();
+    let mut warned: HashSet<(String, String, String)> = HashSet::new();
     while let Some(n) = sub.recv().await {
         match n.event {
-            Event::Added(o) => sync(&supervisor, &policy, &o).await,
-            Event::Updated { new, .. } => sync(&supervisor, &policy, &new).await,
+            Event::Added(o) => sync(&dispatch, &mut owned, &mut warned, &o).await,
+            Event::Updated { new, .. } => sync(&dispatch, &mut owned, &mut warned, &new).await,
             Event::Deleted { last_known, .. } => {
-                for name in guests_of(&supervisor, &last_known) {
-                    supervisor.remove(&name).await;
+                let id = id_of(&last_known);
+                for name in owned.remove(&id).unwrap_or_default() {
+                    dispatch.submit(name, Desired::Remove);
                 }
             }
             Event::Resync => {
                 // Events were dropped: make the guests match the cache as it is now.
                 let all = informer.store().all();
                 for o in &all {
-                    sync(&supervisor, &policy, o).await;
+                    sync(&dispatch, &mut owned, &mut warned, o).await;
                 }
-                let live: BTreeSet<(String, String)> = all
-                    .iter()
-                    .map(|o| {
-                        (
-                            o.namespace().unwrap_or("").to_string(),
-                            o.name().to_string(),
-                        )
-                    })
-                    .collect();
-                for name in supervisor.names_where(|s| {
-                    matches!(s, Source::ConfigMap { namespace, name, .. }
-                        if !live.contains(&(namespace.clone(), name.clone())))
-                }) {
-                    supervisor.remove(&name).await;
+                let live: BTreeSet<(String, String)> = all.iter().map(id_of).collect();
+                owned.retain(|id, names| {
+                    if live.contains(id) {
+                        return true;
+                    }
+                    for name in std::mem::take(names) {
+                        dispatch.submit(name, Desired::Remove);
+                    }
+                    false
+                });
+            }
+        }
+    }
+}
+
+fn id_of(o: &ObjectRef) -> (String, String) {
+    (
+        o.namespace().unwrap_or("").to_string(),
+        o.name().to_string(),
+    )
+}
+
+/// What a guest should become.
+enum Desired {
+    /// Load these packed bytes (unpacked in the guest's own task).
+    Load {
+        source: Source,
+        settings: Settings,
+        key: String,
+        packed: Vec<u8>,
+    },
+    /// Record that the ConfigMap's content for this guest is unusable.
+    Unreadable {
+        source: Source,
+        settings: Settings,
+        digest: String,
+        message: String,
+    },
+    /// Unload it.
+    Remove,
+}
+
+/// Runs each guest's loads in a task of its own, so that one tenant's large module compiling
+/// does not hold up another's delivery. Per guest, the latest desired state wins: edits that
+/// arrive while a load runs collapse into one more load.
+struct Dispatch {
+    supervisor: Arc<Supervisor>,
+    policy: TenantPolicy,
+    /// Guests with a task running, and what it should do next. A name is present exactly while
+    /// its task runs.
+    slots: Mutex<HashMap<String, Option<Desired>>>,
+}
+
+impl Dispatch {
+    fn submit(self: &Arc<Self>, name: String, desired: Desired) {
+        let mut slots = self.slots.lock().unwrap();
+        if let Some(next) = slots.get_mut(&name) {
+            *next = Some(desired);
+            return;
+        }
+        slots.insert(name.clone(), Some(desired));
+        drop(slots);
+        tokio::spawn(self.clone().drain(name));
+    }
+
+    async fn drain(self: Arc<Self>, name: String) {
+        loop {
+            let desired = {
+                let mut slots = self.slots.lock().unwrap();
+                match slots.get_mut(&name).and_then(Option::take) {
+                    Some(d) => d,
+                    None => {
+                        slots.remove(&name);
+                        return;
+                    }
+                }
+            };
+            self.apply(&name, desired).await;
+        }
+    }
+
+    async fn apply(&self, name: &str, desired: Desired) {
+        let sup = &self.supervisor;
+        match desired {
+            Desired::Remove => {
+                sup.remove(name).await;
+            }
+            Desired::Unreadable {
+                source,
+                settings,
+                digest,
+                message,
+            } => {
+                sup.reject_unreadable(name, source, settings, &digest, message)
+                    .await;
+            }
+            Desired::Load {
+                source,
+                settings,
+                key,
+                packed,
+            } => {
+                let max = self.policy.max_module_bytes;
+                let unpacked = tokio::task::spawn_blocking(move || unpack(&key, packed, max))
+                    .await
+                    .unwrap_or_else(|e| Err((String::new(), format!("unpacking failed: {e}"))));
+                match unpacked {
+                    Ok(bytes) => {
+                        sup.apply(name, source, settings, bytes).await;
+                    }
+                    Err((digest, message)) => {
+                        sup.reject_unreadable(name, source, settings, &digest, message)
+                            .await;
+                    }
                 }
             }
         }
     }
 }
 
-/// Guests loaded from the ConfigMap `o`.
-fn guests_of(supervisor: &Supervisor, o: &ObjectRef) -> Vec<String> {
-    let (ns, name) = (o.namespace().unwrap_or(""), o.name());
-    supervisor.names_where(
-        |s| matches!(s, Source::ConfigMap { namespace, name: n, .. } if namespace == ns && n == name),
-    )
-}
-
-/// Loads every module key of `o`, and unloads guests of keys it no longer has.
-async fn sync(supervisor: &Supervisor, policy: &TenantPolicy, o: &ObjectRef) {
-    let namespace = o.namespace().unwrap_or("").to_string();
-    let cm = o.name().to_string();
-    let modules = match modules_of(o.json()) {
+/// Submits every module key of `o`, and removals for guests of keys it no longer has.
+async fn sync(
+    dispatch: &Arc<Dispatch>,
+    owned: &mut HashMap<(String, String), BTreeSet<String>>,
+    warned: &mut HashSet<(String, String, String)>,
+    o: &ObjectRef,
+) {
+    let id = id_of(o);
+    let (namespace, cm) = id.clone();
+    let json = o.json().to_vec();
+    let parsed = tokio::task::spawn_blocking(move || modules_of(&json))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+    let modules = match parsed {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!(configmap = %format!("{namespace}/{cm}"), "ignoring an unparseable ConfigMap: {e}");
             return;
         }
     };
+    let source = |key: &str| Source::ConfigMap {
+        namespace: namespace.clone(),
+        name: cm.clone(),
+        key: key.to_string(),
+        uid: modules.uid.clone(),
+    };
+    if modules.modules.is_empty() && modules.duplicates.is_empty() {
+        // Labelled, yet nothing to load: say so on the object, once per version of it.
+        if warned.insert((
+            namespace.clone(),
+            cm.clone(),
+            o.resource_version().to_string(),
+        )) {
+            let hint = if modules.text_wasm_keys.is_empty() {
+                "it has no binaryData key ending in .wasm or .wasm.gz".to_string()
+            } else {
+                format!(
+                    "its module keys {:?} are under data, not binaryData; create it with kubectl create configmap --from-file=rec.wasm=<file>, which stores binary files in binaryData",
+                    modules.text_wasm_keys
+                )
+            };
+            let message =
+                format!("this ConfigMap is labelled {LABEL}=true but delivers no module: {hint}");
+            tracing::warn!(configmap = %format!("{namespace}/{cm}"), "{message}");
+            dispatch
+                .supervisor
+                .event(&source(""), "Warning", "NoModule", message);
+        }
+    }
     let mut wanted = BTreeSet::new();
+    for (stem, keys) in &modules.duplicates {
+        let name = format!("{namespace}/{cm}/{stem}");
+        wanted.insert(name.clone());
+        let message = format!(
+            "keys {keys:?} all name guest {name}; keep one of them (a .wasm or a .wasm.gz, not both)"
+        );
+        let digest = crate::guest::digest_of(message.as_bytes());
+        dispatch.submit(
+            name.clone(),
+            Desired::Unreadable {
+                source: source(&keys[0]),
+                settings: dispatch.policy.settings(&name, &namespace),
+                digest,
+                message,
+            },
+        );
+    }
     for m in modules.modules {
         let name = format!("{namespace}/{cm}/{}", m.stem);
         wanted.insert(name.clone());
-        let source = Source::ConfigMap {
-            namespace: namespace.clone(),
-            name: cm.clone(),
-            key: m.key.clone(),
-            uid: modules.uid.clone(),
-        };
-        let settings = policy.settings(&name, &namespace);
-        match unpack(&m.key, m.bytes, policy.max_module_bytes) {
-            Ok(bytes) => {
-                supervisor.apply(&name, source, settings, bytes).await;
-            }
-            Err((digest, message)) => {
-                supervisor
-                    .reject_unreadable(&name, source, settings, &digest, message)
-                    .await;
-            }
-        }
+        dispatch.submit(
+            name.clone(),
+            Desired::Load {
+                source: source(&m.key),
+                settings: dispatch.policy.settings(&name, &namespace),
+                key: m.key,
+                packed: m.bytes,
+            },
+        );
     }
-    for name in guests_of(supervisor, o) {
-        if !wanted.contains(&name) {
-            supervisor.remove(&name).await;
-        }
+    let before = owned.insert(id, wanted.clone()).unwrap_or_default();
+    for gone in before.difference(&wanted) {
+        dispatch.submit(gone.clone(), Desired::Remove);
     }
 }
 
 struct Modules {
     uid: String,
     modules: Vec<Packed>,
+    /// Guest names (key stems) more than one key maps to, with those keys.
+    duplicates: BTreeMap<String, Vec<String>>,
+    /// `data` (text) keys that look like modules: a common mistake.
+    text_wasm_keys: Vec<String>,
 }
 
 struct Packed {
@@ -243,6 +400,8 @@ fn modules_of(json: &[u8]) -> Result<Modules, String> {
         metadata: Meta,
         #[serde(default, rename = "binaryData")]
         binary_data: HashMap<String, String>,
+        #[serde(default)]
+        data: HashMap<String, serde::de::IgnoredAny>,
     }
     #[derive(serde::Deserialize)]
     struct Meta {
@@ -252,7 +411,7 @@ fn modules_of(json: &[u8]) -> Result<Modules, String> {
     let cm: Cm = serde_json::from_slice(json).map_err(|e| e.to_string())?;
     let mut keys: Vec<&String> = cm.binary_data.keys().collect();
     keys.sort();
-    let mut modules = Vec::new();
+    let mut by_stem: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
     for key in keys {
         let Some(stem) = key
             .strip_suffix(".wasm.gz")
@@ -263,15 +422,33 @@ fn modules_of(json: &[u8]) -> Result<Modules, String> {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(&cm.binary_data[key])
             .map_err(|e| format!("binaryData key {key:?} is not base64: {e}"))?;
-        modules.push(Packed {
-            key: key.clone(),
-            stem: stem.replace('_', "-").to_lowercase(),
-            bytes,
-        });
+        by_stem
+            .entry(stem.replace('_', "-").to_lowercase())
+            .or_default()
+            .push((key.clone(), bytes));
     }
+    let mut modules = Vec::new();
+    let mut duplicates = BTreeMap::new();
+    for (stem, mut found) in by_stem {
+        if found.len() == 1 {
+            let (key, bytes) = found.remove(0);
+            modules.push(Packed { key, stem, bytes });
+        } else {
+            duplicates.insert(stem, found.into_iter().map(|(k, _)| k).collect());
+        }
+    }
+    let mut text_wasm_keys: Vec<String> = cm
+        .data
+        .keys()
+        .filter(|k| k.ends_with(".wasm") || k.ends_with(".wasm.gz"))
+        .cloned()
+        .collect();
+    text_wasm_keys.sort();
     Ok(Modules {
         uid: cm.metadata.uid,
         modules,
+        duplicates,
+        text_wasm_keys,
     })
 }
 
@@ -279,6 +456,14 @@ fn modules_of(json: &[u8]) -> Result<Modules, String> {
 /// bytes unpacked. An error carries the digest of the packed bytes and the message.
 fn unpack(key: &str, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>, (String, String)> {
     if !key.ends_with(".gz") {
+        if bytes.starts_with(&[0x1f, 0x8b]) {
+            return Err((
+                crate::guest::digest_of(&bytes),
+                format!(
+                    "key {key:?} holds gzip data; name the key {key}.gz so that it is unpacked"
+                ),
+            ));
+        }
         return Ok(bytes);
     }
     let digest = crate::guest::digest_of(&bytes);
@@ -304,6 +489,11 @@ fn unpack(key: &str, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>, (String, Str
 /// What `reconciled pack` makes of a module: a ConfigMap manifest, or why it cannot fit.
 ///
 /// Modules that fit uncompressed go as `<stem>.wasm`; others are gzipped into `<stem>.wasm.gz`.
+///
+/// Where it may surprise: apply the manifest with `kubectl apply --server-side` or `kubectl
+/// create`. A plain client-side `kubectl apply` copies the whole object into the
+/// last-applied-configuration annotation, which is capped at 256 KiB, so it fails for any
+/// module over about 190 KB.
 pub fn pack(
     namespace: &str,
     name: &str,
@@ -312,6 +502,15 @@ pub fn pack(
 ) -> Result<serde_json::Value, String> {
     // Headroom for the object's metadata, which counts against the same limit in etcd.
     const BUDGET: usize = CONFIGMAP_LIMIT - 4096;
+    if stem.is_empty()
+        || !stem
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!(
+            "key {stem:?} cannot be a ConfigMap key: use letters, digits, '-', '_' and '.' only (pass --key)"
+        ));
+    }
     let (key, bytes) = if module.len() <= BUDGET {
         (format!("{stem}.wasm"), module.to_vec())
     } else {
@@ -374,6 +573,34 @@ mod tests {
     }
 
     #[test]
+    fn two_keys_naming_one_guest_are_duplicates_and_text_modules_are_noticed() {
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let json = serde_json::json!({
+            "metadata": {"uid": "u"},
+            "data": {"text.wasm": "oops"},
+            "binaryData": {"rec.wasm": b64(b"a"), "rec.wasm.gz": b64(b"b"), "Rec.wasm": b64(b"c"), "ok.wasm": b64(b"d")},
+        });
+        let m = modules_of(json.to_string().as_bytes()).unwrap();
+        assert_eq!(m.modules.len(), 1);
+        assert_eq!(m.modules[0].stem, "ok");
+        assert_eq!(
+            m.duplicates["rec"],
+            vec![
+                "Rec.wasm".to_string(),
+                "rec.wasm".into(),
+                "rec.wasm.gz".into()
+            ]
+        );
+        assert_eq!(m.text_wasm_keys, vec!["text.wasm".to_string()]);
+    }
+
+    #[test]
+    fn gzip_under_a_plain_key_says_to_rename_it() {
+        let (_, msg) = unpack("rec.wasm", gzip(b"module"), 100).unwrap_err();
+        assert!(msg.contains("name the key rec.wasm.gz"), "{msg}");
+    }
+
+    #[test]
     fn gzip_is_unpacked_and_bombs_and_garbage_are_refused() {
         assert_eq!(unpack("a.wasm", b"raw".to_vec(), 1).unwrap(), b"raw");
         assert_eq!(
@@ -407,6 +634,8 @@ mod tests {
         }
         let err = pack("team-a", "my-rec", "rec", &noise).unwrap_err();
         assert!(err.contains("cannot be delivered this way"), "{err}");
+        let err = pack("team-a", "my-rec", "my rec", &[1u8; 10]).unwrap_err();
+        assert!(err.contains("cannot be a ConfigMap key"), "{err}");
     }
 
     #[test]
