@@ -23,6 +23,11 @@ impl Drop for Dev {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The host's log only matters when the test failed.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.join("dev.log")).unwrap_or_default();
+            eprintln!("--- reconciled dev log ---\n{log}");
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -40,6 +45,7 @@ fn start(cp: &ControlPlane) -> Dev {
     ));
     std::fs::create_dir_all(dir.join("modules")).unwrap();
     let addr = free_port();
+    let log = std::fs::File::create(dir.join("dev.log")).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_reconciled"))
         .arg("dev")
         .arg(dir.join("modules"))
@@ -49,7 +55,10 @@ fn start(cp: &ControlPlane) -> Dev {
         .arg(addr.to_string())
         .env("RECONCILED_CACHE_DIR", dir.join("cache"))
         .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
         .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
         .spawn()
         .unwrap();
     Dev { child, addr, dir }
