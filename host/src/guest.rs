@@ -159,12 +159,23 @@ impl Runtime {
     /// Compiles `bytes` (off the async runtime: a large component takes seconds) and links it.
     /// With a precompile cache, a module seen before is loaded from it instead.
     pub async fn compile(&self, bytes: Vec<u8>) -> Result<Module, LoadError> {
+        self.compile_digested(bytes, None).await
+    }
+
+    /// [`Runtime::compile`] for bytes whose sha256 the caller has already computed (hashing
+    /// 12 MB takes about 8 ms; a reload should do it once). The digest is trusted: it names the
+    /// precompiled artifact, so a wrong one would load another module's code.
+    pub async fn compile_digested(
+        &self,
+        bytes: Vec<u8>,
+        digest: Option<String>,
+    ) -> Result<Module, LoadError> {
         let size = bytes.len();
         let engine = self.engine.clone();
         let artifacts = self.artifacts.clone();
         let started = Instant::now();
         let (digest, compiled) = tokio::task::spawn_blocking(move || {
-            let digest = digest_of(&bytes);
+            let digest = digest.unwrap_or_else(|| digest_of(&bytes));
             let compiled = match &artifacts {
                 Some(cache) => cache.load_or_compile(&engine, &digest, &bytes),
                 None => Component::new(&engine, &bytes).map(|c| (c, Origin::Compiled)),

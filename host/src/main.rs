@@ -285,11 +285,21 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         while let Some(change) = changes.recv().await {
             match change {
                 Change::Upsert {
-                    name, path, bytes, ..
+                    name,
+                    path,
+                    bytes,
+                    digest,
+                    ..
                 } => {
                     let settings = Settings::new(&name);
-                    sup.apply(&name, Source::DevFolder(path), settings, bytes)
-                        .await;
+                    sup.apply_digested(
+                        &name,
+                        Source::DevFolder(path),
+                        settings,
+                        bytes,
+                        Some(digest),
+                    )
+                    .await;
                 }
                 Change::Remove { name, .. } => {
                     sup.remove(&name).await;
