@@ -153,10 +153,12 @@ struct PlannedKind {
 /// What a reload changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reload {
-    /// Informers the new version reads that the old one did not (started or joined).
+    /// Informers the new version reads that the old one did not (started or joined), as
+    /// `group/version/kind` (core kinds have an empty group: `/v1/ConfigMap`).
     pub added: Vec<String>,
     /// Informers the old version read that the new one does not (released, and stopped if
-    /// nobody else holds them).
+    /// nobody else holds them), spelled like `added`. A kind whose scope changed (another
+    /// label selector) is in both.
     pub released: Vec<String>,
     /// Primary keys queued (low priority) for the new version to reconcile.
     pub requeued: usize,
@@ -364,7 +366,9 @@ impl Controller {
                 let keep = plan.kinds.iter().any(|p| p.key == *key);
                 if !keep {
                     link.task.abort();
-                    report.released.push(key.kind.clone());
+                    report
+                        .released
+                        .push(format!("{}/{}/{}", key.group, key.version, key.kind));
                 }
                 keep
             });

@@ -342,8 +342,12 @@ impl Supervisor {
         let compile = module.compile_time();
         let origin = module.origin();
         if let Some(old) = &replaced {
-            // Its grant or limits changed: no overlap of the two, so a gap instead.
+            // Its grant or limits changed: no overlap of the two, so a gap instead. Until the
+            // new one starts (or is rejected) the guest is not serving, and says so.
             old.stop().await;
+            if let Some(e) = self.guests.lock().unwrap().get_mut(name) {
+                e.controller = None;
+            }
         }
         let tenant = matches!(source, Source::ConfigMap { .. });
         let result = match &running {

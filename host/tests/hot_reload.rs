@@ -362,6 +362,37 @@ async fn bad_modules_are_rejected_and_the_old_version_keeps_serving() {
     assert_eq!(status["guests"][0]["state"], "serving");
     assert_eq!(status["guests"][0]["rejections"], 4);
 
+    // New settings (here, workers) start a fresh controller once the old one has stopped.
+    let old = sup.controller("bad").unwrap();
+    let wider = Settings {
+        workers: 1,
+        ..settings("bad", ns)
+    };
+    let again = sup
+        .apply("bad", Source::File("v1".into()), wider, v1.clone())
+        .await;
+    assert!(matches!(again, Applied::Loaded { .. }), "{again:?}");
+    let new = sup.controller("bad").unwrap();
+    assert!(!Arc::ptr_eq(&old, &new));
+    let old_started = old.counters().started.load(Ordering::Relaxed);
+    api.patch(
+        "target",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"data": {"v": "settings"}})),
+    )
+    .await
+    .unwrap();
+    wait_seen(&api, Duration::from_secs(30), |_| {
+        Some("v1:settings".into())
+    })
+    .await;
+    assert_eq!(
+        old.counters().started.load(Ordering::Relaxed),
+        old_started,
+        "the replaced controller still reconciles"
+    );
+    drop((old, new));
+
     // Unloading releases the guest's informer (nobody else reads this namespace).
     assert!(sup.remove("bad").await);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -681,7 +712,7 @@ async fn a_new_declaration_starts_new_informers_releases_old_ones_and_keeps_shar
                 vec!["/v1/ConfigMap", "/v1/Pod", "/v1/ServiceAccount"],
                 "{reload:?}"
             );
-            assert_eq!(reload.released, vec!["ConfigMap"], "{reload:?}");
+            assert_eq!(reload.released, vec!["/v1/ConfigMap"], "{reload:?}");
         }
         other => panic!("{other:?}"),
     }
