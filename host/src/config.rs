@@ -24,6 +24,8 @@
 //! max_module_bytes = 33554432
 //! [tenants.limits]
 //! deadline_ms = 2000
+//! [tenants.grants.team-a]              # team-a's guests may also use namespace "shared"
+//! namespaces = ["shared"]
 //! ```
 
 use std::path::{Path, PathBuf};

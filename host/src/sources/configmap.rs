@@ -73,6 +73,11 @@ pub struct TenantPolicy {
     pub limits: Limits,
     /// Largest module accepted once unpacked [32 MiB].
     pub max_module_bytes: usize,
+    /// More than confinement, by the delivering namespace: `[tenants.grants.team-a]` with
+    /// `namespaces = ["team-a", "shared"]`, say. The guest's own namespace is always included;
+    /// `namespaces` omitted means the guest's own only (never "all", which would let a tenant
+    /// reach cluster-scoped kinds), and `kinds` omitted means the policy's `kinds`.
+    pub grants: BTreeMap<String, Grant>,
 }
 
 impl Default for TenantPolicy {
@@ -83,20 +88,32 @@ impl Default for TenantPolicy {
             workers: 1,
             limits: Limits::default(),
             max_module_bytes: 32 << 20,
+            grants: BTreeMap::new(),
         }
     }
 }
 
 impl TenantPolicy {
-    /// The settings of guest `name` delivered in `namespace`: confined to it, no uncached reads.
+    /// The settings of guest `name` delivered in `namespace`: confined to it and no uncached
+    /// reads, unless [`TenantPolicy::grants`] says more for that namespace.
     pub fn settings(&self, name: &str, namespace: &str) -> Settings {
+        let mut grant = Grant {
+            namespaces: Some([namespace.to_string()].into()),
+            kinds: self.kinds.clone(),
+            uncached_reads: false,
+        };
+        if let Some(more) = self.grants.get(namespace) {
+            if let (Some(ns), Some(extra)) = (&mut grant.namespaces, &more.namespaces) {
+                ns.extend(extra.iter().cloned());
+            }
+            if more.kinds.is_some() {
+                grant.kinds = more.kinds.clone();
+            }
+            grant.uncached_reads = more.uncached_reads;
+        }
         Settings {
             name: name.to_string(),
-            grant: Grant {
-                namespaces: Some([namespace.to_string()].into()),
-                kinds: self.kinds.clone(),
-                uncached_reads: false,
-            },
+            grant,
             limits: self.limits,
             workers: self.workers,
             read_your_writes: None,
@@ -639,10 +656,24 @@ mod tests {
     }
 
     #[test]
-    fn tenant_settings_confine_to_the_namespace() {
+    fn tenant_settings_confine_to_the_namespace_unless_the_host_grants_more() {
         let s = TenantPolicy::default().settings("team-a/x/rec", "team-a");
         assert!(s.grant.allows_namespace("team-a"));
         assert!(!s.grant.allows_namespace("team-b"));
         assert!(!s.grant.uncached_reads);
+
+        let policy: TenantPolicy = toml::from_str(
+            "kinds = [\"v1/ConfigMap\"]\n[grants.team-a]\nnamespaces = [\"shared\"]\nuncached_reads = true\n[grants.team-b]\n",
+        )
+        .unwrap();
+        let a = policy.settings("team-a/x/rec", "team-a");
+        assert!(a.grant.allows_namespace("team-a") && a.grant.allows_namespace("shared"));
+        assert!(!a.grant.allows_namespace("team-b"));
+        assert!(a.grant.uncached_reads);
+        assert_eq!(a.grant.kinds, policy.kinds);
+        // An empty grant table: still confined, never "all namespaces".
+        let b = policy.settings("team-b/x/rec", "team-b");
+        assert_eq!(b.grant.namespaces, Some(["team-b".to_string()].into()));
+        assert!(!b.grant.uncached_reads);
     }
 }
