@@ -22,6 +22,8 @@
 //! namespaces = ["team-a", "team-b"]   # omitted: every namespace
 //! kinds = ["v1/ConfigMap"]            # omitted: any namespaced kind
 //! max_module_bytes = 33554432
+//! max_guests_per_namespace = 20
+//! min_reload_interval_ms = 1000
 //! [tenants.limits]
 //! deadline_ms = 2000
 //! [tenants.grants.team-a]              # team-a's guests may also use namespace "shared"

@@ -793,3 +793,79 @@ async fn a_host_that_may_not_watch_configmaps_is_not_ready_and_says_which_rule_t
         "{r}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_get_a_guest_quota_and_rapid_edits_collapse_into_one_load() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "team-q";
+    namespace(&client, ns).await;
+    let sup = supervisor(&client);
+    let policy = TenantPolicy {
+        max_guests_per_namespace: 1,
+        min_reload_interval_ms: 1000,
+        ..TenantPolicy::default()
+    };
+    let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
+    let (v1, v2) = (wasm("stamp_v1"), wasm("stamp_v2"));
+    let b64 = |b: &[u8]| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(b)
+    };
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "two", "labels": {LABEL: "true"}},
+        "binaryData": {"a.wasm": b64(&v1), "b.wasm": b64(&v1)},
+    }))
+    .unwrap();
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    wait_until("a loaded", Duration::from_secs(5), || {
+        sup.controller("team-q/two/a").is_some()
+    })
+    .await;
+    wait_event(
+        &client,
+        ns,
+        "two",
+        "ModuleRejected",
+        "tenants.max_guests_per_namespace",
+    )
+    .await;
+    assert!(sup.controller("team-q/two/b").is_none());
+
+    // Five edits within a few hundred milliseconds: one more load, of the last bytes.
+    let loads = |sup: &Supervisor| {
+        sup.status()["guests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == "team-q/two/a")
+            .map(|g| g["loads"].as_u64().unwrap())
+    };
+    assert_eq!(loads(&sup), Some(1));
+    let mut last = Vec::new();
+    for i in 0..5u8 {
+        // Distinct bytes: v1 or v2 plus a custom section that names the edit.
+        let mut module = if i % 2 == 0 { v2.clone() } else { v1.clone() };
+        module.extend_from_slice(&[0, 6, 5, b'e', b'd', b'i', b't', i]);
+        cms.patch(
+            "two",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"binaryData": {"a.wasm": b64(&module)}})),
+        )
+        .await
+        .unwrap();
+        last = module;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let digest = digest_of(&last);
+    wait_until("the last edit serving", Duration::from_secs(10), || {
+        sup.controller("team-q/two/a")
+            .is_some_and(|c| c.digest() == digest)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let n = loads(&sup).unwrap();
+    // The first edit may start a load before the others arrive; the rest collapse.
+    assert!((2..=3).contains(&n), "{n} loads for 5 edits");
+}

@@ -32,6 +32,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Read;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use tokio::task::AbortHandle;
@@ -78,6 +79,13 @@ pub struct TenantPolicy {
     /// `namespaces` omitted means the guest's own only (never "all", which would let a tenant
     /// reach cluster-scoped kinds), and `kinds` omitted means the policy's `kinds`.
     pub grants: BTreeMap<String, Grant>,
+    /// Tenant guests one namespace may run, over all its ConfigMaps [20]. Keys past it are
+    /// rejected, with an Event saying so.
+    pub max_guests_per_namespace: usize,
+    /// Least time between two loads of one guest, in milliseconds [1000]. Edits arriving
+    /// sooner wait, and collapse into one load of the latest: a tenant editing in a loop gets
+    /// one compile a second, not one per edit. Unloads never wait.
+    pub min_reload_interval_ms: u64,
 }
 
 impl Default for TenantPolicy {
@@ -89,6 +97,8 @@ impl Default for TenantPolicy {
             limits: Limits::default(),
             max_module_bytes: 32 << 20,
             grants: BTreeMap::new(),
+            max_guests_per_namespace: 20,
+            min_reload_interval_ms: 1000,
         }
     }
 }
@@ -255,8 +265,10 @@ impl Dispatch {
     }
 
     async fn drain(self: Arc<Self>, name: String) {
+        let interval = Duration::from_millis(self.policy.min_reload_interval_ms);
+        let mut last_load: Option<Instant> = None;
         loop {
-            let desired = {
+            let mut desired = {
                 let mut slots = self.slots.lock().unwrap();
                 match slots.get_mut(&name).and_then(Option::take) {
                     Some(d) => d,
@@ -266,6 +278,25 @@ impl Dispatch {
                     }
                 }
             };
+            if let (Desired::Load { .. }, Some(at)) = (&desired, last_load) {
+                let wait = interval.saturating_sub(at.elapsed());
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                    // Whatever arrived meanwhile supersedes it.
+                    if let Some(newer) = self
+                        .slots
+                        .lock()
+                        .unwrap()
+                        .get_mut(&name)
+                        .and_then(Option::take)
+                    {
+                        desired = newer;
+                    }
+                }
+            }
+            if matches!(desired, Desired::Load { .. }) {
+                last_load = Some(Instant::now());
+            }
             self.apply(&name, desired).await;
         }
     }
@@ -358,6 +389,37 @@ async fn sync(
                 .event(&source(""), "Warning", "NoModule", message);
         }
     }
+    // The namespace's quota: what its other ConfigMaps run first, then this one's keys in
+    // name order.
+    let others: usize = owned
+        .iter()
+        .filter(|((ns, c), _)| *ns == namespace && *c != cm)
+        .map(|(_, names)| names.len())
+        .sum();
+    let mut room = dispatch
+        .policy
+        .max_guests_per_namespace
+        .saturating_sub(others);
+    let mut over_quota = |name: &str, key: &str| -> bool {
+        if room > 0 {
+            room -= 1;
+            return false;
+        }
+        let message = format!(
+            "namespace {namespace} already runs {} tenant guests, the most the host allows (tenants.max_guests_per_namespace); remove one, or ask the host's operator to raise it",
+            dispatch.policy.max_guests_per_namespace
+        );
+        dispatch.submit(
+            name.to_string(),
+            Desired::Unreadable {
+                source: source(key),
+                settings: dispatch.policy.settings(name, &namespace),
+                digest: crate::guest::digest_of(message.as_bytes()),
+                message,
+            },
+        );
+        true
+    };
     let mut wanted = BTreeSet::new();
     for (stem, keys) in &modules.duplicates {
         let name = format!("{namespace}/{cm}/{stem}");
@@ -379,6 +441,9 @@ async fn sync(
     for m in modules.modules {
         let name = format!("{namespace}/{cm}/{}", m.stem);
         wanted.insert(name.clone());
+        if over_quota(&name, &m.key) {
+            continue;
+        }
         dispatch.submit(
             name.clone(),
             Desired::Load {
