@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 
 use crate::bindings::reconciled::runtime::api as raw;
 use crate::cache::Page;
-use crate::object::{decode, decode_all, list_all};
+use crate::object::{decode, decode_page, list_all};
 use crate::{Kind, ListOptions, Result};
 
 /// One object, read from the API server.
@@ -25,9 +25,5 @@ pub fn list<K: Kind + DeserializeOwned>(options: ListOptions) -> Result<Vec<K>> 
 /// One page of objects, read from the API server.
 pub fn list_page<K: Kind + DeserializeOwned>(options: &ListOptions) -> Result<Page<K>> {
     let gvk = K::gvk();
-    let page = raw::list(&gvk, options)?;
-    Ok(Page {
-        items: decode_all(&gvk, &page.items)?,
-        continue_token: page.continue_token,
-    })
+    decode_page(&gvk, raw::list(&gvk, options)?)
 }

@@ -10,7 +10,7 @@
 use serde::de::DeserializeOwned;
 
 use crate::bindings::reconciled::runtime::cache as raw;
-use crate::object::{decode, decode_all, list_all};
+use crate::object::{decode, decode_page, list_all};
 use crate::{Gvk, Kind, ListOptions, ListPage, Result};
 
 /// One object. A missing object is [`Error::NotFound`](crate::Error::NotFound); use
@@ -42,11 +42,7 @@ pub fn list<K: Kind + DeserializeOwned>(options: ListOptions) -> Result<Vec<K>> 
 /// One page of objects that match `options`.
 pub fn list_page<K: Kind + DeserializeOwned>(options: &ListOptions) -> Result<Page<K>> {
     let gvk = K::gvk();
-    let page = raw::list(&gvk, options)?;
-    Ok(Page {
-        items: decode_all(&gvk, &page.items)?,
-        continue_token: page.continue_token,
-    })
+    decode_page(&gvk, raw::list(&gvk, options)?)
 }
 
 /// One object as the host's JSON text, of any declared kind.

@@ -4,6 +4,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::cache::Page;
 use crate::{Error, Gvk, Kind, ListOptions, ListPage, Result};
 
 /// An object ready for a write.
@@ -64,9 +65,16 @@ pub(crate) fn decode<K: DeserializeOwned>(gvk: &Gvk, json: &str) -> Result<K> {
     })
 }
 
-/// Decodes every item of a page.
-pub(crate) fn decode_all<K: DeserializeOwned>(gvk: &Gvk, items: &[String]) -> Result<Vec<K>> {
-    items.iter().map(|item| decode(gvk, item)).collect()
+/// Decodes every item of a page, keeping its continue token.
+pub(crate) fn decode_page<K: DeserializeOwned>(gvk: &Gvk, page: ListPage) -> Result<Page<K>> {
+    Ok(Page {
+        items: page
+            .items
+            .iter()
+            .map(|item| decode(gvk, item))
+            .collect::<Result<_>>()?,
+        continue_token: page.continue_token,
+    })
 }
 
 /// Follows continue tokens from `options.continue_token` to the last page.

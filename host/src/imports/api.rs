@@ -116,8 +116,7 @@ impl Host for HostState {
         namespace: String,
         name: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        self.count_call()?;
-        let ctx = self.context()?;
+        let ctx = self.enter()?;
         Ok(get(self, &ctx, kind, namespace, name).await)
     }
 
@@ -126,8 +125,7 @@ impl Host for HostState {
         kind: Gvk,
         options: ListOptions,
     ) -> wasmtime::Result<Result<ListPage, GuestError>> {
-        self.count_call()?;
-        let ctx = self.context()?;
+        let ctx = self.enter()?;
         Ok(list(self, &ctx, kind, options).await)
     }
 }

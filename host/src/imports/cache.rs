@@ -146,8 +146,7 @@ impl Host for HostState {
         namespace: String,
         name: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        self.count_call()?;
-        let ctx = self.context()?;
+        let ctx = self.enter()?;
         Ok(cached_get(self, &ctx, &kind, &namespace, &name).await)
     }
 
@@ -156,8 +155,7 @@ impl Host for HostState {
         kind: Gvk,
         options: ListOptions,
     ) -> wasmtime::Result<Result<ListPage, GuestError>> {
-        self.count_call()?;
-        let ctx = self.context()?;
+        let ctx = self.enter()?;
         Ok(cached_list(self, &ctx, &kind, &options).await)
     }
 }

@@ -274,8 +274,7 @@ impl Host for HostState {
         namespace: String,
         object: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        self.count_call()?;
-        let ctx = self.context()?;
+        let ctx = self.enter()?;
         Ok(create(self, &ctx, kind, namespace, object).await)
     }
 
@@ -285,8 +284,7 @@ impl Host for HostState {
         namespace: String,
         object: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        self.count_call()?;
-        let ctx = self.context()?;
+        let ctx = self.enter()?;
         Ok(update(self, &ctx, kind, namespace, object, false).await)
     }
 
@@ -297,8 +295,7 @@ impl Host for HostState {
         name: String,
         p: Patch,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        self.count_call()?;
-        let ctx = self.context()?;
+        let ctx = self.enter()?;
         Ok(patch(self, &ctx, kind, namespace, name, p).await)
     }
 
@@ -308,8 +305,7 @@ impl Host for HostState {
         namespace: String,
         name: String,
     ) -> wasmtime::Result<Result<(), GuestError>> {
-        self.count_call()?;
-        let ctx = self.context()?;
+        let ctx = self.enter()?;
         Ok(delete(self, &ctx, kind, namespace, name).await)
     }
 
@@ -319,8 +315,7 @@ impl Host for HostState {
         namespace: String,
         object: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        self.count_call()?;
-        let ctx = self.context()?;
+        let ctx = self.enter()?;
         Ok(update(self, &ctx, kind, namespace, object, true).await)
     }
 
@@ -333,8 +328,7 @@ impl Host for HostState {
         reason: String,
         message: String,
     ) -> wasmtime::Result<Result<(), GuestError>> {
-        self.count_call()?;
-        let ctx = self.context()?;
+        let ctx = self.enter()?;
         let args = EventArgs {
             regarding,
             namespace,

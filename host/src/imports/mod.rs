@@ -417,6 +417,13 @@ impl HostState {
         self.bytes_out = self.bytes_out.saturating_add(bytes as u64);
     }
 
+    /// Every import's first step: counts the call against the limit and returns the guest
+    /// context (both trap when they fail).
+    pub fn enter(&mut self) -> wasmtime::Result<Arc<GuestContext>> {
+        self.count_call()?;
+        self.context()
+    }
+
     /// The guest context, or a trap if called while describing (describe must not call out).
     pub fn context(&self) -> wasmtime::Result<Arc<GuestContext>> {
         self.ctx
