@@ -21,7 +21,9 @@ step "control-plane binaries (built once per machine, then cached)"
 cargo run --quiet -p testenv -- prepare
 
 step "wasm guests (guests/build.sh: the SDK's test guest and the examples)"
-guests/build.sh >/dev/null
+# Built once here; the test binaries take the paths instead of running build.sh each.
+RECONCILED_GUEST_WASMS="$(guests/build.sh)"
+export RECONCILED_GUEST_WASMS
 
 step "cargo fmt --check"
 cargo fmt --all --check

@@ -13,7 +13,7 @@
 //!   crash mid-write never leaves a half artifact under the real name.
 //! - Only validated modules are kept: the host stores an artifact once the module has passed
 //!   `describe` and the grant check, so a stream of rejected uploads does not fill the disk.
-//! - The directory is pruned to [`ArtifactCache::max_bytes`] (1 GiB by default) after each
+//! - The directory is pruned to [`ArtifactCache::with_max_bytes`] (1 GiB by default) after each
 //!   store, least recently loaded first.
 
 use std::path::{Path, PathBuf};
@@ -100,11 +100,6 @@ impl ArtifactCache {
             dir,
             max_bytes: 1 << 30,
         })
-    }
-
-    /// The size the directory is pruned to after each store.
-    pub fn max_bytes(&self) -> u64 {
-        self.max_bytes
     }
 
     /// Sets the size the directory is pruned to.

@@ -519,10 +519,7 @@ impl Controller {
     pub fn not_ready(&self) -> Option<String> {
         self.informers().iter().find_map(|i| {
             let st = i.status();
-            match st.state {
-                crate::informer::State::Synced | crate::informer::State::Degraded => None,
-                _ => Some(format!("{}: {st}", i.key().kind)),
-            }
+            (!st.state.is_synced()).then(|| format!("{}: {st}", i.key().kind))
         })
     }
 

@@ -46,15 +46,6 @@ pub enum LoadError {
         /// What is missing or mismatched.
         reason: String,
     },
-    /// `describe()` trapped or timed out.
-    #[error("describe() failed in the component (sha256 {digest}): {source}")]
-    Describe {
-        /// Its sha256.
-        digest: String,
-        /// The call failure.
-        #[source]
-        source: CallError,
-    },
     /// The engine failed: it could not be set up, or a compile task died (a host problem, not
     /// the guest's).
     #[error("the wasm engine failed: {0}")]
@@ -147,13 +138,15 @@ impl Runtime {
     /// A directory that cannot be used is an error here; callers that prefer compiling every
     /// time to not starting should log it and carry on without the cache.
     pub fn with_artifact_cache(mut self, dir: &Path) -> Result<Self, artifact_cache::Error> {
-        self.artifacts = Some(ArtifactCache::open(dir, &self.engine)?);
+        self.use_artifact_cache(dir)?;
         Ok(self)
     }
 
-    /// The precompile cache in use, if any.
-    pub fn artifact_cache(&self) -> Option<&ArtifactCache> {
-        self.artifacts.as_ref()
+    /// [`Runtime::with_artifact_cache`] in place: on an error the runtime is unchanged and
+    /// compiles every time.
+    pub fn use_artifact_cache(&mut self, dir: &Path) -> Result<(), artifact_cache::Error> {
+        self.artifacts = Some(ArtifactCache::open(dir, &self.engine)?);
+        Ok(())
     }
 
     /// Compiles `bytes` (off the async runtime: a large component takes seconds) and links it.

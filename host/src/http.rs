@@ -439,9 +439,7 @@ fn field(object: &Value, key: &str) -> String {
         Some(Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
     };
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+    crate::imports::one_line(&text)
 }
 
 #[cfg(test)]

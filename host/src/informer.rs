@@ -186,6 +186,14 @@ pub enum State {
     Degraded,
 }
 
+impl State {
+    /// Whether the cache holds the initial list (Degraded included: reads may be stale, but
+    /// they are served).
+    pub fn is_synced(&self) -> bool {
+        matches!(self, State::Synced | State::Degraded)
+    }
+}
+
 /// State plus the reason, for readiness, metrics and logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {

@@ -177,14 +177,9 @@ struct Host {
 async fn host(args: &ClusterArgs) -> anyhow::Result<Host> {
     let (client, embedded) = client(args).await?;
     let mut runtime = Runtime::new()?;
-    let dir = ArtifactCache::default_dir();
-    runtime = match runtime.with_artifact_cache(&dir) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!("{e}");
-            Runtime::new()?
-        }
-    };
+    if let Err(e) = runtime.use_artifact_cache(&ArtifactCache::default_dir()) {
+        tracing::warn!("{e}");
+    }
     let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
     let supervisor = Arc::new(Supervisor::new(
         runtime,

@@ -157,6 +157,21 @@ struct Entry {
     last_load: Option<LoadTiming>,
 }
 
+impl Entry {
+    fn new(source: Source, settings: Settings) -> Self {
+        Self {
+            source,
+            settings,
+            controller: None,
+            loads: 0,
+            rejections: BTreeMap::new(),
+            last_error: None,
+            rejected_digest: None,
+            last_load: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct LoadTiming {
     compile: Duration,
@@ -214,17 +229,6 @@ impl Supervisor {
     /// Guest names, sorted.
     pub fn names(&self) -> Vec<String> {
         self.guests.lock().unwrap().keys().cloned().collect()
-    }
-
-    /// Names of the guests whose source satisfies `f`.
-    pub fn names_where(&self, f: impl Fn(&Source) -> bool) -> Vec<String> {
-        self.guests
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, e)| f(&e.source))
-            .map(|(n, _)| n.clone())
-            .collect()
     }
 
     /// The serving controller of `name`.
@@ -324,7 +328,6 @@ impl Supervisor {
                 let reason = match e {
                     LoadError::Invalid { .. } => Reason::Invalid,
                     LoadError::WrongWorld { .. } => Reason::WrongWorld,
-                    LoadError::Describe { .. } => Reason::Describe,
                     LoadError::Engine(_) => Reason::Host,
                 };
                 let lasting = reason != Reason::Host;
@@ -422,16 +425,9 @@ impl Supervisor {
         );
         self.event(&source, "Normal", "ModuleLoaded", message);
         let mut guests = self.guests.lock().unwrap();
-        let entry = guests.entry(name.to_string()).or_insert_with(|| Entry {
-            source: source.clone(),
-            settings: settings.clone(),
-            controller: None,
-            loads: 0,
-            rejections: BTreeMap::new(),
-            last_error: None,
-            rejected_digest: None,
-            last_load: None,
-        });
+        let entry = guests
+            .entry(name.to_string())
+            .or_insert_with(|| Entry::new(source.clone(), settings.clone()));
         let old = entry.controller.replace(controller);
         entry.source = source;
         entry.settings = settings;
@@ -494,21 +490,11 @@ impl Supervisor {
         lasting: bool,
     ) -> Applied {
         // Guest-made text (a panic message, stderr) must not forge log lines or Event layout.
-        let message: String = message
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
+        let message = crate::imports::one_line(&message);
         let mut guests = self.guests.lock().unwrap();
-        let entry = guests.entry(name.to_string()).or_insert_with(|| Entry {
-            source: source.clone(),
-            settings,
-            controller: None,
-            loads: 0,
-            rejections: BTreeMap::new(),
-            last_error: None,
-            rejected_digest: None,
-            last_load: None,
-        });
+        let entry = guests
+            .entry(name.to_string())
+            .or_insert_with(|| Entry::new(source.clone(), settings));
         *entry.rejections.entry(reason).or_default() += 1;
         entry.last_error = Some(message.clone());
         entry.rejected_digest = lasting.then(|| digest.to_string());
@@ -578,8 +564,8 @@ impl Supervisor {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                // Object names stop at 253 characters; ConfigMap names may use them all.
-                "name": format!("{}.{:016x}", truncate_name(name, 200), fastrand::u64(..)),
+                // The API server shortens the prefix if it must and appends a random suffix.
+                "generateName": format!("{name}."),
                 "namespace": namespace,
             },
             "involvedObject": {
@@ -695,10 +681,7 @@ impl Supervisor {
                 continue;
             }
             let st = informer.status();
-            if !matches!(
-                st.state,
-                crate::informer::State::Synced | crate::informer::State::Degraded
-            ) {
+            if !st.state.is_synced() {
                 let k = informer.key();
                 reasons.push(format!("informer {} ({}): {st}", k.kind, k.scope));
             }
@@ -811,13 +794,7 @@ impl Supervisor {
         };
         let stats: Vec<((String, String), crate::informer::Stats, bool)> = informers
             .iter()
-            .map(|i| {
-                let synced = matches!(
-                    i.status().state,
-                    crate::informer::State::Synced | crate::informer::State::Degraded
-                );
-                (label(i), i.stats(), synced)
-            })
+            .map(|i| (label(i), i.stats(), i.status().state.is_synced()))
             .collect();
         type Field = fn(&crate::informer::Stats) -> u64;
         let families: [(&str, &str, Field); 4] = [
@@ -891,14 +868,6 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
-}
-
-fn truncate_name(name: &str, max: usize) -> &str {
-    let mut end = name.len().min(max);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    name[..end].trim_end_matches(['.', '-'])
 }
 
 fn hostname() -> String {

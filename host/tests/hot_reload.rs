@@ -184,6 +184,7 @@ async fn swaps_under_a_stream_of_updates_keep_cache_queue_and_order() {
         } else {
             ("v1", v1.clone())
         };
+        let before = seen(&api).await;
         match sup
             .apply(
                 "stamp",
@@ -204,11 +205,13 @@ async fn swaps_under_a_stream_of_updates_keep_cache_queue_and_order() {
             }
             other => panic!("swap {s} to {tag}: {other:?}"),
         }
-        // Each swap takes effect: some object is soon stamped by the new version.
+        // Each swap takes effect: some object soon gets a new stamp from the new version
+        // (stamps it left two swaps ago do not count).
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !seen(&api).await.values().any(|v| {
+        while !seen(&api).await.iter().any(|(name, v)| {
             v.as_deref()
                 .is_some_and(|v| v.starts_with(&format!("{tag}:")))
+                && *v != before[name]
         }) {
             assert!(Instant::now() < deadline, "swap {s}: nothing stamped {tag}");
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -178,11 +178,10 @@ struct Sample {
     to_event: Duration,
     /// event → the apply task has the bytes: settle (10 ms after the rename), read, sha256.
     settle_read: Duration,
-    /// `apply`'s compile step: sha256 again, then Cranelift + storing the artifact, or loading
-    /// it from the cache.
+    /// `apply`'s compile step (the folder's digest is passed on, not recomputed): Cranelift,
+    /// or loading the artifact from the cache. Storing it happens after the swap.
     compile: Duration,
-    /// The rest of `apply`: its own sha256, describe (a fresh instance), grant check, swap,
-    /// requeue.
+    /// The rest of `apply`: describe (a fresh instance), grant check, swap, requeue.
     rest: Duration,
     origin: Origin,
     /// The apply task had the bytes → `apply` returned: the host's part once the file is read.
@@ -427,7 +426,7 @@ async fn case(
         let bytes = version(i);
         let s = hot.write(&bytes).await?;
         eprintln!(
-            "{label} {}/{count}: {:.1} ms (write→event {:.1}, settle+read+hash {:.1}, {} {:.1}, hash+describe+swap {:.1}; requeued {} drained in {:.0} ms, artifact in the cache {:.0} ms after the swap)",
+            "{label} {}/{count}: {:.1} ms (write→event {:.1}, settle+read+hash {:.1}, {} {:.1}, describe+swap+requeue {:.1}; requeued {} drained in {:.0} ms, artifact in the cache {:.0} ms after the swap)",
             i + 1,
             ms(s.total),
             ms(s.to_event),
@@ -739,7 +738,7 @@ async fn run(
 
     // The report.
     println!(
-        "| case | n | median | p90 | max | write → event | settle + read + sha256 | sha256 + compile, or cache load | sha256 + describe + swap | goal |"
+        "| case | n | median | p90 | max | write → event | settle + read + sha256 | compile, or cache load | describe + swap + requeue | goal |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let row = |label: &str, s: &[Sample], goal: Option<f64>| {
@@ -749,7 +748,10 @@ async fn run(
         };
         let (m, p90, max) = col(|x| x.total);
         let goal = match goal {
-            Some(g) if m <= g && p90 <= g => format!("≤ {g:.0} ms: met"),
+            Some(g) if m <= g && p90 <= g && max <= g => format!("≤ {g:.0} ms: met"),
+            Some(g) if m <= g && p90 <= g => {
+                format!("≤ {g:.0} ms: met at the median and p90 (max over)")
+            }
             Some(g) if m <= g => format!("≤ {g:.0} ms: met at the median, not at p90"),
             Some(g) => format!("≤ {g:.0} ms: **missed**"),
             None => "—".into(),

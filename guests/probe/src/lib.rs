@@ -125,6 +125,9 @@ fn bench(namespace: &str, what: &str) -> Result<Outcome> {
         for _ in 0..count(n)? {
             black_box(cache::list_raw(&kind, &options)?);
         }
+    } else if what != "noop" {
+        // A misspelt body would otherwise time an empty call and report reads as free.
+        return Err(Error::Invalid(format!("unknown bench body {what:?}")));
     }
     Ok(Outcome::Done)
 }

@@ -12,9 +12,9 @@ impl Host for HostState {
         let guest = self
             .ctx
             .as_ref()
-            .map_or("(describing)", |c| c.name.as_str())
-            .to_string();
-        let message: String = message.chars().take(MAX_LINE).collect();
+            .map_or("(describing)", |c| c.name.as_str());
+        // One line per call: a guest must not forge the host's log lines.
+        let message = super::one_line(&message.chars().take(MAX_LINE).collect::<String>());
         match level {
             Level::Debug => tracing::debug!(target: "guest", %guest, "{message}"),
             Level::Info => tracing::info!(target: "guest", %guest, "{message}"),

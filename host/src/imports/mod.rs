@@ -437,6 +437,14 @@ impl HostState {
     }
 }
 
+/// `text` with every control character (newlines included) replaced by a space: guest-made
+/// text goes into the host's log lines, Events and status one line each, never forging more.
+pub fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// Maps an API server error to the WIT variant the guest matches on.
 pub fn api_error(e: kube::Error) -> GuestError {
     match e {
