@@ -8,7 +8,8 @@ use serde_json::Value;
 use crate::bindings::reconciled::runtime::api::Host;
 use crate::bindings::reconciled::runtime::cache::{ListOptions, ListPage};
 use crate::bindings::{GuestError, Gvk};
-use crate::imports::{Access, GuestContext, HostState, Metrics, api_error};
+use crate::imports::{Access, GuestContext, HostState, Metrics, names, request};
+use crate::selector::LabelSelector;
 
 fn granted(ctx: &GuestContext) -> Result<(), GuestError> {
     if ctx.grant.uncached_reads {
@@ -30,13 +31,64 @@ async fn get(
 ) -> Result<String, GuestError> {
     granted(ctx)?;
     let (resource, _) = ctx.authorize(&kind, &namespace, Some(&name), Access::ServerRead)?;
+    // Validated by `authorize`; encoded all the same, as every guest-made path segment is.
+    let url = format!(
+        "{}/{}",
+        resource.url_path(Some(&names::segment(&namespace))),
+        names::segment(&name)
+    );
+    let req = request(http::Method::GET, url, None, Vec::new())?;
     Metrics::bump(&ctx.metrics.uncached_reads);
-    let req = http::Request::get(format!("{}/{name}", resource.url_path(Some(&namespace))))
-        .body(Vec::new())
-        .expect("valid request");
-    let text = ctx.client.request_text(req).await.map_err(api_error)?;
+    let text = state.send(&ctx.client, req).await?;
     state.charge(text.len())?;
     Ok(text)
+}
+
+/// A field selector value escaped as apimachinery's `fields.EscapeValue` does (`\` becomes
+/// `\\`, `,` becomes `\,`, `=` becomes `\=`), so that a guest's value cannot add terms to the
+/// selector.
+fn escape_field_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The query string of a list, from guest-controlled options: the page size clamped, the label
+/// selector and field paths validated, field values escaped, everything URL-encoded.
+fn list_query(options: &ListOptions, max_page: u32) -> Result<String, GuestError> {
+    LabelSelector::parse(&options.label_selector).map_err(|e| {
+        GuestError::Invalid(format!(
+            "label selector {}: {e}",
+            names::shown(&options.label_selector)
+        ))
+    })?;
+    let limit = if options.limit == 0 {
+        max_page
+    } else {
+        options.limit.min(max_page)
+    };
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    q.append_pair("limit", &limit.to_string());
+    if !options.label_selector.is_empty() {
+        q.append_pair("labelSelector", &options.label_selector);
+    }
+    if !options.fields.is_empty() {
+        let mut terms = Vec::with_capacity(options.fields.len());
+        for (path, value) in &options.fields {
+            names::field_path(path).map_err(|e| GuestError::Invalid(e.to_string()))?;
+            terms.push(format!("{path}={}", escape_field_value(value)));
+        }
+        q.append_pair("fieldSelector", &terms.join(","));
+    }
+    if !options.continue_token.is_empty() {
+        q.append_pair("continue", &options.continue_token);
+    }
+    Ok(q.finish())
 }
 
 async fn list(
@@ -47,47 +99,23 @@ async fn list(
 ) -> Result<ListPage, GuestError> {
     granted(ctx)?;
     let (resource, _) = ctx.authorize(&kind, &options.namespace, None, Access::ServerRead)?;
-    // Guest-controlled: clamp the page size to the host's cap.
-    let max = state.call_limits().max_page;
-    let limit = if options.limit == 0 {
-        max
-    } else {
-        options.limit.min(max)
-    };
-    // Built in a block: the serializer is not `Send` and must not live across the await.
-    let query = {
-        let mut q = form_urlencoded::Serializer::new(String::new());
-        q.append_pair("limit", &limit.to_string());
-        if !options.label_selector.is_empty() {
-            q.append_pair("labelSelector", &options.label_selector);
-        }
-        if !options.fields.is_empty() {
-            let fields: Vec<String> = options
-                .fields
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            q.append_pair("fieldSelector", &fields.join(","));
-        }
-        if !options.continue_token.is_empty() {
-            q.append_pair("continue", &options.continue_token);
-        }
-        q.finish()
-    };
-    let ns = (!options.namespace.is_empty()).then_some(options.namespace.as_str());
+    let query = list_query(&options, state.call_limits().max_page)?;
+    let ns = (!options.namespace.is_empty()).then(|| names::segment(&options.namespace));
+    let req = request(
+        http::Method::GET,
+        format!("{}?{query}", resource.url_path(ns.as_deref())),
+        None,
+        Vec::new(),
+    )?;
     Metrics::bump(&ctx.metrics.uncached_reads);
-    let req = http::Request::get(format!("{}?{query}", resource.url_path(ns)))
-        .body(Vec::new())
-        .expect("valid request");
-    let text = ctx.client.request_text(req).await.map_err(api_error)?;
-    state.charge(text.len())?;
+    let text = state.send(&ctx.client, req).await?;
     let mut page: Value = serde_json::from_str(&text)
-        .map_err(|e| GuestError::Other(format!("unreadable list: {e}")))?;
+        .map_err(|e| GuestError::Other(format!("unreadable list from the API server: {e}")))?;
     let continue_token = page["metadata"]["continue"]
         .as_str()
         .unwrap_or("")
         .to_string();
-    let items = match page.get_mut("items").map(Value::take) {
+    let items: Vec<String> = match page.get_mut("items").map(Value::take) {
         Some(Value::Array(items)) => items
             .into_iter()
             .map(|mut item| {
@@ -103,6 +131,9 @@ async fn list(
             .collect(),
         _ => Vec::new(),
     };
+    // Charged once, for what is delivered: a page refused as too large spends nothing.
+    let delivered = items.iter().map(String::len).sum::<usize>() + continue_token.len();
+    state.charge(delivered)?;
     Ok(ListPage {
         items,
         continue_token,
@@ -127,5 +158,65 @@ impl Host for HostState {
     ) -> wasmtime::Result<Result<ListPage, GuestError>> {
         let ctx = self.enter()?;
         Ok(list(self, &ctx, kind, options).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(label_selector: &str, fields: &[(&str, &str)]) -> ListOptions {
+        ListOptions {
+            namespace: String::new(),
+            label_selector: label_selector.into(),
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            limit: 0,
+            continue_token: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_field_value_cannot_add_selector_terms() {
+        let q = list_query(
+            &options("", &[("metadata.name", "x,metadata.namespace=y\\")]),
+            500,
+        )
+        .unwrap();
+        let decoded: Vec<(String, String)> =
+            form_urlencoded::parse(q.as_bytes()).into_owned().collect();
+        assert!(decoded.contains(&(
+            "fieldSelector".into(),
+            "metadata.name=x\\,metadata.namespace\\=y\\\\".into()
+        )));
+        let parsed = crate::selector::FieldSelector::parse(
+            &decoded
+                .iter()
+                .find(|(k, _)| k == "fieldSelector")
+                .unwrap()
+                .1,
+        )
+        .unwrap();
+        assert_eq!(
+            parsed.requirements().len(),
+            1,
+            "one term, as the guest asked"
+        );
+    }
+
+    #[test]
+    fn bad_list_options_are_invalid() {
+        for o in [
+            options("a in (", &[]),
+            options("a=b\0", &[]),
+            options("", &[("a,b", "x")]),
+            options("", &[("", "x")]),
+            options("", &[("a=b", "x")]),
+        ] {
+            let err = list_query(&o, 500).unwrap_err();
+            assert!(matches!(err, GuestError::Invalid(_)), "{o:?}: {err:?}");
+        }
     }
 }

@@ -6,7 +6,7 @@
 
 use crate::bindings::reconciled::runtime::cache::{Host, ListOptions, ListPage};
 use crate::bindings::{GuestError, Gvk};
-use crate::imports::{Access, Declared, GuestContext, HostState};
+use crate::imports::{Access, Declared, GuestContext, HostState, names};
 use crate::informer::State;
 use crate::object::object_key;
 use crate::selector::LabelSelector;
@@ -20,11 +20,19 @@ fn check_synced(d: &Declared) -> Result<(), GuestError> {
     }
 }
 
-/// Builds a store query from guest-controlled options, validating each part.
+/// Builds a store query from guest-controlled options, validating each part: the label
+/// selector, and each field path (a path no index could have is `invalid`, not
+/// `unindexed-field`).
 pub(crate) fn query(options: &ListOptions) -> Result<Query, GuestError> {
     let labels = LabelSelector::parse(&options.label_selector).map_err(|e| {
-        GuestError::Invalid(format!("label selector {:?}: {e}", options.label_selector))
+        GuestError::Invalid(format!(
+            "label selector {}: {e}",
+            names::shown(&options.label_selector)
+        ))
     })?;
+    for (path, _) in &options.fields {
+        names::field_path(path).map_err(|e| GuestError::Invalid(e.to_string()))?;
+    }
     Ok(Query {
         namespace: (!options.namespace.is_empty()).then(|| options.namespace.clone()),
         labels,
@@ -77,8 +85,11 @@ async fn cached_get(
     let key = object_key(Some(namespace), name);
     let store = d.informer.store();
     if ctx.read_your_writes {
-        d.floors
-            .wait_key(store, &key, ctx.limits.read_your_writes_timeout)
+        state
+            .wait_on_host(
+                d.floors
+                    .wait_key(store, &key, ctx.limits.read_your_writes_timeout),
+            )
             .await
             .map_err(|e| GuestError::Timeout(e.to_string()))?;
     }
@@ -108,12 +119,12 @@ async fn cached_list(
     }
     let store = d.informer.store();
     if ctx.read_your_writes {
-        d.floors
-            .wait_all(
+        state
+            .wait_on_host(d.floors.wait_all(
                 store,
                 q.namespace.as_deref(),
                 ctx.limits.read_your_writes_timeout,
-            )
+            ))
             .await
             .map_err(|e| GuestError::Timeout(e.to_string()))?;
     }
@@ -128,11 +139,15 @@ async fn cached_list(
         options.limit,
         state.call_limits().max_page,
     );
-    let mut items = Vec::with_capacity(range.len());
-    for o in &all[range] {
-        state.charge(o.json().len())?;
-        items.push(String::from_utf8_lossy(o.json()).into_owned());
-    }
+    let page = &all[range];
+    // Charged once, for the whole page, before anything is copied: a page refused as too large
+    // spends none of the budget, so a smaller read after it still fits.
+    let delivered = page.iter().map(|o| o.json().len()).sum::<usize>() + continue_token.len();
+    state.charge(delivered)?;
+    let items = page
+        .iter()
+        .map(|o| String::from_utf8_lossy(o.json()).into_owned())
+        .collect();
     Ok(ListPage {
         items,
         continue_token,

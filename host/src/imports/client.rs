@@ -5,23 +5,59 @@ use serde_json::Value;
 
 use crate::bindings::reconciled::runtime::client::{EventType, Host, PatchBody as Patch};
 use crate::bindings::{GuestError, Gvk};
-use crate::imports::{Access, Declared, GuestContext, HostState, Metrics, api_error};
+use crate::discovery::Resource;
+use crate::imports::{Access, Declared, GuestContext, HostState, Metrics, names, request};
 use crate::informer::Namespaces;
-use crate::object::object_key;
+use crate::object::{kind_of, object_key};
 
 /// The API server refuses request bodies above about 3 MiB; refuse them here with a clearer
 /// message and without the round trip.
 const MAX_BODY: usize = 3 << 20;
 
-fn parse(object: &str) -> Result<Value, GuestError> {
-    if object.len() > MAX_BODY {
+/// The JSON a body must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// An object; also a merge patch, since one that is not an object would replace the whole
+    /// target (RFC 7386, section 2), which no reconciler means to do.
+    Object,
+    /// A JSON patch: a list of operations (RFC 6902).
+    Array,
+}
+
+/// Parses a guest-supplied body (`what` names it in messages): too big is `too-large`; empty,
+/// not JSON (a raw NUL, say) or of the wrong shape is `invalid`.
+fn parse(body: &str, what: &str, shape: Shape) -> Result<Value, GuestError> {
+    if body.len() > MAX_BODY {
         return Err(GuestError::TooLarge(format!(
-            "the object is {} bytes; the API server accepts at most about {MAX_BODY}",
-            object.len()
+            "the {what} is {} bytes; the API server accepts at most about {MAX_BODY}: write less per object",
+            body.len()
         )));
     }
-    serde_json::from_str(object)
-        .map_err(|e| GuestError::Invalid(format!("the object is not valid JSON: {e}")))
+    let expected = match shape {
+        Shape::Object => "a JSON object",
+        Shape::Array => "a JSON array of patch operations",
+    };
+    if body.trim().is_empty() {
+        return Err(GuestError::Invalid(format!(
+            "the {what} is empty; send {expected}"
+        )));
+    }
+    let v: Value = serde_json::from_str(body).map_err(|e| {
+        GuestError::Invalid(format!(
+            "the {what} is not valid JSON ({e}); send {expected}"
+        ))
+    })?;
+    let fits = match shape {
+        Shape::Object => v.is_object(),
+        Shape::Array => v.is_array(),
+    };
+    if !fits {
+        return Err(GuestError::Invalid(format!(
+            "the {what} is {}; send {expected}",
+            kind_of(&v)
+        )));
+    }
+    Ok(v)
 }
 
 fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -29,6 +65,21 @@ fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
         .and_then(|m| m.get(field))
         .and_then(Value::as_str)
         .unwrap_or("")
+}
+
+/// Checks an object body's own `metadata.namespace` against the namespace the call names: the
+/// API server would refuse a mismatch too (400), but after a round trip and in less plain words.
+fn same_namespace(object: &Value, namespace: &str) -> Result<(), GuestError> {
+    let own = meta_str(object, "namespace");
+    if own.is_empty() || own == namespace {
+        Ok(())
+    } else {
+        Err(GuestError::Invalid(format!(
+            "the object's metadata.namespace is {} but the call names namespace {}: make them agree (or leave metadata.namespace out)",
+            names::shown(own),
+            names::shown(namespace)
+        )))
+    }
 }
 
 /// Sends a write and returns the server's object, recording the guest's RV floor for it.
@@ -42,7 +93,7 @@ async fn write(
     req: http::Request<Vec<u8>>,
 ) -> Result<String, GuestError> {
     Metrics::bump(&ctx.metrics.writes);
-    let text = ctx.client.request_text(req).await.map_err(api_error)?;
+    let text = state.send(&ctx.client, req).await?;
     state.note_bytes(text.len());
     let answer: Value = serde_json::from_str(&text)
         .map_err(|e| GuestError::Other(format!("unreadable answer from the API server: {e}")))?;
@@ -70,13 +121,17 @@ fn in_scope(declared: &Declared, namespace: &str, object: &Value) -> bool {
             .matches(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
 }
 
-fn request(method: &str, url: String, content_type: &str, body: Vec<u8>) -> http::Request<Vec<u8>> {
-    http::Request::builder()
-        .method(method)
-        .uri(url)
-        .header(http::header::CONTENT_TYPE, content_type)
-        .body(body)
-        .expect("method, URI and header are valid")
+/// The URL of the collection of `kind` in `namespace` and the resource, after authorizing the
+/// write.
+fn collection_url<'c>(
+    ctx: &'c GuestContext,
+    kind: &Gvk,
+    namespace: &str,
+) -> Result<(String, Resource, &'c Declared), GuestError> {
+    let (resource, declared) = ctx.authorize(kind, namespace, None, Access::Write)?;
+    // Validated by `authorize`; encoded all the same, as every guest-made path segment is.
+    let url = resource.url_path(Some(&names::segment(namespace)));
+    Ok((url, resource, declared))
 }
 
 /// The URL of one object, after authorizing the write.
@@ -87,10 +142,12 @@ fn item_url<'c>(
     name: &str,
 ) -> Result<(String, &'c Declared), GuestError> {
     let (resource, declared) = ctx.authorize(kind, namespace, Some(name), Access::Write)?;
-    Ok((
-        format!("{}/{name}", resource.url_path(Some(namespace))),
-        declared,
-    ))
+    let url = format!(
+        "{}/{}",
+        resource.url_path(Some(&names::segment(namespace))),
+        names::segment(name)
+    );
+    Ok((url, declared))
 }
 
 async fn create(
@@ -100,14 +157,23 @@ async fn create(
     namespace: String,
     object: String,
 ) -> Result<String, GuestError> {
-    parse(&object)?;
-    let (resource, declared) = ctx.authorize(&kind, &namespace, None, Access::Write)?;
+    let v = parse(&object, "object", Shape::Object)?;
+    same_namespace(&v, &namespace)?;
+    let (url, resource, declared) = collection_url(ctx, &kind, &namespace)?;
+    // The name travels in the body, not the URL, but is checked all the same: a name the
+    // server must refuse is `invalid` here, without the round trip. (Without one, the server
+    // requires `generateName`.)
+    let name = meta_str(&v, "name");
+    if !name.is_empty() {
+        names::object_name(&resource.group, &resource.kind, name)
+            .map_err(|e| GuestError::Invalid(e.to_string()))?;
+    }
     let req = request(
-        "POST",
-        resource.url_path(Some(&namespace)),
-        "application/json",
+        http::Method::POST,
+        url,
+        Some("application/json"),
         object.into_bytes(),
-    );
+    )?;
     write(state, ctx, declared, req).await
 }
 
@@ -119,13 +185,44 @@ async fn update(
     object: String,
     status: bool,
 ) -> Result<String, GuestError> {
-    let v = parse(&object)?;
-    let (mut url, declared) = item_url(ctx, &kind, &namespace, meta_str(&v, "name"))?;
+    let v = parse(&object, "object", Shape::Object)?;
+    same_namespace(&v, &namespace)?;
+    let name = meta_str(&v, "name");
+    if name.is_empty() {
+        return Err(GuestError::Invalid(
+            "the object has no metadata.name: an update replaces a named object".into(),
+        ));
+    }
+    let (mut url, declared) = item_url(ctx, &kind, &namespace, name)?;
     if status {
         url.push_str("/status");
     }
-    let req = request("PUT", url, "application/json", object.into_bytes());
+    let req = request(
+        http::Method::PUT,
+        url,
+        Some("application/json"),
+        object.into_bytes(),
+    )?;
     write(state, ctx, declared, req).await
+}
+
+/// The most a field manager may hold: apimachinery's `FieldManagerMaxLength`.
+const MAX_FIELD_MANAGER: usize = 128;
+
+/// A server-side apply field manager, as apimachinery's `ValidateFieldManager`: at most 128
+/// bytes, printable characters only (approximated here as no control characters and no
+/// whitespace but the space).
+fn field_manager(manager: &str) -> Result<(), GuestError> {
+    let printable = manager
+        .chars()
+        .all(|c| c == ' ' || !(c.is_control() || c.is_whitespace()));
+    if manager.is_empty() || manager.len() > MAX_FIELD_MANAGER || !printable {
+        return Err(GuestError::Invalid(format!(
+            "field manager {} is not valid: server-side apply needs 1 to {MAX_FIELD_MANAGER} bytes of printable characters (e.g. my-controller)",
+            names::shown(manager)
+        )));
+    }
+    Ok(())
 }
 
 async fn patch(
@@ -138,14 +235,19 @@ async fn patch(
 ) -> Result<String, GuestError> {
     let (mut url, declared) = item_url(ctx, &kind, &namespace, &name)?;
     let (content_type, body) = match patch {
-        Patch::Merge(b) => ("application/merge-patch+json", b),
-        Patch::Json(b) => ("application/json-patch+json", b),
+        Patch::Merge(b) => {
+            parse(&b, "merge patch", Shape::Object)?;
+            ("application/merge-patch+json", b)
+        }
+        Patch::Json(b) => {
+            parse(&b, "JSON patch", Shape::Array)?;
+            ("application/json-patch+json", b)
+        }
         Patch::Apply(a) => {
-            if a.field_manager.is_empty() {
-                return Err(GuestError::Invalid(
-                    "server-side apply needs a field manager".into(),
-                ));
-            }
+            field_manager(&a.field_manager)?;
+            let v = parse(&a.body, "applied object", Shape::Object)?;
+            same_namespace(&v, &namespace)?;
+            // Guest-controlled query values: encoded by the serializer.
             let q: String = form_urlencoded::Serializer::new(String::new())
                 .append_pair("fieldManager", &a.field_manager)
                 .append_pair("force", if a.force { "true" } else { "false" })
@@ -154,8 +256,12 @@ async fn patch(
             ("application/apply-patch+yaml", a.body)
         }
     };
-    parse(&body)?;
-    let req = request("PATCH", url, content_type, body.into_bytes());
+    let req = request(
+        http::Method::PATCH,
+        url,
+        Some(content_type),
+        body.into_bytes(),
+    )?;
     write(state, ctx, declared, req).await
 }
 
@@ -175,9 +281,14 @@ async fn delete(
         .get(&key)
         .map(|o| o.uid().to_string());
     Metrics::bump(&ctx.metrics.writes);
-    let req = request("DELETE", url, "application/json", Vec::new());
-    let text = ctx.client.request_text(req).await.map_err(api_error)?;
-    state.note_bytes(text.len());
+    let req = request(
+        http::Method::DELETE,
+        url,
+        Some("application/json"),
+        Vec::new(),
+    )?;
+    // The answer is not delivered to the guest (delete returns nothing), so it is not charged.
+    let text = state.send(&ctx.client, req).await?;
     let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
     let uid = match (answer.get("kind").and_then(Value::as_str), cached_uid) {
         (Some("Status"), cached) => answer["details"]["uid"]
@@ -199,6 +310,52 @@ async fn delete(
         declared.floors.deleted(&key, &uid, rv);
     }
     Ok(())
+}
+
+/// Longest Event reason: `ReasonLengthLimit` in Kubernetes' pkg/apis/core/validation/events.go
+/// (enforced there for events.k8s.io/v1 creations; core/v1 creations, which this host makes,
+/// skip it for backwards compatibility, so the host enforces it itself).
+const MAX_REASON: usize = 128;
+
+/// An Event reason as Kubernetes expects one: client-go's `EventRecorder` documents it as
+/// "short, unique, UpperCamelCase", used "to automate handling of events". Here: an upper-case
+/// ASCII letter, then ASCII letters and digits, at most [`MAX_REASON`] bytes.
+fn event_reason(reason: &str) -> Result<(), GuestError> {
+    let b = reason.as_bytes();
+    let ok = b.first().is_some_and(u8::is_ascii_uppercase)
+        && b.len() <= MAX_REASON
+        && b.iter().all(u8::is_ascii_alphanumeric);
+    if ok {
+        Ok(())
+    } else {
+        Err(GuestError::Invalid(format!(
+            "event reason {} is not valid: a reason is UpperCamelCase, an upper-case ASCII letter then ASCII letters and digits, at most {MAX_REASON} bytes (e.g. ScalingReplicaSet)",
+            names::shown(reason)
+        )))
+    }
+}
+
+/// Longest Event message: `NoteLengthLimit` (pkg/apis/core/validation/events.go).
+const MAX_NOTE: usize = 1024;
+
+/// `message` cut to fit an Event, the way Kubernetes' own components cut theirs.
+///
+/// client-go's recorders send messages as given (neither `tools/record` nor `tools/events`
+/// truncates); the rule Kubernetes uses where it must fit one, kube-scheduler's
+/// `truncateMessage`, keeps a message of up to 1024 bytes as it is and otherwise keeps
+/// `1024 - len(" ...")` bytes and appends `" ..."`. That is followed here, except that the cut
+/// moves back to a character boundary: Go cuts bytes, and the broken character would become
+/// U+FFFD and push the message past the limit.
+fn event_message(message: &str) -> std::borrow::Cow<'_, str> {
+    const SUFFIX: &str = " ...";
+    if message.len() <= MAX_NOTE {
+        return message.into();
+    }
+    let mut end = MAX_NOTE - SUFFIX.len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{SUFFIX}", &message[..end]).into()
 }
 
 /// A `record-event` call's arguments.
@@ -224,6 +381,10 @@ async fn record_event(
         reason,
         message,
     } = e;
+    // Guest-controlled: the reason is validated, the message cut to the Event limit, and the
+    // name and namespace checked by `authorize` for the regarding kind (the involved object).
+    event_reason(&reason)?;
+    let message = event_message(&message);
     // Events are about the guest's own declared objects, in a namespace it may write.
     ctx.authorize(&regarding, &namespace, Some(&name), Access::Write)?;
     let uid = ctx
@@ -257,13 +418,13 @@ async fn record_event(
     });
     Metrics::bump(&ctx.metrics.writes);
     let req = request(
-        "POST",
-        format!("/api/v1/namespaces/{ns}/events"),
-        "application/json",
+        http::Method::POST,
+        format!("/api/v1/namespaces/{}/events", names::segment(&ns)),
+        Some("application/json"),
         event.to_string().into_bytes(),
-    );
-    let text = ctx.client.request_text(req).await.map_err(api_error)?;
-    state.note_bytes(text.len());
+    )?;
+    // Not delivered to the guest (record-event returns nothing), so not charged.
+    state.send(&ctx.client, req).await?;
     Ok(())
 }
 
@@ -338,5 +499,115 @@ impl Host for HostState {
             message,
         };
         Ok(record_event(self, &ctx, args).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(r: Result<Value, GuestError>) -> &'static str {
+        match r {
+            Ok(_) => "ok",
+            Err(GuestError::Invalid(_)) => "invalid",
+            Err(GuestError::TooLarge(_)) => "too-large",
+            Err(_) => "other",
+        }
+    }
+
+    #[test]
+    fn bad_bodies_are_typed_errors() {
+        let ten_mb = "x".repeat(10 << 20);
+        for (body, shape, want) in [
+            ("", Shape::Object, "invalid"),
+            ("   ", Shape::Object, "invalid"),
+            ("{", Shape::Object, "invalid"),
+            ("{\"a\":\"\0\"}", Shape::Object, "invalid"),
+            ("\0", Shape::Object, "invalid"),
+            ("[]", Shape::Object, "invalid"),
+            ("null", Shape::Object, "invalid"),
+            ("{}", Shape::Array, "invalid"),
+            (ten_mb.as_str(), Shape::Object, "too-large"),
+            ("{}", Shape::Object, "ok"),
+            ("[]", Shape::Array, "ok"),
+        ] {
+            assert_eq!(
+                case(parse(body, "object", shape)),
+                want,
+                "{:?}",
+                &body[..body.len().min(20)]
+            );
+        }
+        let nested = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(
+            case(parse(&nested, "JSON patch", Shape::Array)),
+            "invalid",
+            "deep nesting is refused by the parser's depth limit, not a stack overflow"
+        );
+    }
+
+    #[test]
+    fn event_reasons_are_upper_camel_case_and_bounded() {
+        for ok in [
+            "Created",
+            "ScalingReplicaSet",
+            "Failed2",
+            &format!("A{}", "b".repeat(127)),
+        ] {
+            assert!(event_reason(ok).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "created",
+            "Created!",
+            "Has Space",
+            "New\nLine",
+            "Nul\0",
+            "Ünicode",
+            "Snake_Case",
+            &format!("A{}", "b".repeat(128)),
+        ] {
+            let err = event_reason(bad).unwrap_err();
+            assert!(
+                matches!(&err, GuestError::Invalid(m) if m.contains("UpperCamelCase")),
+                "{bad:?}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn event_messages_are_cut_like_kubernetes_cuts_them_at_a_char_boundary() {
+        assert_eq!(event_message("short"), "short");
+        let exact = "x".repeat(1024);
+        assert_eq!(event_message(&exact), exact);
+        let long = "x".repeat(1025);
+        let cut = event_message(&long);
+        assert_eq!(cut.len(), 1024);
+        assert!(cut.ends_with("x ..."));
+        // 'é' is two bytes: 1020 bytes would split one, so the cut moves back one byte.
+        let accents = format!("x{}", "é".repeat(1000));
+        let cut = event_message(&accents);
+        assert!(cut.len() <= 1024, "{}", cut.len());
+        assert!(cut.ends_with("é ..."));
+        assert!(accents.starts_with(cut.trim_end_matches(" ...")));
+        // Newlines and the like are the guest's to write.
+        assert_eq!(event_message("a\nb"), "a\nb");
+    }
+
+    #[test]
+    fn field_managers_follow_the_api_servers_rule() {
+        assert!(field_manager("my-controller").is_ok());
+        assert!(field_manager("with space").is_ok());
+        for bad in ["", "a\nb", "a\0b", "tab\there", &"m".repeat(129)] {
+            assert!(field_manager(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_object_for_another_namespace_is_invalid() {
+        let v: Value = serde_json::json!({"metadata": {"namespace": "team-b"}});
+        assert!(same_namespace(&v, "team-a").is_err());
+        assert!(same_namespace(&v, "team-b").is_ok());
+        assert!(same_namespace(&serde_json::json!({}), "team-a").is_ok());
     }
 }

@@ -4,25 +4,33 @@
 //! Decided per failure: a broken *limit* (too many host calls) traps the guest, because it is
 //! abuse and the reconcile must stop; everything the guest can reasonably handle (not found,
 //! conflict, forbidden, too large, undeclared kind, timeout) is a WIT `error` it receives.
+//!
+//! Every argument is guest-controlled and the guest is hostile: names and namespaces are checked
+//! as Kubernetes checks them ([`names`]), path segments are percent-encoded, and nothing built
+//! from guest data is unwrapped. Bad input is `invalid` or `too-large`, never `other`, never a
+//! panic. Every API request goes through [`HostState::send`], which measures it.
 
 pub mod api;
 pub mod cache;
 pub mod client;
 pub mod log;
+pub mod names;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tokio::time::Instant;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::bindings::{GuestError, Gvk};
+use crate::bindings::{GuestError, Gvk, Request};
 use crate::discovery::Resource;
 use crate::grant::Grant;
-use crate::informer::Informer;
+use crate::informer::{Informer, Namespaces};
+use crate::object::object_key;
 use crate::read_your_writes::Floors;
 
 /// Limits for one reconcile (or describe, or map) call.
@@ -170,6 +178,154 @@ impl GuestContext {
         check_access(&self.name, &self.grant, &resource, namespace, name, access)?;
         Ok((resource, declared))
     }
+
+    /// The work-queue keys of what the guest's `map` answered for kind `for_kind`: each request
+    /// that could name a primary, once, and a count of the rest with why the first was dropped.
+    ///
+    /// `requests` is guest-controlled. A request is dropped when no reconcile of it could ever
+    /// read its primary: a name or namespace Kubernetes refuses, a namespace on a
+    /// cluster-scoped kind (or none on a namespaced one), a namespace outside the grant or
+    /// outside the namespaces the `for` informer covers. While the `for` kind is not resolved
+    /// yet, only the names' form is checked.
+    pub fn map_keys(&self, for_kind: &Gvk, requests: &[Request]) -> Mapped {
+        let declared = self.declared(for_kind).ok();
+        let target = Target {
+            guest: &self.name,
+            grant: &self.grant,
+            kind: for_kind,
+            resource: declared.and_then(|d| d.informer.resource()),
+            namespaces: declared.map(|d| &d.informer.key().scope.namespaces),
+        };
+        let mut mapped = Mapped::default();
+        let mut seen = BTreeSet::new();
+        for r in requests {
+            match target.key(r) {
+                Ok(key) => {
+                    if seen.insert(key.clone()) {
+                        mapped.keys.push(key);
+                    }
+                }
+                Err(reason) => {
+                    let dropped = mapped.dropped.get_or_insert_with(|| Dropped {
+                        count: 0,
+                        first: format!(
+                            "{}/{}: {reason}",
+                            names::shown(&r.namespace),
+                            names::shown(&r.name)
+                        ),
+                    });
+                    dropped.count += 1;
+                }
+            }
+        }
+        mapped
+    }
+}
+
+/// The primaries a `map` answer may name, for [`GuestContext::map_keys`].
+struct Target<'a> {
+    guest: &'a str,
+    grant: &'a Grant,
+    kind: &'a Gvk,
+    /// `None` while the `for` kind is not resolved.
+    resource: Option<&'a Resource>,
+    /// The namespaces the `for` informer covers.
+    namespaces: Option<&'a Namespaces>,
+}
+
+impl Target<'_> {
+    /// The work-queue key of `r`, or why no reconcile of it could ever read its primary.
+    fn key(&self, r: &Request) -> Result<String, String> {
+        match self.resource {
+            Some(resource) => check_access(
+                self.guest,
+                self.grant,
+                resource,
+                &r.namespace,
+                Some(&r.name),
+                Access::CacheRead,
+            )
+            .map_err(|e| guest_error_message(&e).to_string())?,
+            None => {
+                names::object_name(&self.kind.group, &self.kind.kind, &r.name)
+                    .map_err(|e| e.to_string())?;
+                if !r.namespace.is_empty() {
+                    names::namespace(&r.namespace).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        if let Some(Namespaces::Only(set)) = self.namespaces
+            && !r.namespace.is_empty()
+            && !set.contains(&r.namespace)
+        {
+            return Err(format!(
+                "namespace {} is outside the namespaces this guest watches",
+                names::shown(&r.namespace)
+            ));
+        }
+        Ok(object_key(Some(&r.namespace), &r.name))
+    }
+}
+
+/// What a guest's `map` answered, sorted by [`GuestContext::map_keys`].
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Mapped {
+    /// Keys to queue, each once, in the order answered.
+    pub keys: Vec<String>,
+    /// The requests dropped, if any.
+    pub dropped: Option<Dropped>,
+}
+
+/// Requests from `map` that could never be reconciled: how many, and the first, so that one
+/// warning per call says enough without repeating a hostile answer.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "map() answered {count} request(s) that can never be reconciled, dropped; the first, {first}; answer namespace/name pairs of the `for` kind in namespaces the guest watches"
+)]
+pub struct Dropped {
+    /// How many were dropped.
+    pub count: usize,
+    /// The first dropped, shown shortened, and why.
+    pub first: String,
+}
+
+/// The message a [`GuestError`] carries.
+fn guest_error_message(e: &GuestError) -> &str {
+    match e {
+        GuestError::NotFound(m)
+        | GuestError::Conflict(m)
+        | GuestError::Forbidden(m)
+        | GuestError::Invalid(m)
+        | GuestError::TooLarge(m)
+        | GuestError::NotDeclared(m)
+        | GuestError::UnindexedField(m)
+        | GuestError::Timeout(m)
+        | GuestError::Other(m) => m,
+    }
+}
+
+/// A request to the API server, or `invalid` if it cannot be built.
+///
+/// Every part built from guest data (names, namespaces, query values) is validated or encoded
+/// before it gets here, so a failure should be impossible; one that happens anyway (a URL past
+/// the `http` crate's 64 KiB, from a huge selector or continue token) is the guest's bad input,
+/// answered as such, never a panic.
+pub fn request(
+    method: http::Method,
+    uri: String,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> Result<http::Request<Vec<u8>>, GuestError> {
+    let length = uri.len();
+    let mut builder = http::Request::builder().method(method).uri(uri);
+    if let Some(content_type) = content_type {
+        builder = builder.header(http::header::CONTENT_TYPE, content_type);
+    }
+    builder.body(body).map_err(|e| {
+        GuestError::Invalid(format!(
+            "the request cannot be built ({e}; its URL is {length} bytes): shorten the selector, field matches or continue token"
+        ))
+    })
 }
 
 /// What a call does, for [`check_access`].
@@ -184,34 +340,11 @@ pub enum Access {
     Write,
 }
 
-/// Whether `s` is a namespace name (a DNS-1123 label).
-pub fn valid_namespace(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// Whether `s` can be an object name in a URL path. Kinds differ in what they accept (RBAC
-/// names may hold `:`), so this refuses only what would change the URL's meaning.
-fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s != "."
-        && s != ".."
-        && !s.bytes().any(|b| {
-            matches!(b, b'/' | b'%' | b'?' | b'#' | b'\\')
-                || b.is_ascii_whitespace()
-                || b.is_ascii_control()
-        })
-}
-
 /// The grant and well-formedness checks of [`GuestContext::authorize`], without the context.
 ///
-/// `namespace` and `name` are guest-controlled and end up in URLs: both are validated here so
-/// that no guest string can change which resource a request addresses.
+/// `namespace` and `name` are guest-controlled and end up in URLs and keys: both are validated
+/// here as Kubernetes validates them (see [`names`]), so that no guest string can change which
+/// resource a request addresses, and a name that can never exist is `invalid`, not not-found.
 pub fn check_access(
     guest: &str,
     grant: &Grant,
@@ -220,12 +353,9 @@ pub fn check_access(
     name: Option<&str>,
     access: Access,
 ) -> Result<(), GuestError> {
-    if let Some(name) = name
-        && !valid_name(name)
-    {
-        return Err(GuestError::Invalid(format!(
-            "{name:?} is not a valid object name"
-        )));
+    if let Some(name) = name {
+        names::object_name(&resource.group, &resource.kind, name)
+            .map_err(|e| GuestError::Invalid(e.to_string()))?;
     }
     if !resource.namespaced {
         // A cluster-scoped kind has no namespace to confine it: only an unconfined guest may
@@ -256,11 +386,7 @@ pub fn check_access(
             ))),
         };
     }
-    if !valid_namespace(namespace) {
-        return Err(GuestError::Invalid(format!(
-            "{namespace:?} is not a valid namespace name"
-        )));
-    }
+    names::namespace(namespace).map_err(|e| GuestError::Invalid(e.to_string()))?;
     if !grant.allows_namespace(namespace) {
         return Err(GuestError::Forbidden(format!(
             "guest {guest:?} is not granted namespace {namespace:?} (granted: {}); widen its grant in the host config",
@@ -331,6 +457,12 @@ pub struct HostState {
     bytes_out: u64,
     call_limits: Limits,
     stderr: MemoryOutputPipe,
+    /// Time this call's imports spent waiting on the API server (see [`HostState::send`]).
+    api_wait: Duration,
+    /// Time this call's imports spent in the host's own waits (see [`HostState::wait_on_host`]).
+    host_wait: Duration,
+    /// Whether the last API request of this call failed because of the cluster.
+    cluster_failed: bool,
 }
 
 impl std::fmt::Debug for HostState {
@@ -338,7 +470,33 @@ impl std::fmt::Debug for HostState {
         f.debug_struct("HostState")
             .field("calls", &self.calls)
             .field("bytes_out", &self.bytes_out)
+            .field("api_wait", &self.api_wait)
+            .field("host_wait", &self.host_wait)
+            .field("cluster_failed", &self.cluster_failed)
             .finish_non_exhaustive()
+    }
+}
+
+/// Adds the time from its start to its drop to a total. Dropped, not awaited, so that a wait
+/// cut short (the call's future dropped at its deadline, in the middle of an import) still
+/// counts up to that moment.
+struct Stopwatch<'a> {
+    total: &'a mut Duration,
+    started: Instant,
+}
+
+impl<'a> Stopwatch<'a> {
+    fn start(total: &'a mut Duration) -> Self {
+        Self {
+            total,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Stopwatch<'_> {
+    fn drop(&mut self) {
+        *self.total += self.started.elapsed();
     }
 }
 
@@ -372,6 +530,9 @@ impl HostState {
             bytes_out: 0,
             call_limits: limits,
             stderr,
+            api_wait: Duration::ZERO,
+            host_wait: Duration::ZERO,
+            cluster_failed: false,
         }
     }
 
@@ -392,7 +553,10 @@ impl HostState {
         Ok(())
     }
 
-    /// Charges `bytes` against the per-call budget, or answers `too-large`.
+    /// Charges `bytes` against the per-call budget, or answers `too-large` and charges nothing.
+    ///
+    /// Call it once per answer, with the size of everything the answer delivers: an answer
+    /// refused as a whole must not spend the budget of the reads after it.
     pub fn charge(&mut self, bytes: usize) -> Result<(), GuestError> {
         let after = self.bytes_out + bytes as u64;
         if after > self.call_limits.bytes_out {
@@ -405,10 +569,61 @@ impl HostState {
         Ok(())
     }
 
-    /// Starts the host-call and byte budgets over (a reused instance's next call).
+    /// Starts the host-call and byte budgets, and the time accounting, over (a reused
+    /// instance's next call).
     pub fn reset_budgets(&mut self) {
         self.calls = 0;
         self.bytes_out = 0;
+        self.api_wait = Duration::ZERO;
+        self.host_wait = Duration::ZERO;
+        self.cluster_failed = false;
+    }
+
+    /// Sends one request to the API server and returns the answer's body, or the error the
+    /// guest should see. Every import's API request goes through here, so that the time spent
+    /// waiting on the server ([`HostState::api_wait`]) and whether the cluster failed
+    /// ([`HostState::cluster_failed`]) are measured in one place.
+    pub async fn send(
+        &mut self,
+        client: &kube::Client,
+        request: http::Request<Vec<u8>>,
+    ) -> Result<String, GuestError> {
+        // Until an answer comes, the request counts as failed by the cluster: one still waiting
+        // when the call is cut off at its deadline was the server's slowness.
+        self.cluster_failed = true;
+        let answer = {
+            let _waiting = Stopwatch::start(&mut self.api_wait);
+            client.request_text(request).await
+        };
+        self.cluster_failed = answer.as_ref().is_err_and(is_cluster_failure);
+        answer.map_err(api_error)
+    }
+
+    /// Runs one of the host's own waits (read-your-writes) and counts its time in
+    /// [`HostState::host_wait`].
+    pub async fn wait_on_host<T>(&mut self, wait: impl Future<Output = T>) -> T {
+        let _waiting = Stopwatch::start(&mut self.host_wait);
+        wait.await
+    }
+
+    /// Time this call's imports have spent waiting on the API server: every request from send
+    /// to answer, including one cut short by the call's deadline.
+    pub fn api_wait(&self) -> std::time::Duration {
+        self.api_wait
+    }
+
+    /// Time this call's imports have spent in the host's own waits: read-your-writes waits for
+    /// the cache to reach the guest's writes.
+    pub fn host_wait(&self) -> std::time::Duration {
+        self.host_wait
+    }
+
+    /// Whether the last API request of this call failed because of the cluster: no connection,
+    /// a 5xx (504 included) or a 429, or no answer before the call was cut off. `false` when
+    /// the call made no API request, or its last one succeeded or failed for the guest's own
+    /// reasons (not found, conflict, forbidden, invalid).
+    pub fn cluster_failed(&self) -> bool {
+        self.cluster_failed
     }
 
     /// Counts `bytes` of an answer to a write that already happened: reported, never refused
@@ -445,6 +660,16 @@ pub fn one_line(text: &str) -> String {
         .collect()
 }
 
+/// Whether an API request failed because of the cluster rather than because of what was asked:
+/// the connection (transport errors), the server (5xx) or its flow control (429).
+fn is_cluster_failure(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
 /// Maps an API server error to the WIT variant the guest matches on.
 pub fn api_error(e: kube::Error) -> GuestError {
     match e {
@@ -455,7 +680,8 @@ pub fn api_error(e: kube::Error) -> GuestError {
                 409 => GuestError::Conflict(msg),
                 403 => GuestError::Forbidden(msg),
                 400 | 422 => GuestError::Invalid(msg),
-                413 => GuestError::TooLarge(msg),
+                // A body, URL or headers the server would not read.
+                413 | 414 | 431 => GuestError::TooLarge(msg),
                 504 => GuestError::Timeout(msg),
                 _ => GuestError::Other(format!("HTTP {}: {msg}", s.code)),
             }
@@ -523,16 +749,185 @@ mod tests {
                 "namespace {ns:?} accepted"
             );
         }
-        for name in ["a/b", "..", ".", "a?b", "a#b", "a%2Fb", "", "a\\b", "a b"] {
+        for name in [
+            "a/b", "..", ".", "a?b", "a#b", "a%2Fb", "", "a\\b", "a b", "a<b", "a>b", "a`b",
+            "a\"b", "a\0b", "a\nb",
+        ] {
+            let err = check(&all, true, "ok", Some(name), Access::Write).unwrap_err();
             assert!(
-                check(&all, true, "ok", Some(name), Access::Write).is_err(),
-                "name {name:?} accepted"
+                matches!(err, GuestError::Invalid(_)),
+                "name {name:?}: {err:?}"
             );
         }
+        let mut role = res(false);
+        role.group = "rbac.authorization.k8s.io".into();
+        role.kind = "ClusterRole".into();
         assert!(
-            check(&all, true, "ok", Some("system:node"), Access::Write).is_ok(),
-            "RBAC-style names are fine"
+            check_access("g", &all, &role, "", Some("system:node"), Access::Write).is_ok(),
+            "RBAC names may hold ':'"
         );
+    }
+
+    #[test]
+    fn an_invalid_name_says_what_a_valid_one_looks_like() {
+        let all = Grant::default();
+        let err = check(&all, true, "team-a/../team-b", Some("x"), Access::Write).unwrap_err();
+        assert!(
+            matches!(&err, GuestError::Invalid(m) if m.contains("DNS-1123 label") && m.contains("team-a")),
+            "{err:?}"
+        );
+        let err = check(&all, true, "ok", Some("a<b"), Access::Write).unwrap_err();
+        assert!(
+            matches!(&err, GuestError::Invalid(m) if m.contains("DNS-1123 subdomain") && m.contains("\"a<b\"")),
+            "{err:?}"
+        );
+    }
+
+    fn request(namespace: &str, name: &str) -> Request {
+        Request {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn map_answers_that_could_never_be_reconciled_are_dropped() {
+        let grant = Grant::namespaces(["team-a", "team-b"]);
+        let kind = Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Thing".into(),
+        };
+        let resource = res(true);
+        let watched = Namespaces::Only(["team-a".to_string()].into());
+        let target = Target {
+            guest: "g",
+            grant: &grant,
+            kind: &kind,
+            resource: Some(&resource),
+            namespaces: Some(&watched),
+        };
+        assert_eq!(target.key(&request("team-a", "x")), Ok("team-a/x".into()));
+        for (ns, name) in [
+            ("team-a", "a<b"),
+            ("team-a", ""),
+            ("team-a", ".."),
+            ("", "x"),
+            ("..", "x"),
+            ("team-a/x", "y"),
+            ("kube-system", "x"),
+            ("team-b", "x"),
+        ] {
+            assert!(target.key(&request(ns, name)).is_err(), "{ns:?}/{name:?}");
+        }
+        // Not resolved yet: only the form is checked.
+        let unresolved = Target {
+            resource: None,
+            namespaces: None,
+            ..target
+        };
+        assert!(unresolved.key(&request("kube-system", "x")).is_ok());
+        assert!(unresolved.key(&request("a\0", "x")).is_err());
+    }
+
+    #[test]
+    fn a_dropped_map_answer_is_one_short_message() {
+        let d = Dropped {
+            count: 9_999,
+            first: format!(
+                "{}/{}: bad",
+                names::shown("x"),
+                names::shown(&"y".repeat(100_000))
+            ),
+        };
+        let message = d.to_string();
+        assert!(message.contains("9999 request(s)"), "{message}");
+        assert!(message.len() < 400, "{message}");
+    }
+
+    fn state() -> HostState {
+        HostState::new(None, Limits::default())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn host_waits_are_counted_even_when_cut_short() {
+        let mut s = state();
+        s.wait_on_host(tokio::time::sleep(Duration::from_secs(2)))
+            .await;
+        assert_eq!(s.host_wait(), Duration::from_secs(2));
+        // The call's deadline drops the import's future in the middle of its wait.
+        let cut = tokio::time::timeout(
+            Duration::from_secs(1),
+            s.wait_on_host(tokio::time::sleep(Duration::from_secs(60))),
+        )
+        .await;
+        assert!(cut.is_err());
+        assert_eq!(s.host_wait(), Duration::from_secs(3));
+        assert_eq!(s.api_wait(), Duration::ZERO);
+        s.reset_budgets();
+        assert_eq!(s.host_wait(), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_request_that_cannot_connect_is_the_clusters_failure() {
+        let mut s = state();
+        // Nothing listens on port 1 of loopback: the connection is refused.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let req = request_to("/api/v1/namespaces");
+        let err = s.send(&client, req).await.unwrap_err();
+        assert!(matches!(err, GuestError::Other(_)), "{err:?}");
+        assert!(s.cluster_failed());
+        assert!(s.api_wait() > Duration::ZERO);
+    }
+
+    fn request_to(path: &str) -> http::Request<Vec<u8>> {
+        super::request(http::Method::GET, path.into(), None, Vec::new()).unwrap()
+    }
+
+    fn status(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("x", "Reason")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn cluster_failures_are_5xx_429_and_transport_errors_only() {
+        for code in [500, 503, 504, 429] {
+            assert!(is_cluster_failure(&status(code)), "{code}");
+        }
+        for code in [400, 403, 404, 409, 413, 422] {
+            assert!(!is_cluster_failure(&status(code)), "{code}");
+        }
+        assert!(matches!(api_error(status(414)), GuestError::TooLarge(_)));
+    }
+
+    #[test]
+    fn a_url_the_http_crate_refuses_is_invalid() {
+        let err = super::request(
+            http::Method::GET,
+            format!("/api/v1/things?continue={}", "x".repeat(70_000)),
+            None,
+            Vec::new(),
+        )
+        .unwrap_err();
+        assert!(matches!(err, GuestError::Invalid(_)), "{err:?}");
+    }
+
+    #[test]
+    fn a_refused_answer_charges_nothing() {
+        let mut s = HostState::new(
+            None,
+            Limits {
+                bytes_out: 1000,
+                ..Limits::default()
+            },
+        );
+        assert!(matches!(s.charge(1001), Err(GuestError::TooLarge(_))));
+        assert!(s.charge(950).is_ok(), "the refusal spent nothing");
+        assert!(s.charge(51).is_err());
     }
 
     #[test]
