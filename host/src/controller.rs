@@ -589,6 +589,12 @@ async fn describe(module: &Module, settings: &Settings) -> Result<Plan, Error> {
             guest: name.clone(),
             source,
         })?;
+    // The declaration is guest-controlled: a value Kubernetes would refuse is rejected here,
+    // named, before the grant check advises granting it or an informer is built from it.
+    grant::validate(&desc).map_err(|e| Error::Invalid {
+        guest: name.clone(),
+        reason: format!("describe() declares an invalid value: {e}"),
+    })?;
     settings.grant.check(name, &desc)?;
     let invalid = |reason: String| Error::Invalid {
         guest: name.clone(),
@@ -792,11 +798,14 @@ async fn handle(
                         .await
                     {
                         Ok(requests) => {
-                            for r in requests {
-                                c.queue.add(
-                                    crate::object::object_key(Some(&r.namespace), &r.name),
-                                    priority,
-                                );
+                            // Guest-controlled: only keys that could name a primary are
+                            // queued; the rest are dropped with one bounded warning per call.
+                            let mapped = version.ctx.map_keys(&version.for_kind, &requests);
+                            if let Some(dropped) = &mapped.dropped {
+                                tracing::warn!(guest = %c.name, key = obj.key(), "{dropped}");
+                            }
+                            for key in mapped.keys {
+                                c.queue.add(key, priority);
                             }
                         }
                         Err(e) => {

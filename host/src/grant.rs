@@ -5,9 +5,14 @@ use std::collections::BTreeSet;
 
 use serde::Deserialize;
 
-use crate::bindings::{Description, Gvk};
+use crate::bindings::{Description, Gvk, Mapping};
+use crate::imports::names;
 
-/// A declaration that exceeds its grant. Each message names the grant to add.
+/// A declaration that exceeds its grant, or that no grant could allow.
+///
+/// Where it may surprise: only some of these can be fixed by the operator. A namespace or a
+/// kind outside the grant can ([`Error::operator_can_grant`]); an invalid value or a field index
+/// on a kind the guest does not declare cannot, and the message says to fix `describe()`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// A namespace outside the granted set.
@@ -17,7 +22,7 @@ pub enum Error {
     Namespace {
         /// The guest.
         guest: String,
-        /// The namespace declared.
+        /// The namespace declared (a valid namespace name: invalid ones are [`Error::Invalid`]).
         namespace: String,
         /// What is granted.
         granted: String,
@@ -29,14 +34,14 @@ pub enum Error {
     Kind {
         /// The guest.
         guest: String,
-        /// `apiVersion/Kind`.
+        /// `apiVersion/Kind` (a valid kind: invalid ones are [`Error::Invalid`]).
         kind: String,
-        /// for, owns, watches or field-index.
+        /// for, owns or watches.
         role: &'static str,
     },
     /// A field index on a kind the guest does not otherwise declare.
     #[error(
-        "guest {guest:?} declares a field index on {kind:?}, which it neither reconciles, owns nor watches"
+        "guest {guest:?} declares a field index on {kind:?}, which it neither reconciles, owns nor watches; declare {kind:?} under `for`, `owns` or `watches` in describe(), or drop the index (no grant can allow it)"
     )]
     IndexOnUndeclaredKind {
         /// The guest.
@@ -44,6 +49,62 @@ pub enum Error {
         /// `apiVersion/Kind`.
         kind: String,
     },
+    /// A value Kubernetes would refuse (a namespace, kind, label selector, label key or field
+    /// path), named, with what a valid one looks like.
+    #[error(
+        "guest {guest:?} declares an invalid value: {problem}; fix describe() (no grant can allow it)"
+    )]
+    Invalid {
+        /// The guest.
+        guest: String,
+        /// What is wrong, and where in the declaration.
+        #[source]
+        problem: names::Error,
+    },
+}
+
+impl Error {
+    /// Whether widening the operator's grant could ever make this declaration load: `true` for
+    /// a valid namespace or kind outside the grant, `false` for what only the guest's author
+    /// can fix (an invalid value, a field index on an undeclared kind). Callers that add
+    /// "ask the operator" to the message should add it only when this is `true`.
+    pub fn operator_can_grant(&self) -> bool {
+        match self {
+            Error::Namespace { .. } | Error::Kind { .. } => true,
+            Error::IndexOnUndeclaredKind { .. } | Error::Invalid { .. } => false,
+        }
+    }
+}
+
+/// Checks every value of a declaration that reaches an informer, a URL or a key, whatever the
+/// grant: namespaces, kinds (with their group and version), the label selector, label
+/// mappings' keys and field-index paths. The error names the first bad value and where it is.
+///
+/// The whole declaration is guest-controlled, and a value that passes here but not the API
+/// server would otherwise become an informer that never syncs, or advice to grant a name that
+/// cannot exist.
+pub fn validate(d: &Description) -> Result<(), names::Error> {
+    for (i, ns) in d.namespaces.iter().enumerate() {
+        names::namespace(ns).map_err(|e| e.at(&format!("namespaces[{i}]")))?;
+    }
+    names::gvk(&d.for_).map_err(|e| e.at("for"))?;
+    for (i, k) in d.owns.iter().enumerate() {
+        names::gvk(k).map_err(|e| e.at(&format!("owns[{i}]")))?;
+    }
+    for (i, w) in d.watches.iter().enumerate() {
+        let place = format!("watches[{i}]");
+        names::gvk(&w.kind).map_err(|e| e.at(&place))?;
+        if let Mapping::Label(key) = &w.mapping {
+            names::label_key(key).map_err(|e| e.at(&place))?;
+        }
+    }
+    names::label_selector(&d.label_selector).map_err(|e| e.at("label-selector"))?;
+    for (i, idx) in d.field_indexes.iter().enumerate() {
+        let place = format!("field-indexes[{i}]");
+        names::gvk(&idx.kind).map_err(|e| e.at(&place))?;
+        names::field_path(&idx.path).map_err(|e| e.at(&place))?;
+    }
+    Ok(())
 }
 
 /// What a guest may do. The default grants everything but uncached reads: appropriate for a
@@ -93,8 +154,13 @@ impl Grant {
         }
     }
 
-    /// Refuses a declaration that exceeds this grant, naming the grant to add.
+    /// Refuses a declaration that is invalid ([`validate`]) or exceeds this grant, naming the
+    /// grant to add where adding one would help.
     pub fn check(&self, guest: &str, d: &Description) -> Result<(), Error> {
+        validate(d).map_err(|problem| Error::Invalid {
+            guest: guest.into(),
+            problem,
+        })?;
         if let Some(set) = &self.namespaces {
             for ns in &d.namespaces {
                 if !set.contains(ns) {
@@ -129,5 +195,141 @@ impl Grant {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bindings::Consistency;
+    use crate::bindings::reconciled::runtime::declaration::{FieldIndex, Watch};
+
+    fn gvk(group: &str, version: &str, kind: &str) -> Gvk {
+        Gvk {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+        }
+    }
+
+    fn configmaps() -> Description {
+        Description {
+            for_: gvk("", "v1", "ConfigMap"),
+            owns: Vec::new(),
+            watches: Vec::new(),
+            namespaces: Vec::new(),
+            label_selector: String::new(),
+            field_indexes: Vec::new(),
+            consistency: Consistency::ReadYourWrites,
+        }
+    }
+
+    fn team_a() -> Grant {
+        Grant {
+            kinds: Some(["v1/ConfigMap".to_string()].into()),
+            ..Grant::namespaces(["team-a"])
+        }
+    }
+
+    #[test]
+    fn invalid_namespaces_are_refused_as_invalid_with_no_advice_to_grant_them() {
+        let long = "n".repeat(300);
+        for ns in ["", "..", "a/b", "a\0b", "team-a/../team-b", long.as_str()] {
+            let mut d = configmaps();
+            d.namespaces = vec!["team-a".into(), ns.into()];
+            let err = team_a().check("g", &d).unwrap_err();
+            assert!(matches!(&err, Error::Invalid { .. }), "{ns:?}: {err:?}");
+            assert!(!err.operator_can_grant());
+            let message = err.to_string();
+            assert!(message.contains("namespaces[1]"), "{message}");
+            assert!(message.contains("DNS-1123 label"), "{message}");
+            assert!(
+                !message.contains("add "),
+                "no advice to grant it: {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_valid_namespace_outside_the_grant_is_advice_the_operator_can_follow() {
+        let mut d = configmaps();
+        d.namespaces = vec!["team-b".into()];
+        let err = team_a().check("g", &d).unwrap_err();
+        assert!(matches!(err, Error::Namespace { .. }), "{err:?}");
+        assert!(err.operator_can_grant());
+        assert!(err.to_string().contains(r#"add "team-b" to `namespaces`"#));
+        // Following the advice works.
+        let wider = Grant {
+            namespaces: Some(["team-a".into(), "team-b".into()].into()),
+            ..team_a()
+        };
+        assert_eq!(wider.check("g", &d), Ok(()));
+    }
+
+    #[test]
+    fn invalid_kinds_selectors_and_paths_are_refused_as_invalid() {
+        let mut cases = Vec::new();
+        let mut d = configmaps();
+        d.owns = vec![gvk("", "v1", "a/b")];
+        cases.push((d, "owns[0]"));
+        let mut d = configmaps();
+        d.for_ = gvk("", "v1", "");
+        cases.push((d, "for"));
+        let mut d = configmaps();
+        d.watches = vec![Watch {
+            kind: gvk("a/b", "v1", "Thing"),
+            mapping: Mapping::Owner,
+        }];
+        cases.push((d, "watches[0]"));
+        let mut d = configmaps();
+        d.watches = vec![Watch {
+            kind: gvk("", "v1", "Secret"),
+            mapping: Mapping::Label("a=b".into()),
+        }];
+        cases.push((d, "watches[0]"));
+        let mut d = configmaps();
+        d.label_selector = "a in (".into();
+        cases.push((d, "label-selector"));
+        for path in ["", "a..b", "a b", "a\0"] {
+            let mut d = configmaps();
+            d.field_indexes = vec![FieldIndex {
+                kind: gvk("", "v1", "ConfigMap"),
+                path: path.into(),
+            }];
+            cases.push((d, "field-indexes[0]"));
+        }
+        for (d, place) in cases {
+            let err = Grant::default().check("g", &d).unwrap_err();
+            assert!(matches!(&err, Error::Invalid { .. }), "{place}: {err:?}");
+            assert!(err.to_string().contains(place), "{err}");
+            assert!(!err.operator_can_grant());
+            assert!(validate(&d).is_err());
+        }
+    }
+
+    #[test]
+    fn an_index_on_an_undeclared_kind_is_not_the_operators_to_grant() {
+        let mut d = configmaps();
+        d.field_indexes = vec![FieldIndex {
+            kind: gvk("", "v1", "Secret"),
+            path: "type".into(),
+        }];
+        let err = Grant::default().check("g", &d).unwrap_err();
+        assert!(
+            matches!(err, Error::IndexOnUndeclaredKind { .. }),
+            "{err:?}"
+        );
+        assert!(!err.operator_can_grant());
+        assert!(err.to_string().contains("no grant can allow it"));
+    }
+
+    #[test]
+    fn a_kind_outside_the_grant_is_advice_the_operator_can_follow() {
+        let mut d = configmaps();
+        d.owns = vec![gvk("", "v1", "Secret")];
+        let err = team_a().check("g", &d).unwrap_err();
+        assert!(matches!(err, Error::Kind { .. }), "{err:?}");
+        assert!(err.operator_can_grant());
+        assert!(err.to_string().contains(r#"add "v1/Secret" to `kinds`"#));
     }
 }
