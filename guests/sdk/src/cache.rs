@@ -1,8 +1,22 @@
 //! Typed reads from the host's shared cache.
 //!
-//! Note that this is a cache and may be stale. With read-your-writes (the default consistency)
-//! a read is never older than this guest's own last write of the same object; other writers'
-//! changes show up when their watch events arrive.
+//! Note that this is a cache and may be stale. With read-your-writes (the default consistency),
+//! a read of an object this guest wrote (through [`client`](crate::client)) first waits, up to
+//! the host's read-your-writes timeout (5 s unless the operator configures another), until the
+//! cache holds that write or something newer; a [`list`] waits so for every such object of its
+//! kind in the namespace it reads. What it does not promise:
+//!
+//! - if the cache does not catch up in time, that read fails with
+//!   [`Error::Timeout`](crate::Error::Timeout) and the wait is given up: later reads of the
+//!   object do not wait again, and may return it older than the write until the watch catches
+//!   up;
+//! - writes to objects the cache does not hold (another namespace, a label selector they do not
+//!   match) and writes to API servers older than Kubernetes 1.35 (no comparable
+//!   resourceVersions) are never waited for;
+//! - other writers' changes show up only when their watch events arrive.
+//!
+//! A namespace or name that Kubernetes would refuse is [`Error::Invalid`](crate::Error::Invalid),
+//! never a not-found.
 //!
 //! Only kinds declared in `describe` (`for`, `owns`, `watches`) can be read; anything else is
 //! [`Error::NotDeclared`](crate::Error::NotDeclared), never a silent not-found.
