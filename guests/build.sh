@@ -32,9 +32,9 @@ if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
     rustup target add "$target" >&2
 fi
 
-# The stamp variants all come out of cargo as stamp.wasm, each build overwriting the last, so
-# two build.sh runs at once (test binaries in parallel) could copy each other's variant. One
-# at a time per target dir.
+# The stamp (and hostile) variants all come out of cargo as stamp.wasm (hostile.wasm), each
+# build overwriting the last, so two build.sh runs at once (test binaries in parallel) could copy
+# each other's variant. One at a time per target dir.
 mkdir -p "$CARGO_TARGET_DIR"
 if command -v flock >/dev/null; then
     exec 9>"$CARGO_TARGET_DIR/.build-sh.lock"
@@ -72,24 +72,31 @@ for copy in "${copies[@]}"; do
     copy_out "${copy#*:}" "${copy%%:*}"
 done
 
-# The stamp variants: output name, then cargo features. `-p stamp`, so only stamp recompiles;
-# the workspace build above already built the default one.
+# Feature variants: output name, crate, then cargo features. `-p <crate>`, so only that crate
+# recompiles; the workspace build above already built the default one.
 variants=(
-    "stamp_v1:"
-    "stamp_v2:v2"
-    "stamp_trap:trap-describe"
-    "stamp_greedy:greedy"
-    "stamp_cluster:cluster-scoped"
+    "stamp_v1:stamp:"
+    "stamp_v2:stamp:v2"
+    "stamp_trap:stamp:trap-describe"
+    "stamp_greedy:stamp:greedy"
+    "stamp_cluster:stamp:cluster-scoped"
+    "hostile_calls:hostile:"
+    "hostile_map:hostile:map"
+    "hostile_bad_namespace:hostile:describe-namespace"
+    "hostile_bad_kind:hostile:describe-kind"
+    "hostile_bad_selector:hostile:describe-selector"
+    "hostile_bad_index:hostile:describe-index"
 )
 if $bench; then
-    variants+=("stamp_big:big")
+    variants+=("stamp_big:stamp:big")
 fi
 for variant in "${variants[@]}"; do
-    name="${variant%%:*}" features="${variant#*:}"
-    echo "build.sh: building $name (stamp, features: ${features:-default})" >&2
-    (cd "$here" && cargo build --release --target "$target" -p stamp \
+    name="${variant%%:*}" rest="${variant#*:}"
+    crate="${rest%%:*}" features="${rest#*:}"
+    echo "build.sh: building $name ($crate, features: ${features:-default})" >&2
+    (cd "$here" && cargo build --release --target "$target" -p "$crate" \
         ${features:+--features "$features"} >&2)
-    copy_out stamp.wasm "$name.wasm"
+    copy_out "$crate.wasm" "$name.wasm"
 done
 
 # The same source with a different version string: identical files mean a copy went wrong.
