@@ -1,6 +1,7 @@
 //! Helpers shared by the host's integration tests (each test binary uses a subset).
 #![allow(dead_code, unreachable_pub)]
 
+pub mod controllers;
 pub mod guests;
 pub mod scenarios;
 

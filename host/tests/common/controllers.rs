@@ -1,0 +1,63 @@
+//! Starting a guest from a built `.wasm` as a controller, and reading what it reports in an
+//! annotation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use reconciled::controller::{self, Controller, Settings};
+use reconciled::factory::InformerFactory;
+use reconciled::guest::Runtime;
+use reconciled::informer::Options;
+
+/// A controller running guest `wasm` (a file stem from guests/build.sh), with its factory and
+/// runtime, which must outlive it. A declaration the host refuses is the `Err`.
+pub async fn start(
+    client: kube::Client,
+    wasm: &str,
+    settings: Settings,
+) -> Result<(Arc<Controller>, InformerFactory, Runtime), (controller::Error, InformerFactory)> {
+    let runtime = Runtime::new().unwrap();
+    let module = runtime
+        .compile(std::fs::read(super::guests::wasm(wasm)).unwrap())
+        .await
+        .unwrap();
+    let factory = InformerFactory::new(client.clone(), Options::default());
+    match Controller::start(&factory, client, module, settings).await {
+        Ok(controller) => Ok((controller, factory, runtime)),
+        Err(e) => Err((e, factory)),
+    }
+}
+
+/// Annotation `key` of ConfigMap `name`, if set.
+pub async fn annotation(api: &Api<ConfigMap>, name: &str, key: &str) -> Option<String> {
+    api.get(name)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .and_then(|a| a.get(key).cloned())
+}
+
+/// Waits until annotation `key` of ConfigMap `name` satisfies `done`, and returns it.
+pub async fn wait_annotation(
+    api: &Api<ConfigMap>,
+    name: &str,
+    key: &str,
+    timeout: Duration,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let value = annotation(api, name, key).await;
+        if let Some(v) = value.as_deref().filter(|v| done(v)) {
+            return v.to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "annotation {key} of {name} not as awaited after {timeout:?}: {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
