@@ -2,6 +2,8 @@
 
 use kube::core::GroupVersionKind;
 
+use crate::backoff::Failure;
+
 /// Errors from resolving a kind.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -28,6 +30,18 @@ pub enum Error {
 
 /// Result with this module's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// What this error says about the API server: a kind it does not serve is an answer; a
+    /// failed request may mean it could not be reached, and is then worth retrying as soon as
+    /// it answers.
+    pub fn failure(&self) -> Failure {
+        match self {
+            Error::KindNotFound { .. } => Failure::Refused,
+            Error::Request { source, .. } => Failure::of(source),
+        }
+    }
+}
 
 /// A resolved, served resource.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

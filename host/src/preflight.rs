@@ -7,6 +7,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::Api;
 use kube::api::PostParams;
 
+use crate::backoff::Failure;
 use crate::discovery::Resource;
 
 /// Errors from the preflight check.
@@ -28,6 +29,17 @@ pub enum Error {
 
 /// Result with this module's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// What this error says about the API server: a denial is an answer; a failed review may
+    /// mean the server could not be reached, and is then worth retrying as soon as it answers.
+    pub fn failure(&self) -> Failure {
+        match self {
+            Error::Denied(_) => Failure::Refused,
+            Error::Request { source, .. } => Failure::of(source),
+        }
+    }
+}
 
 /// A denied preflight: which verbs are missing, where, and the rule that would grant them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
