@@ -694,7 +694,7 @@ async fn wait_synced(
 /// Adds the indexes a new version declares to an informer it keeps.
 fn add_indexes(informer: &Informer, guest: &str, k: &PlannedKind) -> Result<(), Error> {
     for idx in &k.indexes {
-        match informer.store().add_field_index(idx) {
+        match informer.add_field_index(idx) {
             Ok(()) | Err(crate::store::Error::DuplicateIndex(_)) => {}
             Err(e) => {
                 return Err(Error::Invalid {

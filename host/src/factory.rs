@@ -63,7 +63,7 @@ impl InformerFactory {
     ) -> store::Result<Subscription> {
         let informer = self.informer(key);
         for idx in field_indexes {
-            match informer.store().add_field_index(idx) {
+            match informer.add_field_index(idx) {
                 Ok(()) | Err(store::Error::DuplicateIndex(_)) => {}
                 Err(e) => return Err(e),
             }

@@ -7,6 +7,10 @@
 //! controller-runtime does, for two reasons: a tenant-confined host is usually granted a Role per
 //! namespace, under which a cluster-wide watch is simply forbidden; and the API server then sends
 //! only the objects we keep. The cost is one connection per namespace.
+//!
+//! **Only the informer writes its store.** The processing task holds the store's only
+//! [`Writer`]; everyone else, guests included, gets a read-only [`Store`]. Field indexes are
+//! declared through [`Informer::add_field_index`], which is the host's to call, not a guest's.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::Ordering;
@@ -24,7 +28,7 @@ use crate::discovery::{self, Resource};
 use crate::object::{ObjectRef, Transform};
 use crate::reflector::{self, Condition, Reflector};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::Store;
+use crate::store::{self, Indexes, Store, Writer};
 
 /// Why an informer is not (yet) usable.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -360,7 +364,8 @@ pub struct Stats {
 #[derive(Debug)]
 struct Shared {
     key: InformerKey,
-    store: Arc<Store>,
+    store: Store,
+    indexes: Indexes,
     fifo: OnceLock<Arc<DeltaFifo>>,
     resource: OnceLock<Resource>,
     status: watch::Sender<Status>,
@@ -432,9 +437,11 @@ impl Informer {
             state: State::Syncing,
             message: None,
         });
+        let writer = Writer::new();
         let shared = Arc::new(Shared {
             key,
-            store: Arc::new(Store::new()),
+            store: writer.reader(),
+            indexes: writer.indexes(),
             fifo: OnceLock::new(),
             resource: OnceLock::new(),
             status,
@@ -444,8 +451,14 @@ impl Informer {
             health_changed: Notify::new(),
         });
         let tasks = Arc::new(Tasks::default());
-        let driver =
-            tokio::spawn(drive(client, shared.clone(), options, tasks.clone())).abort_handle();
+        let driver = tokio::spawn(drive(
+            client,
+            shared.clone(),
+            options,
+            tasks.clone(),
+            writer,
+        ))
+        .abort_handle();
         Arc::new(Self {
             shared,
             driver,
@@ -458,10 +471,21 @@ impl Informer {
         &self.shared.key
     }
 
-    /// The store. Note that this is a cache and may be stale; before [`State::Synced`] it may
-    /// also be incomplete.
-    pub fn store(&self) -> &Arc<Store> {
+    /// The store, read-only. Note that this is a cache and may be stale; before the informer is
+    /// first synced it may also be incomplete, and while [`State::Degraded`] it holds what
+    /// arrived before the watch broke.
+    pub fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    /// Declares a field index on the store (see [`Indexes::add_field_index`]); a field index is
+    /// declared when a guest subscribes, by the host on its behalf.
+    ///
+    /// Where it may surprise: indexes are per informer, so an index one subscriber declared
+    /// serves, and costs, every subscriber of this informer; declaring an existing one is
+    /// [`store::Error::DuplicateIndex`], which callers declaring on a shared informer ignore.
+    pub fn add_field_index(&self, path: &str) -> store::Result<()> {
+        self.shared.indexes.add_field_index(path)
     }
 
     /// The resolved resource, once discovery has succeeded.
@@ -560,7 +584,13 @@ impl Informer {
 }
 
 /// The informer's main task: resolve the kind, start reflectors, then process the FIFO.
-async fn drive(client: kube::Client, shared: Arc<Shared>, options: Options, tasks: Arc<Tasks>) {
+async fn drive(
+    client: kube::Client,
+    shared: Arc<Shared>,
+    options: Options,
+    tasks: Arc<Tasks>,
+    writer: Writer,
+) {
     let gvk = shared.key.gvk();
     let mut backoff = Backoff::new(
         Duration::from_millis(500),
@@ -608,7 +638,7 @@ async fn drive(client: kube::Client, shared: Arc<Shared>, options: Options, task
         (Namespaces::Only(set), true) => set.iter().cloned().map(Some).collect(),
         _ => vec![None],
     };
-    let known: Arc<dyn KnownObjects> = shared.store.clone();
+    let known: Arc<dyn KnownObjects> = Arc::new(shared.store.clone());
     let fifo = Arc::new(DeltaFifo::new(known.clone(), namespaces.len()));
     let _ = shared.fifo.set(fifo.clone());
 
@@ -648,11 +678,12 @@ async fn drive(client: kube::Client, shared: Arc<Shared>, options: Options, task
             .abort_handle(),
         );
     }
-    process(shared, fifo).await;
+    process(shared, fifo, writer).await;
 }
 
-/// Pops deltas into the store and fans them out to subscribers.
-async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>) {
+/// Pops deltas into the store and fans them out to subscribers. The one place that holds the
+/// store's writer.
+async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>, writer: Writer) {
     let started = Instant::now();
     let mut last_progress = Instant::now();
     let mut synced = false;
@@ -667,8 +698,8 @@ async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>) {
                     let obj = delta.object.object().clone();
                     let n = match delta.kind {
                         DeltaType::Deleted => {
-                            shared.store.observe(&obj);
-                            shared.store.remove(obj.key());
+                            writer.observe(&obj);
+                            writer.remove(obj.key());
                             Notification {
                                 event: Event::Deleted {
                                     last_known: obj,
@@ -679,7 +710,7 @@ async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>) {
                         }
                         kind => {
                             let relisted = matches!(kind, DeltaType::Replaced | DeltaType::Sync);
-                            match shared.store.upsert(obj.clone()) {
+                            match writer.upsert(obj.clone()) {
                                 None => Notification {
                                     event: Event::Added(obj),
                                     background: relisted && !synced,
@@ -706,7 +737,7 @@ async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>) {
         }
         // Drained: every event received so far is applied, so read-your-writes may trust it.
         if fifo.is_empty() {
-            shared.store.publish_watermarks();
+            writer.publish_watermarks();
         }
         if !synced {
             if fifo.has_synced() {

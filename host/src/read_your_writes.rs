@@ -139,7 +139,7 @@ impl Floors {
         let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
         let mut waited = false;
         loop {
-            let changed = store.changed().notified();
+            let changed = store.changed();
             tokio::pin!(changed);
             changed.as_mut().enable();
             let floor = match self.floors.lock().unwrap().get(key) {
@@ -200,6 +200,7 @@ impl Floors {
 mod tests {
     use super::*;
     use crate::object::{Object, Transform};
+    use crate::store::Writer;
     use std::sync::Arc;
 
     fn cm(name: &str, uid: &str, rv: u64) -> ObjectRef {
@@ -209,8 +210,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_read_waits_for_the_store_to_reach_the_write_then_returns() {
-        let store = Arc::new(Store::new());
-        store.upsert(cm("x", "u1", 5));
+        let writer = Writer::new();
+        let store = writer.reader();
+        writer.upsert(cm("x", "u1", 5));
         let floors = Arc::new(Floors::default());
         floors.wrote("a/x", "9");
         let waiter = tokio::spawn({
@@ -218,17 +220,18 @@ mod tests {
             async move { floors.wait_key(&store, "a/x", Duration::from_secs(5)).await }
         });
         tokio::task::yield_now().await;
-        store.upsert(cm("x", "u1", 7));
+        writer.upsert(cm("x", "u1", 7));
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished(), "7 < 9: still waiting");
-        store.upsert(cm("x", "u1", 9));
+        writer.upsert(cm("x", "u1", 9));
         assert_eq!(waiter.await.unwrap(), Ok(()));
         assert_eq!(floors.pending(), 0, "a reached floor is forgotten");
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_wait_is_bounded_and_says_why() {
-        let store = Store::new();
+        let writer = Writer::new();
+        let store = writer.reader();
         let floors = Floors::default();
         floors.wrote("a/x", "9");
         let err = floors
@@ -240,8 +243,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_delete_waits_for_that_uid_to_go() {
-        let store = Arc::new(Store::new());
-        store.upsert(cm("x", "u1", 5));
+        let writer = Writer::new();
+        let store = writer.reader();
+        writer.upsert(cm("x", "u1", 5));
         let floors = Floors::default();
         floors.deleted("a/x", "u1", "");
         assert!(
@@ -250,13 +254,13 @@ mod tests {
                 .await
                 .is_err()
         );
-        store.remove("a/x");
+        writer.remove("a/x");
         floors
             .wait_key(&store, "a/x", Duration::from_secs(1))
             .await
             .unwrap();
         floors.deleted("a/x", "u1", "");
-        store.upsert(cm("x", "u2", 6));
+        writer.upsert(cm("x", "u2", 6));
         floors
             .wait_key(&store, "a/x", Duration::from_secs(1))
             .await
@@ -278,6 +282,7 @@ mod tests {
 mod watermark_tests {
     use super::*;
     use crate::object::{Object, Transform};
+    use crate::store::Writer;
     use std::sync::Arc;
 
     fn cm(name: &str, rv: u64) -> ObjectRef {
@@ -287,13 +292,14 @@ mod watermark_tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_later_event_in_the_namespace_reaches_a_floor_whose_object_was_deleted_since() {
-        let store = Store::new();
+        let writer = Writer::new();
+        let store = writer.reader();
         let floors = Floors::default();
         floors.wrote("a/x", "10");
         // Someone else deleted x (at 11); the store never held x at 10, but it has applied 12
         // with nothing pending.
-        store.upsert(cm("y", 12));
-        store.publish_watermarks();
+        writer.upsert(cm("y", 12));
+        writer.publish_watermarks();
         floors
             .wait_key(&store, "a/x", Duration::from_secs(1))
             .await
@@ -302,7 +308,8 @@ mod watermark_tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_floor_that_times_out_is_forgotten() {
-        let store = Store::new();
+        let writer = Writer::new();
+        let store = writer.reader();
         let floors = Floors::default();
         floors.wrote("a/x", "10");
         assert!(
@@ -323,14 +330,16 @@ mod watermark_tests {
 mod unpublished {
     use super::*;
     use crate::object::{Object, Transform};
+    use crate::store::Writer;
     use std::sync::Arc;
 
     #[tokio::test(start_paused = true)]
     async fn an_applied_but_unpublished_version_does_not_reach_a_floor() {
         // The FIFO delivers per key: y at 12 may be applied while x at 10 is still queued.
-        let store = Store::new();
+        let writer = Writer::new();
+        let store = writer.reader();
         let v = serde_json::json!({"metadata": {"name": "y", "namespace": "a", "uid": "y", "resourceVersion": "12"}});
-        store.upsert(Arc::new(
+        writer.upsert(Arc::new(
             Object::from_value(v, &Transform::none(), None).unwrap(),
         ));
         let floors = Floors::default();

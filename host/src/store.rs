@@ -7,6 +7,12 @@
 //! A query on a field that has no index is an error naming the index to declare. It never
 //! silently becomes a full scan, which is the controller-runtime trap this module exists to
 //! close.
+//!
+//! **Three handles, three rights** (kube-rs splits its store the same way): a [`Writer`] changes
+//! the content and is held only by the informer task that applies the delta FIFO; a [`Store`]
+//! reads, and is what handlers, guest imports and tests get; [`Indexes`] declares field indexes
+//! and nothing else, so declaring one for a guest never hands out the right to change what that
+//! guest, or any other, reads.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,22 +84,97 @@ struct Inner {
     fields: HashMap<String, FieldIndex>,
 }
 
-/// An indexed, thread-safe object cache.
-///
-/// Note that this is a cache and may be stale: it holds what the informer has seen, which may
-/// lag the API server.
+/// Highest resourceVersions applied, per namespace ("" for cluster-scoped objects), with a floor
+/// that every namespace is at least at (set by a [`Writer::replace`] at its list's version).
+#[derive(Debug, Default, Clone)]
+struct Applied {
+    namespaces: HashMap<Box<str>, u64>,
+    floor: u64,
+}
+
+impl Applied {
+    fn of(&self, namespace: &str) -> u64 {
+        self.namespaces
+            .get(namespace)
+            .copied()
+            .unwrap_or(0)
+            .max(self.floor)
+    }
+
+    fn highest(&self) -> u64 {
+        self.namespaces
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(self.floor)
+    }
+
+    fn observe(&mut self, obj: &ObjectRef) {
+        if let Some(rv) = obj.resource_version_number() {
+            let mark = self
+                .namespaces
+                .entry(obj.namespace().unwrap_or("").into())
+                .or_insert(0);
+            *mark = (*mark).max(rv);
+        }
+    }
+}
+
 #[derive(Debug, Default)]
-pub struct Store {
+struct Shared {
     inner: RwLock<Inner>,
     touched: AtomicU64,
     index_failures: AtomicU64,
     changed: tokio::sync::Notify,
-    /// Per namespace ("" for cluster-scoped), the highest resourceVersion applied so far.
-    applied: std::sync::Mutex<HashMap<Box<str>, u64>>,
+    /// What has been applied so far.
+    applied: std::sync::Mutex<Applied>,
     /// `applied` as of the last time the delta FIFO was empty. Only then is every event up to
     /// it known to be in the store: the FIFO delivers per key, not in global resourceVersion
     /// order, so while it holds deltas a higher RV may have been applied before a lower one.
-    watermarks: std::sync::Mutex<HashMap<Box<str>, u64>>,
+    watermarks: std::sync::Mutex<Applied>,
+}
+
+/// Read access to an indexed, thread-safe object cache. Cheap to clone: clones share one cache.
+///
+/// Note that this is a cache and may be stale: it holds what the informer has seen, which may
+/// lag the API server. It has no way to change the content; only the [`Writer`] it came from
+/// does:
+///
+/// ```compile_fail
+/// fn write_through_a_reader(store: &reconciled::store::Store, obj: reconciled::object::ObjectRef) {
+///     store.upsert(obj); // no such method on a reader
+/// }
+/// ```
+///
+/// ```compile_fail
+/// fn declare_through_a_reader(store: &reconciled::store::Store) {
+///     store.add_field_index("spec.nodeName"); // declared through the informer instead
+/// }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Store {
+    shared: Arc<Shared>,
+}
+
+/// The only handle that changes a store's content: held by the informer task that applies the
+/// delta FIFO, never handed to handlers or guests. Reads go through [`Writer::reader`].
+///
+/// Not `Clone`: a store has exactly one writer, the one that created it, so every change comes
+/// from one place, in the FIFO's order.
+#[derive(Debug, Default)]
+pub struct Writer {
+    shared: Arc<Shared>,
+}
+
+/// The right to declare field indexes on a store, without the right to change its content.
+///
+/// Declaring an index changes what every reader of the store may query, so this is the
+/// informer's to give (see [`Informer::add_field_index`](crate::informer::Informer::add_field_index)),
+/// not something a guest's reader can do.
+#[derive(Debug, Clone)]
+pub struct Indexes {
+    shared: Arc<Shared>,
 }
 
 fn insert_key<K: std::hash::Hash + Eq>(map: &mut HashMap<K, KeySet>, value: K, key: &Arc<str>) {
@@ -230,15 +311,8 @@ impl Inner {
     }
 }
 
-impl Store {
-    /// An empty store with only the built-in indexes.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Declares a field index on a dotted JSON path such as `spec.nodeName`; the path is also
-    /// the index's name. Objects already stored are indexed at once.
-    pub fn add_field_index(&self, path: &str) -> Result<()> {
+impl Shared {
+    fn add_field_index(&self, path: &str) -> Result<()> {
         let parts: Vec<String> = path.split('.').map(str::to_string).collect();
         if path.is_empty() || parts.iter().any(String::is_empty) {
             return Err(Error::BadIndexPath(path.to_string()));
@@ -267,71 +341,109 @@ impl Store {
         inner.fields.insert(path.to_string(), idx);
         Ok(())
     }
+}
 
-    /// The declared field indexes.
-    pub fn field_indexes(&self) -> Vec<String> {
-        let mut names: Vec<_> = self.inner.read().unwrap().fields.keys().cloned().collect();
-        names.sort();
-        names
+impl Indexes {
+    /// Declares a field index on a dotted JSON path such as `spec.nodeName`; the path is also
+    /// the index's name. Objects already stored are indexed at once, under the store's write
+    /// lock, so a large store stalls its readers for that long.
+    ///
+    /// Where it may surprise: an index cannot be removed, and it serves every reader of the
+    /// store, not only the one that asked for it.
+    pub fn add_field_index(&self, path: &str) -> Result<()> {
+        self.shared.add_field_index(path)
+    }
+}
+
+impl Writer {
+    /// An empty store with only the built-in indexes, and the only handle that may change it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A read handle on this store.
+    pub fn reader(&self) -> Store {
+        Store {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// A handle that may declare field indexes on this store, and do nothing else.
+    pub fn indexes(&self) -> Indexes {
+        Indexes {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Declares a field index; see [`Indexes::add_field_index`].
+    pub fn add_field_index(&self, path: &str) -> Result<()> {
+        self.shared.add_field_index(path)
     }
 
     /// Records that `obj`'s resourceVersion has been applied (an upsert does this itself; the
     /// informer calls it for deletes, whose event carries the deletion's resourceVersion).
     pub fn observe(&self, obj: &ObjectRef) {
-        if let Some(rv) = obj.resource_version_number() {
-            let mut a = self.applied.lock().unwrap();
-            let mark = a.entry(obj.namespace().unwrap_or("").into()).or_insert(0);
-            *mark = (*mark).max(rv);
-        }
+        self.shared.applied.lock().unwrap().observe(obj);
     }
 
     /// Publishes what has been applied as the watermark. Call only when nothing is pending
     /// between the watch and the store (the informer does, when its delta FIFO is empty).
     pub fn publish_watermarks(&self) {
-        let applied = self.applied.lock().unwrap().clone();
-        *self.watermarks.lock().unwrap() = applied;
-        self.changed.notify_waiters();
-    }
-
-    /// A resourceVersion at or below which every event of `namespace` ("" for cluster-scoped
-    /// objects) is known to be in the store.
-    pub fn watermark(&self, namespace: &str) -> u64 {
-        self.watermarks
-            .lock()
-            .unwrap()
-            .get(namespace)
-            .copied()
-            .unwrap_or(0)
+        let applied = self.shared.applied.lock().unwrap().clone();
+        *self.shared.watermarks.lock().unwrap() = applied;
+        self.shared.changed.notify_waiters();
     }
 
     /// Inserts or replaces an object, returning the previous version.
+    ///
+    /// Its resourceVersion counts as applied at once, but reaches the
+    /// [`watermark`](Store::watermark) only at the next [`publish_watermarks`](Self::publish_watermarks).
     pub fn upsert(&self, obj: ObjectRef) -> Option<ObjectRef> {
         self.observe(&obj);
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.shared.inner.write().unwrap();
         let old = inner.items.insert(obj.key_arc().clone(), obj.clone());
         if let Some(old) = &old {
-            inner.unindex(old, &self.index_failures);
+            inner.unindex(old, &self.shared.index_failures);
         }
-        inner.index(&obj, &self.index_failures);
+        inner.index(&obj, &self.shared.index_failures);
         drop(inner);
-        self.changed.notify_waiters();
+        self.shared.changed.notify_waiters();
         old
     }
 
     /// Removes an object by key, returning it.
+    ///
+    /// Where it may surprise: a key carries no resourceVersion, so this moves no watermark; the
+    /// informer [`observe`](Self::observe)s the delete event's object first.
     pub fn remove(&self, key: &str) -> Option<ObjectRef> {
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.shared.inner.write().unwrap();
         let old = inner.items.remove(key)?;
-        inner.unindex(&old, &self.index_failures);
+        inner.unindex(&old, &self.shared.index_failures);
         drop(inner);
-        self.changed.notify_waiters();
+        self.shared.changed.notify_waiters();
         Some(old)
     }
 
-    /// Replaces the whole content and rebuilds every index from scratch (declared field indexes
-    /// are kept). Readers see either the old or the new content, never a mix.
-    pub fn replace(&self, items: Vec<ObjectRef>) {
-        let mut inner = self.inner.write().unwrap();
+    /// Replaces the whole content with a complete list taken at `resource_version` and rebuilds
+    /// every index from scratch (declared field indexes are kept). Readers see either the old or
+    /// the new content, never a mix.
+    ///
+    /// Every namespace's watermark becomes `resource_version` (or the newest item's, if higher)
+    /// and is published at once: a complete list is by definition every event up to its version,
+    /// so, unlike after [`upsert`](Self::upsert), there is nothing to wait for. client-go's
+    /// `Store.Replace(list, resourceVersion)` takes the same version but its thread-safe store
+    /// ignores it, leaving the reflector alone to remember it; here read-your-writes needs it to
+    /// tell that a key absent from the list was deleted after, not before, the list.
+    ///
+    /// Where it may surprise: the watermark *follows* the list, so replacing with an older list
+    /// than the store held moves it back. Pass 0 when the version is unknown (a server older than
+    /// 1.35, whose versions do not compare): then only the items' own versions count.
+    pub fn replace(&self, items: Vec<ObjectRef>, resource_version: u64) {
+        let mut applied = Applied {
+            namespaces: HashMap::new(),
+            floor: resource_version,
+        };
+        let mut inner = self.shared.inner.write().unwrap();
         let fields = std::mem::take(&mut inner.fields)
             .into_iter()
             .map(|(name, idx)| {
@@ -349,27 +461,69 @@ impl Store {
             ..Inner::default()
         };
         for obj in items {
-            inner.index(&obj, &self.index_failures);
+            applied.observe(&obj);
+            inner.index(&obj, &self.shared.index_failures);
             inner.items.insert(obj.key_arc().clone(), obj);
         }
+        // Under the content's write lock, so no reader pairs the new content with an old
+        // watermark.
+        *self.shared.applied.lock().unwrap() = applied.clone();
+        *self.shared.watermarks.lock().unwrap() = applied;
         drop(inner);
-        self.changed.notify_waiters();
+        self.shared.changed.notify_waiters();
+    }
+}
+
+impl Store {
+    /// A resourceVersion at or below which every event of `namespace` ("" for cluster-scoped
+    /// objects) is known to be in the store.
+    ///
+    /// Where it may surprise: it moves only when the informer's delta FIFO is empty (or at a
+    /// [`Writer::replace`]), so under a steady stream of events it can trail
+    /// [`resource_version`](Self::resource_version).
+    pub fn watermark(&self, namespace: &str) -> u64 {
+        self.shared.watermarks.lock().unwrap().of(namespace)
     }
 
-    /// Notified after every change. To wait for a condition without missing a change: create
-    /// and `enable` the `Notified` future, check the condition, then await it.
-    pub fn changed(&self) -> &tokio::sync::Notify {
-        &self.changed
+    /// The highest resourceVersion applied to the store, over all namespaces (0 before the
+    /// first): how far the content has got, for staleness reports.
+    ///
+    /// Where it may surprise: a bookmark moves the reflector on but not this, so on a quiet kind
+    /// it stays at the last change while the cache is perfectly current; and unlike the
+    /// [`watermark`](Self::watermark) it does not promise that every older event is applied.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.applied.lock().unwrap().highest()
+    }
+
+    /// Resolves after the next change (content or watermark). To wait for a condition without
+    /// missing a change: create the future, `enable` it, check the condition, then await it.
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.shared.changed.notified()
+    }
+
+    /// The declared field indexes.
+    pub fn field_indexes(&self) -> Vec<String> {
+        let mut names: Vec<_> = self
+            .shared
+            .inner
+            .read()
+            .unwrap()
+            .fields
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
     }
 
     /// The object stored under `key` (`namespace/name`, or `name` when cluster-scoped).
     pub fn get(&self, key: &str) -> Option<ObjectRef> {
-        self.inner.read().unwrap().items.get(key).cloned()
+        self.shared.inner.read().unwrap().items.get(key).cloned()
     }
 
     /// Number of stored objects.
     pub fn len(&self) -> usize {
-        self.inner.read().unwrap().items.len()
+        self.shared.inner.read().unwrap().items.len()
     }
 
     /// Whether the store is empty.
@@ -390,7 +544,7 @@ impl Store {
     /// at all (for example `app!=x` alone) scans the whole store. A field match on a field
     /// without an index is an [`Error::UnindexedField`], never a scan.
     pub fn list(&self, query: &Query) -> Result<Vec<ObjectRef>> {
-        let inner = self.inner.read().unwrap();
+        let inner = self.shared.inner.read().unwrap();
         let mut name_filter = None;
         let mut namespace = query.namespace.as_deref();
         let mut field_sets: Vec<&KeySet> = Vec::new();
@@ -477,7 +631,7 @@ impl Store {
             }
         }
         drop(inner);
-        self.touched.fetch_add(touched, Ordering::Relaxed);
+        self.shared.touched.fetch_add(touched, Ordering::Relaxed);
         out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
         Ok(out)
     }
@@ -485,18 +639,19 @@ impl Store {
     /// How many stored objects `list` calls have examined, in total. An indexed query adds about
     /// the size of its result; a scan adds the size of the store.
     pub fn touched(&self) -> u64 {
-        self.touched.load(Ordering::Relaxed)
+        self.shared.touched.load(Ordering::Relaxed)
     }
 
     /// How many times a field index function failed on an object (the object was indexed under
     /// no value for that index).
     pub fn index_failures(&self) -> u64 {
-        self.index_failures.load(Ordering::Relaxed)
+        self.shared.index_failures.load(Ordering::Relaxed)
     }
 
     /// Stored objects' approximate heap bytes, excluding index overhead.
     pub fn object_bytes(&self) -> usize {
-        self.inner
+        self.shared
+            .inner
             .read()
             .unwrap()
             .items
@@ -508,7 +663,7 @@ impl Store {
     /// Number of distinct values held by each index, for tests and metrics: (namespace, owner,
     /// label keys, field index → values).
     pub fn index_sizes(&self) -> (usize, usize, usize, Vec<(String, usize)>) {
-        let inner = self.inner.read().unwrap();
+        let inner = self.shared.inner.read().unwrap();
         let mut fields: Vec<_> = inner
             .fields
             .iter()
@@ -530,7 +685,7 @@ impl KnownObjects for Store {
     }
 
     fn keys(&self, namespace: Option<&str>) -> Vec<Arc<str>> {
-        let inner = self.inner.read().unwrap();
+        let inner = self.shared.inner.read().unwrap();
         match namespace {
             None => inner.items.keys().cloned().collect(),
             Some(ns) => inner
@@ -580,11 +735,12 @@ mod tests {
 
     #[test]
     fn builtin_indexes_narrow_by_namespace_owner_and_label() {
-        let s = Store::new();
-        s.upsert(obj("a", "1", json!({"app": "web"}), json!({})));
-        s.upsert(obj("a", "2", json!({"app": "db"}), json!({})));
-        s.upsert(obj("b", "3", json!({"app": "web"}), json!({})));
-        s.upsert(owned("b", "4", "owner-1"));
+        let w = Writer::new();
+        let s = w.reader();
+        w.upsert(obj("a", "1", json!({"app": "web"}), json!({})));
+        w.upsert(obj("a", "2", json!({"app": "db"}), json!({})));
+        w.upsert(obj("b", "3", json!({"app": "web"}), json!({})));
+        w.upsert(owned("b", "4", "owner-1"));
 
         let ns_a = s
             .list(&Query {
@@ -635,15 +791,16 @@ mod tests {
 
     #[test]
     fn field_index_may_yield_several_values() {
-        let s = Store::new();
-        s.add_field_index("spec.containers.image").unwrap();
-        s.upsert(obj(
+        let w = Writer::new();
+        let s = w.reader();
+        w.add_field_index("spec.containers.image").unwrap();
+        w.upsert(obj(
             "a",
             "p1",
             json!({}),
             json!({"containers": [{"image": "nginx"}, {"image": "envoy"}]}),
         ));
-        s.upsert(obj(
+        w.upsert(obj(
             "a",
             "p2",
             json!({}),
@@ -663,9 +820,10 @@ mod tests {
 
     #[test]
     fn unindexed_field_match_is_an_error_naming_the_index() {
-        let s = Store::new();
-        s.add_field_index("spec.nodeName").unwrap();
-        s.upsert(obj("a", "1", json!({}), json!({"nodeName": "n1"})));
+        let w = Writer::new();
+        let s = w.reader();
+        w.add_field_index("spec.nodeName").unwrap();
+        w.upsert(obj("a", "1", json!({}), json!({"nodeName": "n1"})));
         let err = s
             .list(&Query {
                 fields: vec![("spec.serviceAccountName".into(), "x".into())],
@@ -689,9 +847,10 @@ mod tests {
 
     #[test]
     fn builtin_fields_need_no_declaration() {
-        let s = Store::new();
-        s.upsert(obj("a", "1", json!({}), json!({})));
-        s.upsert(obj("b", "1", json!({}), json!({})));
+        let w = Writer::new();
+        let s = w.reader();
+        w.upsert(obj("a", "1", json!({}), json!({})));
+        w.upsert(obj("b", "1", json!({}), json!({})));
         let by_name = Query {
             fields: vec![("metadata.name".into(), "1".into())],
             ..q()
@@ -715,46 +874,48 @@ mod tests {
 
     #[test]
     fn adding_an_index_to_a_populated_store_reindexes_and_duplicates_are_refused() {
-        let s = Store::new();
+        let w = Writer::new();
+        let s = w.reader();
         for i in 0..10 {
-            s.upsert(obj(
+            w.upsert(obj(
                 "a",
                 &format!("p{i}"),
                 json!({}),
                 json!({"nodeName": format!("n{}", i % 2)}),
             ));
         }
-        s.add_field_index("spec.nodeName").unwrap();
+        w.add_field_index("spec.nodeName").unwrap();
         let on_n1 = Query {
             fields: vec![("spec.nodeName".into(), "n1".into())],
             ..q()
         };
         assert_eq!(s.list(&on_n1).unwrap().len(), 5);
         assert_eq!(
-            s.add_field_index("spec.nodeName").unwrap_err(),
+            w.add_field_index("spec.nodeName").unwrap_err(),
             Error::DuplicateIndex("spec.nodeName".into())
         );
         assert_eq!(
-            s.add_field_index("metadata.name").unwrap_err(),
+            w.add_field_index("metadata.name").unwrap_err(),
             Error::DuplicateIndex("metadata.name".into())
         );
         assert_eq!(
-            s.add_field_index("spec..x").unwrap_err(),
+            w.add_field_index("spec..x").unwrap_err(),
             Error::BadIndexPath("spec..x".into())
         );
     }
 
     #[test]
     fn updates_move_index_entries_and_empty_sets_are_pruned() {
-        let s = Store::new();
-        s.add_field_index("spec.nodeName").unwrap();
-        s.upsert(obj(
+        let w = Writer::new();
+        let s = w.reader();
+        w.add_field_index("spec.nodeName").unwrap();
+        w.upsert(obj(
             "a",
             "1",
             json!({"v": "old"}),
             json!({"nodeName": "n1"}),
         ));
-        s.upsert(obj(
+        w.upsert(obj(
             "a",
             "1",
             json!({"v": "new"}),
@@ -774,7 +935,7 @@ mod tests {
             s.index_sizes(),
             (1, 0, 1, vec![("spec.nodeName".into(), 1)])
         );
-        s.remove("a/1");
+        w.remove("a/1");
         assert_eq!(
             s.index_sizes(),
             (0, 0, 0, vec![("spec.nodeName".into(), 0)])
@@ -783,20 +944,24 @@ mod tests {
 
     #[test]
     fn replace_rebuilds_indexes() {
-        let s = Store::new();
-        s.add_field_index("spec.nodeName").unwrap();
-        s.upsert(obj(
+        let w = Writer::new();
+        let s = w.reader();
+        w.add_field_index("spec.nodeName").unwrap();
+        w.upsert(obj(
             "a",
             "gone",
             json!({"x": "1"}),
             json!({"nodeName": "n1"}),
         ));
-        s.replace(vec![obj(
-            "b",
-            "new",
-            json!({"y": "2"}),
-            json!({"nodeName": "n2"}),
-        )]);
+        w.replace(
+            vec![obj(
+                "b",
+                "new",
+                json!({"y": "2"}),
+                json!({"nodeName": "n2"}),
+            )],
+            0,
+        );
         assert_eq!(keys(&s.all()), ["b/new"]);
         assert_eq!(
             s.index_sizes(),
@@ -811,15 +976,16 @@ mod tests {
 
     #[test]
     fn a_failing_index_function_does_not_take_the_store_down() {
-        let s = Store::new();
-        s.add_field_index("spec.nodeName").unwrap();
-        s.upsert(obj(
+        let w = Writer::new();
+        let s = w.reader();
+        w.add_field_index("spec.nodeName").unwrap();
+        w.upsert(obj(
             "a",
             "weird",
             json!({}),
             json!({"nodeName": {"not": "a scalar"}}),
         ));
-        s.upsert(obj("a", "fine", json!({}), json!({"nodeName": "n1"})));
+        w.upsert(obj("a", "fine", json!({}), json!({"nodeName": "n1"})));
         assert_eq!(s.len(), 2);
         assert_eq!(s.index_failures(), 1);
         let n1 = Query {
@@ -831,15 +997,16 @@ mod tests {
 
     #[test]
     fn indexed_lookup_touches_only_the_matches() {
-        let s = Store::new();
-        s.add_field_index("spec.nodeName").unwrap();
+        let w = Writer::new();
+        let s = w.reader();
+        w.add_field_index("spec.nodeName").unwrap();
         for i in 0..20_000 {
             let node = if i % 2000 == 0 {
                 "hot".to_string()
             } else {
                 format!("n{}", i % 97)
             };
-            s.upsert(obj(
+            w.upsert(obj(
                 &format!("ns{}", i % 50),
                 &format!("p{i}"),
                 json!({"i": i.to_string()}),
@@ -864,9 +1031,10 @@ mod tests {
 
     #[test]
     fn reads_share_the_stored_object() {
-        let s = Store::new();
+        let w = Writer::new();
+        let s = w.reader();
         let o = obj("a", "1", json!({}), json!({}));
-        s.upsert(o.clone());
+        w.upsert(o.clone());
         assert!(Arc::ptr_eq(&o, &s.get("a/1").unwrap()));
         assert!(Arc::ptr_eq(&o, &s.all()[0]));
     }
@@ -874,23 +1042,21 @@ mod tests {
     #[test]
     fn lists_are_snapshots_under_concurrent_writes() {
         // A writer flips every object between two generations; a list must never see a mix.
-        let s = Arc::new(Store::new());
+        let w = Writer::new();
+        let s = w.reader();
         let gen_of = |o: &ObjectRef| o.label("gen").unwrap().to_string();
-        let write_gen = |s: &Store, g: &str| {
+        let write_gen = |w: &Writer, g: &str| {
             let items = (0..200)
                 .map(|i| obj("a", &format!("o{i}"), json!({"gen": g}), json!({})))
                 .collect();
-            s.replace(items);
+            w.replace(items, 0);
         };
-        write_gen(&s, "0");
-        let writer = {
-            let s = s.clone();
-            std::thread::spawn(move || {
-                for round in 0..200 {
-                    write_gen(&s, &(round % 2).to_string());
-                }
-            })
-        };
+        write_gen(&w, "0");
+        let writer = std::thread::spawn(move || {
+            for round in 0..200 {
+                write_gen(&w, &(round % 2).to_string());
+            }
+        });
         for _ in 0..200 {
             let all = s.all();
             let first = gen_of(&all[0]);
@@ -900,5 +1066,76 @@ mod tests {
             );
         }
         writer.join().unwrap();
+    }
+
+    fn at(ns: &str, name: &str, rv: u64) -> ObjectRef {
+        Arc::new(
+            Object::from_value(
+                json!({"metadata": {"name": name, "namespace": ns, "resourceVersion": rv.to_string()}}),
+                &Transform::none(),
+                None,
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn replace_moves_the_watermark_to_the_lists_resource_version() {
+        let w = Writer::new();
+        let s = w.reader();
+        w.upsert(at("a", "x", 7));
+        w.publish_watermarks();
+        assert_eq!(s.watermark("a"), 7);
+        // A list at 40 whose newest item is 12: every event up to 40 is in it, including the
+        // deletion of x and anything in namespaces with no objects left.
+        w.replace(vec![at("a", "y", 12), at("b", "z", 9)], 40);
+        assert_eq!(
+            (s.watermark("a"), s.watermark("b"), s.watermark("empty")),
+            (40, 40, 40),
+            "published at once: a complete list leaves nothing pending"
+        );
+        assert_eq!(s.resource_version(), 40);
+        w.upsert(at("a", "y", 41));
+        assert_eq!(s.watermark("a"), 40, "an upsert waits to be published");
+        assert_eq!(s.resource_version(), 41, "but counts as applied at once");
+        w.publish_watermarks();
+        assert_eq!((s.watermark("a"), s.watermark("b")), (41, 40));
+    }
+
+    #[test]
+    fn replace_without_a_comparable_version_counts_its_items() {
+        let w = Writer::new();
+        let s = w.reader();
+        w.replace(vec![at("a", "y", 12), at("b", "z", 9)], 0);
+        assert_eq!((s.watermark("a"), s.watermark("b")), (12, 9));
+        assert_eq!(s.resource_version(), 12);
+    }
+
+    #[test]
+    fn the_resource_version_is_the_highest_applied_in_any_namespace() {
+        let w = Writer::new();
+        let s = w.reader();
+        assert_eq!(s.resource_version(), 0);
+        w.upsert(at("a", "x", 5));
+        w.upsert(at("b", "y", 9));
+        w.upsert(at("a", "x", 7));
+        assert_eq!(s.resource_version(), 9);
+        w.observe(&at("c", "gone", 11));
+        w.remove("c/gone");
+        assert_eq!(s.resource_version(), 11, "a delete's version counts");
+    }
+
+    #[test]
+    fn an_index_declared_through_indexes_serves_every_reader() {
+        let w = Writer::new();
+        let (guest, other) = (w.reader(), w.reader());
+        w.upsert(obj("a", "1", json!({}), json!({"nodeName": "n1"})));
+        w.indexes().add_field_index("spec.nodeName").unwrap();
+        let n1 = Query {
+            fields: vec![("spec.nodeName".into(), "n1".into())],
+            ..q()
+        };
+        assert_eq!(keys(&guest.list(&n1).unwrap()), ["a/1"]);
+        assert_eq!(other.field_indexes(), ["spec.nodeName"]);
     }
 }
