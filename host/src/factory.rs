@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::backoff::Connectivity;
 use crate::informer::{Informer, InformerKey, Options, Subscription};
 use crate::store;
 
@@ -12,9 +13,13 @@ use crate::store;
 /// Where it may surprise: informers are shared by *exact* key. Two subscribers whose scopes
 /// differ at all (another namespace set, another selector, another transform) get two
 /// informers and two watches; the factory does not merge overlapping scopes.
+///
+/// Its informers share one [`Connectivity`]: when the API server answers again after an outage,
+/// every one of them retries within about a second, whichever noticed first.
 pub struct InformerFactory {
     client: kube::Client,
     options: Options,
+    connectivity: Connectivity,
     informers: Mutex<HashMap<InformerKey, Weak<Informer>>>,
 }
 
@@ -30,6 +35,7 @@ impl InformerFactory {
     /// A factory whose informers use `client` and `options`.
     pub fn new(client: kube::Client, options: Options) -> Self {
         Self {
+            connectivity: Connectivity::new(client.clone()),
             client,
             options,
             informers: Mutex::new(HashMap::new()),
@@ -47,7 +53,12 @@ impl InformerFactory {
             return existing;
         }
         map.retain(|_, w| w.strong_count() > 0);
-        let informer = Informer::start(self.client.clone(), key.clone(), self.options.clone());
+        let informer = Informer::start_with_connectivity(
+            self.client.clone(),
+            key.clone(),
+            self.options.clone(),
+            self.connectivity.clone(),
+        );
         map.insert(key, Arc::downgrade(&informer));
         informer
     }
@@ -69,6 +80,11 @@ impl InformerFactory {
             }
         }
         Ok(informer.subscribe(self.options.subscriber_buffer))
+    }
+
+    /// Connectivity to the API server, shared by this factory's informers.
+    pub fn connectivity(&self) -> &Connectivity {
+        &self.connectivity
     }
 
     /// Informers currently alive.

@@ -8,6 +8,12 @@
 //! namespace, under which a cluster-wide watch is simply forbidden; and the API server then sends
 //! only the objects we keep. The cost is one connection per namespace.
 //!
+//! **Reads may be stale, and say by how much.** The store serves whatever has arrived; while the
+//! API server cannot be reached it keeps serving, the informer turns [`State::Degraded`], and
+//! [`Informer::staleness`] tells how long the server has been silent and how far the content
+//! has got. Reflectors retry an unreachable server within about a second of it answering again
+//! (see [`crate::backoff`]), so a Degraded informer returns to Synced on its own.
+//!
 //! **Only the informer writes its store.** The processing task holds the store's only
 //! [`Writer`]; everyone else, guests included, gets a read-only [`Store`]. Field indexes are
 //! declared through [`Informer::add_field_index`], which is the host's to call, not a guest's.
@@ -22,7 +28,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, Connectivity};
 use crate::delta_fifo::{DeltaFifo, DeltaType, KnownObjects};
 use crate::discovery::{self, Resource};
 use crate::object::{ObjectRef, Transform};
@@ -186,7 +192,9 @@ pub enum State {
     Forbidden,
     /// The kind is not served.
     KindNotFound,
-    /// Synced, but a watch is failing: reads may be stale.
+    /// Synced, but a watch is failing: reads are served and may be stale (see
+    /// [`Informer::staleness`]). It turns back into `Synced` by itself once the watch is open
+    /// again, which for an unreachable server is within about a second of it answering.
     Degraded,
 }
 
@@ -203,7 +211,8 @@ impl State {
 pub struct Status {
     /// The state.
     pub state: State,
-    /// Why, when the state is not `Synced`; the last error otherwise.
+    /// Why, when the state is not `Synced` (the latest error of a failing watch, or the rule to
+    /// add); `None` when it is: a past error is in the log, not here.
     pub message: Option<String>,
 }
 
@@ -361,11 +370,33 @@ pub struct Stats {
     pub initial_sync_rv: u64,
 }
 
+/// How current an informer's cache is, from [`Informer::staleness`].
+///
+/// Where it may surprise: neither figure alone says "stale". A quiet kind on a healthy watch is
+/// silent between bookmarks (about a minute apart) and its resourceVersion stays at its last
+/// change while the cache is perfectly current; a cut-off informer's silence grows from the
+/// moment it was cut off. Read `silent_for` against the bookmark cadence and the informer's
+/// [`State`], and compare `resource_version` with a resourceVersion from the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Staleness {
+    /// How long since the API server last showed a sign of life for this informer: a watch
+    /// opened, a watch event or bookmark, or a completed sync. With one watch per namespace, the
+    /// most silent watch counts. `None` until every watch has heard from the server once.
+    ///
+    /// Named for what it measures, the server's silence, rather than the age of the data: an
+    /// object that has not changed for an hour is not an hour stale.
+    pub silent_for: Option<Duration>,
+    /// The highest resourceVersion applied to the store, over all namespaces (0 before the
+    /// first): see [`Store::resource_version`].
+    pub resource_version: u64,
+}
+
 #[derive(Debug)]
 struct Shared {
     key: InformerKey,
     store: Store,
     indexes: Indexes,
+    connectivity: Connectivity,
     fifo: OnceLock<Arc<DeltaFifo>>,
     resource: OnceLock<Resource>,
     status: watch::Sender<Status>,
@@ -432,7 +463,25 @@ impl Drop for Informer {
 impl Informer {
     /// Starts an informer: discovery, RBAC preflight, list, watch. Must be called inside a
     /// tokio runtime; returns at once, before anything is synced.
+    ///
+    /// Where it may surprise: the informer watches connectivity to the server on its own; several
+    /// informers on one client should share that through
+    /// [`start_with_connectivity`](Self::start_with_connectivity) (the
+    /// [`InformerFactory`](crate::factory::InformerFactory) does), so that one of them reaching
+    /// the server again wakes them all.
     pub fn start(client: kube::Client, key: InformerKey, options: Options) -> Arc<Self> {
+        let connectivity = Connectivity::new(client.clone());
+        Self::start_with_connectivity(client, key, options, connectivity)
+    }
+
+    /// Like [`start`](Self::start), with connectivity to the server shared with whatever else
+    /// uses `client`.
+    pub fn start_with_connectivity(
+        client: kube::Client,
+        key: InformerKey,
+        options: Options,
+        connectivity: Connectivity,
+    ) -> Arc<Self> {
         let (status, _) = watch::channel(Status {
             state: State::Syncing,
             message: None,
@@ -442,6 +491,7 @@ impl Informer {
             key,
             store: writer.reader(),
             indexes: writer.indexes(),
+            connectivity,
             fifo: OnceLock::new(),
             resource: OnceLock::new(),
             status,
@@ -471,9 +521,9 @@ impl Informer {
         &self.shared.key
     }
 
-    /// The store, read-only. Note that this is a cache and may be stale; before the informer is
-    /// first synced it may also be incomplete, and while [`State::Degraded`] it holds what
-    /// arrived before the watch broke.
+    /// The store, read-only. Note that this is a cache and may be stale (see
+    /// [`staleness`](Self::staleness)); before the informer is first synced it may also be
+    /// incomplete, and while [`State::Degraded`] it holds what arrived before the watch broke.
     pub fn store(&self) -> &Store {
         &self.shared.store
     }
@@ -486,6 +536,28 @@ impl Informer {
     /// [`store::Error::DuplicateIndex`], which callers declaring on a shared informer ignore.
     pub fn add_field_index(&self, path: &str) -> store::Result<()> {
         self.shared.indexes.add_field_index(path)
+    }
+
+    /// How current the cache is: how long the API server has been silent for this informer, and
+    /// the highest resourceVersion the store has applied.
+    pub fn staleness(&self) -> Staleness {
+        let heard: Vec<Option<Instant>> = self
+            .shared
+            .reflector_stats
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.last_heard())
+            .collect();
+        Staleness {
+            silent_for: most_silent(&heard, Instant::now()),
+            resource_version: self.shared.store.resource_version(),
+        }
+    }
+
+    /// Connectivity to the API server, shared with every informer started with the same one.
+    pub fn connectivity(&self) -> &Connectivity {
+        &self.shared.connectivity
     }
 
     /// The resolved resource, once discovery has succeeded.
@@ -583,6 +655,17 @@ impl Informer {
     }
 }
 
+/// The silence of the most silent of `heard` at `now`; `None` if there are none yet or one has
+/// never heard from the server.
+fn most_silent(heard: &[Option<Instant>], now: Instant) -> Option<Duration> {
+    let mut oldest: Option<Instant> = None;
+    for h in heard {
+        let h = (*h)?;
+        oldest = Some(oldest.map_or(h, |o| o.min(h)));
+    }
+    oldest.map(|o| now.saturating_duration_since(o))
+}
+
 /// The informer's main task: resolve the kind, start reflectors, then process the FIFO.
 async fn drive(
     client: kube::Client,
@@ -600,7 +683,10 @@ async fn drive(
     );
     let resource = loop {
         match discovery::resolve(&client, &gvk).await {
-            Ok(r) => break r,
+            Ok(r) => {
+                shared.connectivity.reached();
+                break r;
+            }
             Err(e) => {
                 let state = match e {
                     discovery::Error::KindNotFound { .. } => State::KindNotFound,
@@ -611,7 +697,10 @@ async fn drive(
                     state,
                     message: Some(e.to_string()),
                 });
-                tokio::time::sleep(backoff.failure()).await;
+                // A kind not found may be a CRD about to be installed: keep asking, on the
+                // backoff; an unreachable server is asked again as soon as it answers.
+                let ticket = shared.connectivity.failed(e.failure());
+                shared.connectivity.wait(ticket, backoff.failure()).await;
             }
         }
     };
@@ -660,6 +749,7 @@ async fn drive(
             known.clone(),
             stats,
             cond_tx,
+            shared.connectivity.clone(),
         );
         tasks.push(tokio::spawn(r.run()).abort_handle());
     }
@@ -813,5 +903,30 @@ async fn health(shared: Arc<Shared>) {
             _ = futures::future::select_all(changes) => {}
             _ = shared.health_changed.notified() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_most_silent_watch_sets_the_informers_silence() {
+        let t0 = Instant::now();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let t1 = Instant::now();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let now = Instant::now();
+        assert_eq!(
+            most_silent(&[Some(t1), Some(t0)], now),
+            Some(Duration::from_secs(15))
+        );
+        assert_eq!(most_silent(&[Some(t1)], now), Some(Duration::from_secs(5)));
+        assert_eq!(
+            most_silent(&[Some(t1), None], now),
+            None,
+            "a watch that never heard from the server is as stale as can be"
+        );
+        assert_eq!(most_silent(&[], now), None, "no watch yet");
     }
 }

@@ -4,13 +4,18 @@
 //! - a watch that closes cleanly is re-opened from the last resourceVersion, with no relist;
 //! - `410 Gone` (in the stream or as the HTTP status) relists: first at the last
 //!   resourceVersion, then, if that is gone too, with a quorum read;
-//! - 429 and connection errors back off (800 ms doubling to 30 s, with jitter);
+//! - 429 and 5xx back off (800 ms doubling to 30 s, with jitter);
 //! - a 403 sends the reflector back to the RBAC preflight, which names the missing rule.
+//!
+//! One departure: an unreachable server (connection refused or cut) is waited for through the
+//! shared [`Connectivity`], not on the backoff alone, so the reflector retries within about a
+//! second of the server answering again, however long its backoff had grown; client-go would
+//! sleep on, serving a stale cache (see [`crate::backoff`]).
 //!
 //! Bookmarks only move the resourceVersion forward; they never reach the FIFO.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{AsyncBufReadExt, StreamExt};
@@ -19,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, Connectivity, Failure};
 use crate::delta_fifo::{DeltaFifo, KnownObjects};
 use crate::discovery::Resource;
 use crate::object::{Object, ObjectRef, Transform, object_key};
@@ -34,9 +39,23 @@ pub enum Error {
     /// RBAC denies the request.
     #[error("forbidden: {0}")]
     Forbidden(String),
-    /// Anything else: connection refused, 429, 5xx, a malformed response.
+    /// The server could not be reached: connection refused or cut, a stream that broke or
+    /// stalled. Retried as soon as the server answers again.
+    #[error("cannot reach the API server: {0}")]
+    Unreachable(String),
+    /// Anything else: 429, 5xx, a malformed response. Retried on the backoff.
     #[error("{0}")]
     Failed(String),
+}
+
+impl Error {
+    /// What this failure says about the server, for [`Connectivity::failed`].
+    fn failure(&self) -> Failure {
+        match self {
+            Error::Unreachable(_) => Failure::Unreachable,
+            _ => Failure::Refused,
+        }
+    }
 }
 
 /// Result with this module's [`Error`].
@@ -47,6 +66,9 @@ impl From<kube::Error> for Error {
         match e {
             kube::Error::Api(s) if s.code == 410 => Error::Gone(s.message.clone()),
             kube::Error::Api(s) if s.code == 403 => Error::Forbidden(s.message.clone()),
+            other if Failure::of(&other) == Failure::Unreachable => {
+                Error::Unreachable(other.to_string())
+            }
             other => Error::Failed(other.to_string()),
         }
     }
@@ -107,6 +129,23 @@ pub struct Stats {
     /// The resourceVersion the first sync ended at (0 until then): every event after it is a
     /// watch event, everything at or before it came from the initial list.
     pub initial_sync_rv: AtomicU64,
+    /// When the server last showed this reflector a sign of life; see [`Stats::last_heard`].
+    last_heard: Mutex<Option<Instant>>,
+}
+
+impl Stats {
+    /// When the API server last answered this reflector: a watch opened, a watch event or
+    /// bookmark arrived, or a sync completed. `None` before the first.
+    ///
+    /// Where it may surprise: a healthy watch on a quiet kind is silent between bookmarks, which
+    /// the API server sends about once a minute, so an age of tens of seconds is normal.
+    pub fn last_heard(&self) -> Option<Instant> {
+        *self.last_heard.lock().unwrap()
+    }
+
+    fn heard(&self) {
+        *self.last_heard.lock().unwrap() = Some(Instant::now());
+    }
 }
 
 /// What a reflector is doing, for health reporting.
@@ -151,6 +190,7 @@ pub struct Reflector {
     stats: Arc<Stats>,
     condition: watch::Sender<Condition>,
     backoff: Backoff,
+    connectivity: Connectivity,
     last_rv: String,
     watch_list_refused: bool,
     /// Completed syncs; the first is the initial one.
@@ -174,6 +214,8 @@ fn rv_of(v: &Value) -> Option<&str> {
 impl Reflector {
     /// A reflector feeding `fifo`. `known` is the store behind the FIFO, used to reuse
     /// unchanged objects during a relist instead of holding a second copy of the cache.
+    /// `connectivity` is shared with everything else using `client`: its successes end this
+    /// reflector's waits for an unreachable server, and this reflector's end theirs.
     pub fn new(
         client: kube::Client,
         cfg: Config,
@@ -181,6 +223,7 @@ impl Reflector {
         known: Arc<dyn KnownObjects>,
         stats: Arc<Stats>,
         condition: watch::Sender<Condition>,
+        connectivity: Connectivity,
     ) -> Self {
         Self {
             client,
@@ -190,6 +233,7 @@ impl Reflector {
             stats,
             condition,
             backoff: Backoff::default(),
+            connectivity,
             last_rv: String::new(),
             watch_list_refused: false,
             syncs: 0,
@@ -295,17 +339,21 @@ impl Reflector {
             self.stats.relists.fetch_add(1, Ordering::Relaxed);
         }
         self.backoff.reset();
+        self.stats.heard();
         self.report(Condition::Watching);
     }
 
+    /// Reports `e` and waits before the next try: the backoff, cut short once the server answers
+    /// again if `e` says it could not be reached.
     async fn fail(&mut self, e: Error) {
         let delay = self.backoff.failure();
+        let ticket = self.connectivity.failed(e.failure());
         tracing::warn!(scope = %self.scope(), error = %e, retry_in = ?delay, "reflector error");
         match &e {
             Error::Forbidden(m) => self.report(Condition::Forbidden(m.clone())),
             _ => self.report(Condition::Failing(e.to_string())),
         }
-        tokio::time::sleep(delay).await;
+        self.connectivity.wait(ticket, delay).await;
     }
 
     /// Checks list/watch access until it is granted, reporting the missing rule meanwhile.
@@ -321,8 +369,12 @@ impl Reflector {
             )
             .await
             {
-                Ok(()) => return,
+                Ok(()) => {
+                    self.connectivity.reached();
+                    return;
+                }
                 Err(preflight::Error::Denied(d)) => {
+                    self.connectivity.reached();
                     let msg = d.to_string();
                     if *self.condition.borrow() != Condition::Forbidden(msg.clone()) {
                         tracing::error!(scope = %self.scope(), "{msg}");
@@ -331,7 +383,11 @@ impl Reflector {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 Err(e @ preflight::Error::Request { .. }) => {
-                    self.fail(Error::Failed(e.to_string())).await;
+                    let e = match e.failure() {
+                        Failure::Unreachable => Error::Unreachable(e.to_string()),
+                        Failure::Refused => Error::Failed(e.to_string()),
+                    };
+                    self.fail(e).await;
                 }
             }
         }
@@ -420,6 +476,7 @@ impl Reflector {
                     }
                     Err(e) => return Err(e),
                 };
+                self.connectivity.reached();
                 let Value::Object(mut page) = page else {
                     return Err(Error::Failed(
                         "LIST returned something that is not a list".into(),
@@ -487,6 +544,13 @@ impl Reflector {
             }
             Err(e) => return Err(e.into()),
         };
+        self.connectivity.reached();
+        self.stats.heard();
+        if !initial && self.syncs > 0 {
+            // Back to watching after a failure: the server is answering for this resource again
+            // and replays every event since `rv` first, so the cache is as current as the watch.
+            self.report(Condition::Watching);
+        }
         // The server ends the watch at `timeoutSeconds`; a stream silent for much longer than
         // that is a dead connection nobody told us about.
         let deadline = started + Duration::from_secs(timeout + 30);
@@ -496,10 +560,12 @@ impl Reflector {
         let mut initial = initial;
         loop {
             let line = match tokio::time::timeout_at(deadline, lines.next()).await {
-                Err(_) => return Err(Error::Failed("watch stalled past its timeout".into())),
+                Err(_) => {
+                    return Err(Error::Unreachable("watch stalled past its timeout".into()));
+                }
                 Ok(None) => {
                     if initial {
-                        return Err(Error::Failed(
+                        return Err(Error::Unreachable(
                             "watch-list stream ended before its initial events did".into(),
                         ));
                     }
@@ -508,12 +574,15 @@ impl Reflector {
                         elapsed: started.elapsed(),
                     });
                 }
-                Ok(Some(Err(e))) => return Err(Error::Failed(format!("watch stream broke: {e}"))),
+                Ok(Some(Err(e))) => {
+                    return Err(Error::Unreachable(format!("watch stream broke: {e}")));
+                }
                 Ok(Some(Ok(line))) => line,
             };
             if line.trim().is_empty() {
                 continue;
             }
+            self.stats.heard();
             events += 1;
             self.stats.events.fetch_add(1, Ordering::Relaxed);
             let event: WatchLine = match serde_json::from_str(&line) {

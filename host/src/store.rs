@@ -138,8 +138,8 @@ struct Shared {
 /// Read access to an indexed, thread-safe object cache. Cheap to clone: clones share one cache.
 ///
 /// Note that this is a cache and may be stale: it holds what the informer has seen, which may
-/// lag the API server. It has no way to change the content; only the [`Writer`] it came from
-/// does:
+/// lag the API server (see [`Informer::staleness`](crate::informer::Informer::staleness) for
+/// by how much). It has no way to change the content; only the [`Writer`] it came from does:
 ///
 /// ```compile_fail
 /// fn write_through_a_reader(store: &reconciled::store::Store, obj: reconciled::object::ObjectRef) {
