@@ -533,3 +533,111 @@ async fn scopes_select_on_the_server_by_label_field_and_namespace_set() {
         "{n:?}"
     );
 }
+
+fn rv_of(o: &ConfigMap) -> u64 {
+    o.metadata
+        .resource_version
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staleness_shows_the_servers_silence_and_the_stores_resource_version() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "staleness";
+    namespace(&admin, ns).await;
+    let api = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+    let mut newest = 0;
+    for i in 0..3 {
+        let o = api
+            .create(&PostParams::default(), &cm(&format!("c{i}"), &[]))
+            .await
+            .unwrap();
+        newest = rv_of(&o);
+    }
+    let proxy = testenv::Proxy::start(cp.server_addr()).await.unwrap();
+    let client = kube::Client::try_from(proxy.config(&cp.admin_config())).unwrap();
+    let informer = Informer::start(client, configmaps(ns), Options::default());
+    assert_eq!(
+        informer.staleness().silent_for,
+        None,
+        "nothing heard from the server yet"
+    );
+    informer.wait_synced(Duration::from_secs(10)).await.unwrap();
+    let s = informer.staleness();
+    assert!(s.silent_for.unwrap() < Duration::from_secs(2), "{s:?}");
+    assert_eq!(s.resource_version, newest, "the newest object listed");
+
+    let patch = serde_json::json!({"data": {"k": "v"}});
+    let changed = rv_of(
+        &api.patch("c0", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap(),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while informer.staleness().resource_version < changed {
+        assert!(tokio::time::Instant::now() < deadline, "{s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(informer.staleness().resource_version, changed);
+
+    // Cut off, the silence grows while the content stays where it was.
+    proxy.pause();
+    wait_state(&informer, State::Degraded, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cut_off = informer.staleness();
+    assert!(
+        cut_off.silent_for.unwrap() >= Duration::from_secs(2),
+        "{cut_off:?}"
+    );
+    assert_eq!(cut_off.resource_version, changed);
+
+    proxy.resume();
+    wait_state(&informer, State::Synced, Duration::from_secs(5)).await;
+    let back = informer.staleness();
+    assert!(
+        back.silent_for.unwrap() < Duration::from_secs(2),
+        "{back:?}"
+    );
+    eprintln!("staleness: synced {s:?}; cut off for 2 s {cut_off:?}; back {back:?}");
+}
+
+#[tokio::test]
+async fn a_field_index_added_to_a_running_informer_indexes_what_it_already_holds() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "late-index";
+    namespace(&admin, ns).await;
+    let api = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+    for (name, role) in [("a", "edge"), ("b", "core"), ("c", "edge")] {
+        api.create(&PostParams::default(), &cm(name, &[("role", role)]))
+            .await
+            .unwrap();
+    }
+    let informer = Informer::start(admin.clone(), configmaps(ns), Options::default());
+    informer.wait_synced(Duration::from_secs(10)).await.unwrap();
+    let edge = Query {
+        fields: vec![("data.role".into(), "edge".into())],
+        ..Query::default()
+    };
+    assert!(
+        informer.store().list(&edge).is_err(),
+        "not declared yet: an error, never a scan"
+    );
+    informer.add_field_index("data.role").unwrap();
+    let names: Vec<String> = informer
+        .store()
+        .list(&edge)
+        .unwrap()
+        .iter()
+        .map(|o| o.name().to_string())
+        .collect();
+    assert_eq!(names, ["a", "c"]);
+    assert_eq!(
+        informer.add_field_index("data.role"),
+        Err(reconciled::store::Error::DuplicateIndex("data.role".into()))
+    );
+}
