@@ -6,19 +6,22 @@
 //! controller's status says why (syncing, forbidden with the rule to add, kind not found).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use futures::FutureExt;
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::bindings::{Consistency, Gvk, Mapping, Outcome, Request};
 use crate::factory::InformerFactory;
 use crate::grant::{self, Grant};
-use crate::guest::{CallError, Module};
+use crate::guest::{Blame, CallError, Module};
 use crate::handlers::{self, Role};
 use crate::imports::{Declared, GuestContext, Limits, Metrics, gvk_key};
-use crate::informer::{Event, Informer, InformerKey, Namespaces, Scope, Status};
+use crate::informer::{Event, Informer, InformerKey, Namespaces, Scope, Staleness, Status};
 use crate::read_your_writes::Floors;
 use crate::selector::LabelSelector;
 use crate::work_queue::{Priority, WorkQueue};
@@ -94,6 +97,58 @@ pub struct Counters {
     pub started: AtomicU64,
     /// Times a key was found already running when a worker started it. Must stay 0.
     pub concurrent_same_key: AtomicU64,
+    /// Failed reconciles (errors, traps and worker panics) by [`Blame`], in `Blame as usize`
+    /// order.
+    errors: [AtomicU64; 3],
+    /// Worker panics caught: the worker carried on and the key was retried.
+    pub worker_panics: AtomicU64,
+}
+
+impl Counters {
+    /// Failed reconciles blamed on `blame`, over every version of the guest.
+    pub fn errors(&self, blame: Blame) -> u64 {
+        self.errors[blame as usize].load(Ordering::Relaxed)
+    }
+
+    fn count_error(&self, blame: Blame) {
+        self.errors[blame as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Why a guest is failing: for at least one key, the last reconcile trapped or its worker died.
+///
+/// Where it may surprise: a guest that returns an error from `reconcile` is not failing (it ran,
+/// and said what went wrong); a key whose call trapped or whose worker panicked keeps the guest
+/// failing until that key's reconcile next completes, even while other keys succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failing {
+    /// The latest failure, naming its key.
+    pub reason: String,
+    /// Whose doing the latest failure was.
+    pub blame: Blame,
+    /// How many keys are failing.
+    pub keys: usize,
+    /// When the guest started failing (its oldest failing key).
+    pub since: SystemTime,
+}
+
+/// Failing keys, each with its failure; the summary is what [`Controller::failing`] shows.
+#[derive(Debug, Default)]
+struct Failures {
+    keys: HashMap<String, (String, Blame, SystemTime)>,
+    latest: Option<String>,
+}
+
+impl Failures {
+    fn summary(&self) -> Option<Failing> {
+        let latest = self.latest.as_ref().and_then(|k| self.keys.get(k))?;
+        Some(Failing {
+            reason: latest.0.clone(),
+            blame: latest.1,
+            keys: self.keys.len(),
+            since: self.keys.values().map(|f| f.2).min().unwrap_or(latest.2),
+        })
+    }
 }
 
 /// A running guest: the queue, workers and counters that outlive any one version of its module,
@@ -116,6 +171,10 @@ pub struct Controller {
     last_errors: Mutex<HashMap<String, String>>,
     held_back: Mutex<String>,
     counters: Counters,
+    failures: Mutex<Failures>,
+    /// The summary of `failures`: `Some` while the guest cannot run (see [`Failing`]); watched
+    /// by the supervisor, which posts Events on a tenant's ConfigMap when it changes.
+    failing: watch::Sender<Option<Failing>>,
     workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -193,14 +252,22 @@ pub struct Snapshot {
     pub digest: String,
     /// When the serving version was swapped in.
     pub loaded_at: std::time::SystemTime,
-    /// Each informer's kind and health.
-    pub informers: Vec<(String, Status)>,
+    /// Each informer's kind, health and staleness.
+    pub informers: Vec<(String, Status, Staleness)>,
     /// Reconciles that returned Ok (all versions).
     pub reconciles_ok: u64,
     /// Reconciles that returned an error (all versions).
     pub reconciles_failed: u64,
     /// Reconciles that trapped (all versions).
     pub traps: u64,
+    /// Failed reconciles by blame: guest, host, cluster (all versions).
+    pub errors_by_blame: [u64; 3],
+    /// Worker panics caught (all versions).
+    pub worker_panics: u64,
+    /// Why the guest cannot run, if it cannot.
+    pub failing: Option<Failing>,
+    /// Why reconciles are held back (an informer not synced), if they are.
+    pub held_back: Option<String>,
     /// Keys waiting.
     pub queued: usize,
 }
@@ -243,13 +310,15 @@ impl Controller {
             last_errors: Mutex::new(HashMap::new()),
             held_back: Mutex::new(String::new()),
             counters: Counters::default(),
+            failures: Mutex::new(Failures::default()),
+            failing: watch::Sender::new(None),
             workers: Mutex::new(Vec::new()),
             settings,
         });
         controller.link(plan.kinds.iter().zip(subscriptions));
         let mut workers = Vec::new();
         for _ in 0..controller.settings.workers.max(1) {
-            workers.push(tokio::spawn(work(Arc::downgrade(&controller))));
+            workers.push(tokio::spawn(supervise(Arc::downgrade(&controller))));
         }
         controller.workers.lock().unwrap().extend(workers);
         tracing::info!(guest = %controller.name, digest = %controller.digest(), kind = %gvk_key(&plan.for_kind), read_your_writes = plan.read_your_writes, "guest started");
@@ -475,13 +544,91 @@ impl Controller {
             informers: v
                 .informers
                 .iter()
-                .map(|i| (i.key().kind.clone(), i.status()))
+                .map(|i| (i.key().kind.clone(), i.status(), i.staleness()))
                 .collect(),
             reconciles_ok: m.reconciles_ok.load(Ordering::Relaxed),
             reconciles_failed: m.reconciles_failed.load(Ordering::Relaxed),
             traps: m.traps.load(Ordering::Relaxed),
+            errors_by_blame: Blame::ALL.map(|b| self.counters.errors(b)),
+            worker_panics: self.counters.worker_panics.load(Ordering::Relaxed),
+            failing: self.failing(),
+            held_back: self.not_ready(),
             queued: self.queue.len(),
         }
+    }
+
+    /// Why the guest cannot run, if it cannot (see [`Failing`]).
+    pub fn failing(&self) -> Option<Failing> {
+        self.failing.borrow().clone()
+    }
+
+    /// A receiver that sees every change of [`Controller::failing`].
+    pub fn watch_failing(&self) -> watch::Receiver<Option<Failing>> {
+        self.failing.subscribe()
+    }
+
+    /// Marks `key` failing (an empty key: a worker, outside any reconcile).
+    fn set_failing(&self, key: &str, reason: String, blame: Blame) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let since = failures.keys.get(key).map_or_else(SystemTime::now, |f| f.2);
+        failures
+            .keys
+            .insert(key.to_string(), (reason, blame, since));
+        failures.latest = Some(key.to_string());
+        self.publish_failing(&failures);
+    }
+
+    /// `key` completed: it no longer fails, and neither does a worker (it ran this).
+    fn clear_failing(&self, key: &str) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let before = failures.keys.len();
+        failures.keys.remove(key);
+        failures.keys.remove("");
+        if failures.keys.len() == before {
+            return;
+        }
+        if failures
+            .latest
+            .as_ref()
+            .is_some_and(|k| !failures.keys.contains_key(k))
+        {
+            failures.latest = failures
+                .keys
+                .iter()
+                .max_by_key(|(_, f)| f.2)
+                .map(|(k, _)| k.clone());
+        }
+        self.publish_failing(&failures);
+    }
+
+    fn publish_failing(&self, failures: &Failures) {
+        let next = failures.summary();
+        self.failing.send_if_modified(|f| {
+            let changed = *f != next;
+            *f = next;
+            changed
+        });
+    }
+
+    /// Records a worker that panicked while reconciling `key`: logged and counted, the key
+    /// retried with backoff, and the guest shown failing until a reconcile next completes.
+    fn worker_panicked(&self, key: &str, message: &str) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.counters.worker_panics.fetch_add(1, Ordering::Relaxed);
+        self.counters.count_error(Blame::Host);
+        let reason = format!(
+            "a worker panicked reconciling {key}: {message}; the worker was restarted and the key will be retried"
+        );
+        let retry = self.queue.add_rate_limited(key.to_string());
+        tracing::error!(guest = %self.name, %key, panic = %message, ?retry, blame = %Blame::Host, "worker panicked; restarted, key requeued");
+        self.last_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string(), reason.clone());
+        self.set_failing(key, reason, Blame::Host);
     }
 
     /// Queues every primary key; returns how many.
@@ -535,45 +682,61 @@ impl Controller {
                 .fetch_add(1, Ordering::Relaxed);
         }
         self.counters.started.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "fault-injection")]
+        if fault::take_worker_panic(&self.name, key) {
+            panic!("injected worker panic (fault-injection feature)");
+        }
         // The whole call runs on the version current at its start, even if a reload swaps
         // another in meanwhile.
         let version = self.current();
         let started = Instant::now();
-        let result = version.module.reconcile(version.ctx.clone(), request).await;
+        let reconciled = version.module.reconcile(version.ctx.clone(), request).await;
         drop(version);
         self.in_flight.lock().unwrap().remove(key);
         let m = &self.metrics;
-        let error = match &result {
+        let blame = reconciled.blame();
+        if let Some(blame) = blame {
+            self.counters.count_error(blame);
+        }
+        let error = match &reconciled.result {
             Ok(Ok(_)) => None,
-            Ok(Err(e)) => Some(format!("{e:?}")),
+            Ok(Err(e)) => Some(format!("{e:?} (blame: {})", blame.unwrap_or(Blame::Guest))),
             Err(e) => Some(e.to_string()),
         };
         match error {
             Some(e) => self.last_errors.lock().unwrap().insert(key.to_string(), e),
             None => self.last_errors.lock().unwrap().remove(key),
         };
-        match result {
-            Ok(Ok(Outcome::Done)) => {
+        let took = started.elapsed();
+        let usage = reconciled.usage;
+        match reconciled.result {
+            Ok(Ok(outcome)) => {
                 Metrics::bump(&m.reconciles_ok);
                 self.queue.forget(&key.to_string());
-                tracing::debug!(guest = %self.name, %key, took = ?started.elapsed(), "reconciled");
-            }
-            Ok(Ok(Outcome::RequeueAfter(ms))) => {
-                Metrics::bump(&m.reconciles_ok);
-                self.queue.forget(&key.to_string());
-                self.queue
-                    .add_after(key.to_string(), Duration::from_millis(ms), Priority::High);
-                tracing::debug!(guest = %self.name, %key, took = ?started.elapsed(), requeue_after_ms = ms, "reconciled");
+                self.clear_failing(key);
+                if let Outcome::RequeueAfter(ms) = outcome {
+                    self.queue.add_after(
+                        key.to_string(),
+                        Duration::from_millis(ms),
+                        Priority::High,
+                    );
+                }
+                tracing::debug!(guest = %self.name, %key, ?took, ?outcome, "reconciled");
             }
             Ok(Err(e)) => {
                 Metrics::bump(&m.reconciles_failed);
+                // The guest ran and answered: it is not failing, whatever the error says.
+                self.clear_failing(key);
                 let retry = self.queue.add_rate_limited(key.to_string());
-                tracing::warn!(guest = %self.name, %key, error = ?e, ?retry, "reconcile failed (blame: guest)");
+                let blame = blame.unwrap_or(Blame::Guest);
+                tracing::warn!(guest = %self.name, %key, error = ?e, ?retry, %blame, api_wait = ?usage.api_wait, "reconcile failed");
             }
             Err(e) => {
                 Metrics::bump(&m.traps);
                 let retry = self.queue.add_rate_limited(key.to_string());
-                tracing::warn!(guest = %self.name, %key, error = %e, ?retry, "reconcile trapped (blame: guest)");
+                let blame = e.blame();
+                tracing::warn!(guest = %self.name, %key, error = %e, ?retry, %blame, guest_time = ?usage.guest_time(), api_wait = ?usage.api_wait, host_wait = ?usage.host_wait, "reconcile trapped");
+                self.set_failing(key, format!("reconciling {key}: {e}"), blame);
             }
         }
     }
@@ -822,6 +985,45 @@ async fn handle(
     }
 }
 
+/// One worker, restarted whenever it panics, until the controller stops.
+///
+/// A panic while reconciling a key is caught around that key (in [`work`]), so the key is
+/// known, retried and reported; this loop catches whatever else might panic in a worker, so
+/// that a guest never silently loses a worker.
+async fn supervise(controller: std::sync::Weak<Controller>) {
+    loop {
+        match AssertUnwindSafe(work(controller.clone()))
+            .catch_unwind()
+            .await
+        {
+            Ok(()) => return,
+            Err(panic) => {
+                let Some(c) = controller.upgrade() else {
+                    return;
+                };
+                let message = panic_message(&*panic);
+                c.counters.worker_panics.fetch_add(1, Ordering::Relaxed);
+                c.counters.count_error(Blame::Host);
+                tracing::error!(guest = %c.name, panic = %message, "worker panicked outside a reconcile; restarted");
+                c.set_failing(
+                    "",
+                    format!("a worker panicked: {message}; it was restarted"),
+                    Blame::Host,
+                );
+            }
+        }
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(a panic without a message)".into())
+}
+
 /// One worker: waits for sync, then reconciles keys until the controller stops.
 ///
 /// Holds the controller only for one step at a time, so that dropping it (unloading the guest)
@@ -842,7 +1044,81 @@ async fn work(controller: std::sync::Weak<Controller>) {
         let Some(c) = controller.upgrade() else {
             return;
         };
-        c.reconcile_one(&key).await;
+        if let Err(panic) = AssertUnwindSafe(c.reconcile_one(&key)).catch_unwind().await {
+            c.worker_panicked(&key, &panic_message(&*panic));
+        }
         queue.done(&key);
+    }
+}
+
+/// Fault injection for tests of the worker supervision: nothing a guest can reach.
+#[cfg(feature = "fault-injection")]
+pub mod fault {
+    use std::sync::Mutex;
+
+    static WORKER_PANICS: Mutex<Vec<(String, String, u32)>> = Mutex::new(Vec::new());
+
+    /// Makes the next `times` reconciles of `key` by guest `guest` panic in the host's worker,
+    /// before the guest is called.
+    pub fn panic_worker(guest: &str, key: &str, times: u32) {
+        WORKER_PANICS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((guest.to_string(), key.to_string(), times));
+    }
+
+    /// Forgets every injected panic.
+    pub fn clear() {
+        WORKER_PANICS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    pub(super) fn take_worker_panic(guest: &str, key: &str) -> bool {
+        let mut all = WORKER_PANICS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(i) = all.iter().position(|(g, k, _)| g == guest && k == key) else {
+            return false;
+        };
+        all[i].2 -= 1;
+        if all[i].2 == 0 {
+            all.remove(i);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fail(f: &mut Failures, key: &str, secs: u64) {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        f.keys
+            .insert(key.into(), (format!("{key} trapped"), Blame::Guest, at));
+        f.latest = Some(key.into());
+    }
+
+    #[test]
+    fn a_guest_fails_while_any_key_fails_and_shows_the_latest_failure() {
+        let mut f = Failures::default();
+        assert_eq!(f.summary(), None);
+        fail(&mut f, "ns/a", 10);
+        fail(&mut f, "ns/b", 20);
+        let s = f.summary().unwrap();
+        assert_eq!((s.reason.as_str(), s.keys), ("ns/b trapped", 2));
+        assert_eq!(
+            s.since,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(10),
+            "failing since the oldest failing key"
+        );
+    }
+
+    #[test]
+    fn panic_messages_are_read_from_str_and_string_payloads() {
+        let p = std::panic::catch_unwind(|| panic!("static")).unwrap_err();
+        assert_eq!(panic_message(&*p), "static");
+        let p = std::panic::catch_unwind(|| panic!("formatted {}", 1)).unwrap_err();
+        assert_eq!(panic_message(&*p), "formatted 1");
     }
 }

@@ -52,13 +52,91 @@ pub enum LoadError {
     Engine(String),
 }
 
-/// Why one call into a guest failed. Always the guest's doing (blame: guest); the host and other
-/// guests are unaffected.
+/// Who a failed call is to be blamed on, decided from where its time and its failure were.
+///
+/// Where it may surprise: a deadline is not always the guest's doing. The wall clock also runs
+/// while the guest waits in a host import, so a reconcile that spent its deadline waiting on a
+/// slow API server is blamed on the cluster, and one that spent it waiting for the cache to
+/// catch up (read-your-writes) on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Blame {
+    /// The guest's own code: a trap, a panic, a loop, its memory cap, or an error it returned
+    /// that the API server did not cause.
+    Guest,
+    /// The host: its time went to the host's own waits (read-your-writes), or the host failed
+    /// (a worker that panicked, the engine).
+    Host,
+    /// The API server: the time went to waiting on it, or the failure came from it (no
+    /// connection, 5xx, 429, a server-side timeout).
+    Cluster,
+}
+
+impl Blame {
+    /// Every blame, in label order.
+    pub const ALL: [Blame; 3] = [Blame::Guest, Blame::Host, Blame::Cluster];
+
+    /// The metric label and the word in logs and `/status`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Blame::Guest => "guest",
+            Blame::Host => "host",
+            Blame::Cluster => "cluster",
+        }
+    }
+}
+
+impl std::fmt::Display for Blame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// Where one call's time went, read from its store when it ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Wall time of the whole call, instantiation included.
+    pub elapsed: Duration,
+    /// Time spent waiting on the API server inside host imports.
+    pub api_wait: Duration,
+    /// Time spent in the host's own waits inside host imports (read-your-writes).
+    pub host_wait: Duration,
+    /// Whether the last API request of the call failed because of the cluster.
+    pub cluster_failed: bool,
+}
+
+impl Usage {
+    /// Time not spent in host imports' waits: the guest's own code (and instantiation).
+    pub fn guest_time(&self) -> Duration {
+        self.elapsed
+            .saturating_sub(self.api_wait)
+            .saturating_sub(self.host_wait)
+    }
+
+    /// Blame for a deadline: whoever held most of the time.
+    fn deadline_blame(&self) -> Blame {
+        let guest = self.guest_time();
+        if guest >= self.api_wait && guest >= self.host_wait {
+            Blame::Guest
+        } else if self.api_wait >= self.host_wait {
+            Blame::Cluster
+        } else {
+            Blame::Host
+        }
+    }
+}
+
+/// Why one call into a guest failed. The host and other guests are unaffected; [`CallError::blame`]
+/// says whose doing it was.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
     /// The wall deadline passed.
-    #[error("deadline of {0:?} exceeded")]
-    Deadline(Duration),
+    #[error("deadline of {limit:?} exceeded (blame: {blame})")]
+    Deadline {
+        /// The deadline.
+        limit: Duration,
+        /// Where the time went: the guest's code, the host's waits or the API server.
+        blame: Blame,
+    },
     /// The guest tried to grow its memory past the cap.
     #[error("memory limit of {0} bytes exceeded")]
     Memory(usize),
@@ -70,6 +148,41 @@ pub enum CallError {
         /// What the guest printed to stderr (a Rust panic message lands here).
         stderr: String,
     },
+}
+
+impl CallError {
+    /// Whose doing the failure was. Only a deadline can be someone else's: memory and traps
+    /// happen in the guest's code (a host import that refuses to go on, as at the host-call
+    /// limit, does so because of what the guest asked).
+    pub fn blame(&self) -> Blame {
+        match self {
+            CallError::Deadline { blame, .. } => *blame,
+            CallError::Memory(_) | CallError::Trap { .. } => Blame::Guest,
+        }
+    }
+}
+
+/// What one `reconcile` call came to, and where its time went.
+#[derive(Debug, Clone)]
+pub struct Reconciled {
+    /// The guest's answer, or why the call failed.
+    pub result: Result<Result<Outcome, GuestError>, CallError>,
+    /// Where the time went.
+    pub usage: Usage,
+}
+
+impl Reconciled {
+    /// Whose doing a failure was; `None` for a success. An error the guest returned is the
+    /// guest's, unless its last API request failed because of the cluster: the guest passing on
+    /// a 503 is not the guest's bug.
+    pub fn blame(&self) -> Option<Blame> {
+        match &self.result {
+            Ok(Ok(_)) => None,
+            Ok(Err(_)) if self.usage.cluster_failed => Some(Blame::Cluster),
+            Ok(Err(_)) => Some(Blame::Guest),
+            Err(e) => Some(e.blame()),
+        }
+    }
 }
 
 /// The one engine, its linker, and the epoch ticker that enforces deadlines.
@@ -294,7 +407,7 @@ impl Module {
             .pre
             .instantiate_async(&mut store)
             .await
-            .map_err(|e| classify(e, &store, limits))?;
+            .map_err(|e| classify(e, &store, limits, &Usage::default()))?;
         Ok(ReusedInstance {
             store,
             instance,
@@ -302,14 +415,15 @@ impl Module {
         })
     }
 
-    /// Runs `f` with a fresh instance in a fresh store, bounded by `limits`, and classifies
-    /// any failure.
+    /// Runs `f` with a fresh instance in a fresh store, bounded by `limits`, classifies any
+    /// failure and says where the time went.
     async fn call<R>(
         &self,
         ctx: Option<Arc<GuestContext>>,
         limits: Limits,
         f: impl AsyncFnOnce(&Reconciler, &mut Store<HostState>) -> wasmtime::Result<R>,
-    ) -> Result<R, CallError> {
+    ) -> (Result<R, CallError>, Usage) {
+        let started = Instant::now();
         let mut store = self.store(ctx, limits);
         // Host imports may wait (I/O, read-your-writes); the epoch only runs while wasm does,
         // so the whole call also gets a wall-clock bound (with grace for the last import).
@@ -317,31 +431,39 @@ impl Module {
             let instance = self.pre.instantiate_async(&mut store).await?;
             f(&instance, &mut store).await
         };
-        let result = match tokio::time::timeout(limits.deadline + Duration::from_secs(1), run).await
-        {
-            Ok(r) => r,
-            Err(_) => return Err(CallError::Deadline(limits.deadline)),
+        let timed = tokio::time::timeout(limits.deadline + Duration::from_secs(1), run).await;
+        let usage = usage_of(&store, started);
+        let result = match timed {
+            Ok(r) => r.map_err(|e| classify(e, &store, limits, &usage)),
+            // Only a host import can outlast the epoch deadline: the time went to a wait.
+            Err(_) => Err(CallError::Deadline {
+                limit: limits.deadline,
+                blame: if usage.api_wait >= usage.host_wait {
+                    Blame::Cluster
+                } else {
+                    Blame::Host
+                },
+            }),
         };
-        result.map_err(|e| classify(e, &store, limits))
+        (result, usage)
     }
 
     /// Calls `describe()` in a fresh instance. Host imports are unavailable (they trap).
     pub async fn describe(&self, limits: Limits) -> Result<Description, CallError> {
         self.call(None, limits, async |r, s| r.call_describe(s).await)
             .await
+            .0
     }
 
     /// Calls `reconcile(request)` in a fresh instance.
-    pub async fn reconcile(
-        &self,
-        ctx: Arc<GuestContext>,
-        request: Request,
-    ) -> Result<Result<Outcome, GuestError>, CallError> {
+    pub async fn reconcile(&self, ctx: Arc<GuestContext>, request: Request) -> Reconciled {
         let limits = ctx.limits;
-        self.call(Some(ctx), limits, async |r, s| {
-            r.call_reconcile(s, &request).await
-        })
-        .await
+        let (result, usage) = self
+            .call(Some(ctx), limits, async |r, s| {
+                r.call_reconcile(s, &request).await
+            })
+            .await;
+        Reconciled { result, usage }
     }
 
     /// Calls `map(kind, object)` in a fresh instance.
@@ -356,6 +478,7 @@ impl Module {
             r.call_map(s, &kind, &object).await
         })
         .await
+        .0
     }
 }
 
@@ -392,19 +515,39 @@ impl ReusedInstance {
         &mut self,
         request: Request,
     ) -> Result<Result<Outcome, GuestError>, CallError> {
+        let started = Instant::now();
         self.store.data_mut().reset_budgets();
         arm_deadline(&mut self.store, self.limits.deadline);
         let r = self
             .instance
             .call_reconcile(&mut self.store, &request)
             .await;
-        r.map_err(|e| classify(e, &self.store, self.limits))
+        let usage = usage_of(&self.store, started);
+        r.map_err(|e| classify(e, &self.store, self.limits, &usage))
     }
 }
 
-fn classify(e: wasmtime::Error, store: &Store<HostState>, limits: Limits) -> CallError {
+fn usage_of(store: &Store<HostState>, started: Instant) -> Usage {
+    let state = store.data();
+    Usage {
+        elapsed: started.elapsed(),
+        api_wait: state.api_wait(),
+        host_wait: state.host_wait(),
+        cluster_failed: state.cluster_failed(),
+    }
+}
+
+fn classify(
+    e: wasmtime::Error,
+    store: &Store<HostState>,
+    limits: Limits,
+    usage: &Usage,
+) -> CallError {
     if let Some(wasmtime::Trap::Interrupt) = e.downcast_ref::<wasmtime::Trap>() {
-        return CallError::Deadline(limits.deadline);
+        return CallError::Deadline {
+            limit: limits.deadline,
+            blame: usage.deadline_blame(),
+        };
     }
     let message = format!("{e:#}");
     let stderr = store.data().stderr();
@@ -415,4 +558,41 @@ fn classify(e: wasmtime::Error, store: &Store<HostState>, limits: Limits) -> Cal
         return CallError::Memory(limits.memory_bytes);
     }
     CallError::Trap { message, stderr }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(elapsed: u64, api: u64, host: u64) -> Usage {
+        Usage {
+            elapsed: Duration::from_millis(elapsed),
+            api_wait: Duration::from_millis(api),
+            host_wait: Duration::from_millis(host),
+            cluster_failed: false,
+        }
+    }
+
+    #[test]
+    fn a_deadline_is_blamed_on_whoever_held_most_of_the_time() {
+        assert_eq!(usage(10_000, 100, 0).deadline_blame(), Blame::Guest);
+        assert_eq!(usage(10_000, 9_000, 500).deadline_blame(), Blame::Cluster);
+        assert_eq!(usage(10_000, 500, 9_000).deadline_blame(), Blame::Host);
+        assert_eq!(usage(10_000, 0, 0).guest_time(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn an_error_the_guest_returns_is_the_clusters_only_when_the_cluster_failed() {
+        let mut r = Reconciled {
+            result: Ok(Err(GuestError::Conflict("x".into()))),
+            usage: usage(5, 1, 0),
+        };
+        assert_eq!(r.blame(), Some(Blame::Guest));
+        r.usage.cluster_failed = true;
+        assert_eq!(r.blame(), Some(Blame::Cluster));
+        r.result = Ok(Ok(Outcome::Done));
+        assert_eq!(r.blame(), None, "a success has no blame");
+        r.result = Err(CallError::Memory(1));
+        assert_eq!(r.blame(), Some(Blame::Guest));
+    }
 }

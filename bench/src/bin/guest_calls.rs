@@ -132,7 +132,8 @@ async fn run(cp: &testenv::ControlPlane, wasm: &Path, n: usize) -> anyhow::Resul
         let t = Instant::now();
         module
             .reconcile(ctx.clone(), req("bench-noop"))
-            .await?
+            .await
+            .result?
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         fresh.push(t.elapsed().as_secs_f64() * 1e6);
     }

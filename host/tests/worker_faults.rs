@@ -1,0 +1,233 @@
+//! A worker that dies is noticed. With the `fault-injection` feature a worker of a tenant's
+//! guest panics on purpose, over and over, while reconciling one key: the guest must show as
+//! failing everywhere an operator or tenant looks (`/status`, `reconciled status`, `/metrics`,
+//! an Event on its ConfigMap), keep reconciling its other keys, and serve that key again once
+//! the fault clears, without being delivered again.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::namespace;
+use common::wait::wait_event;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use reconciled::controller::fault;
+use reconciled::factory::InformerFactory;
+use reconciled::guest::Runtime;
+use reconciled::informer::Options;
+use reconciled::sources::configmap::{ConfigMapSource, LABEL, TenantPolicy};
+use reconciled::supervisor::{self, Supervisor};
+use testenv::ControlPlane;
+
+const SEEN: &str = "stamp.reconciled.dev/seen";
+const ENABLED: &str = "stamp.reconciled.dev/enabled";
+
+fn stamped(name: &str, v: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([(ENABLED.to_string(), "true".to_string())].into()),
+            ..Default::default()
+        },
+        data: Some([("v".to_string(), v.to_string())].into()),
+        ..Default::default()
+    }
+}
+
+async fn seen(api: &Api<ConfigMap>, name: &str) -> Option<String> {
+    api.get(name)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .and_then(|a| a.get(SEEN).cloned())
+}
+
+/// Polls `/status` until guest `name` matches `want`; returns its entry and the document.
+async fn wait_status(
+    addr: std::net::SocketAddr,
+    name: &str,
+    timeout: Duration,
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> (serde_json::Value, serde_json::Value) {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let (code, body) = reconciled::http::get(addr, "/status").await.unwrap();
+        assert_eq!(code, 200, "{body}");
+        let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let guest = doc["guests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == name)
+            .cloned();
+        if let Some(g) = guest.filter(|g| want(g)) {
+            return (g, doc);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "guest {name} not as wanted within {timeout:?}: {doc:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The value of the sample `line_start` (name and labels) in a Prometheus text exposition.
+fn sample(metrics: &str, line_start: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "worker-faults";
+    namespace(&client, ns).await;
+    let objects: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    objects
+        .create(&PostParams::default(), &stamped("work", "1"))
+        .await
+        .unwrap();
+    let guest = format!("{ns}/rec/rec");
+    // Every reconcile of this key panics in the host's worker until the fault is cleared.
+    fault::panic_worker(&guest, &format!("{ns}/work"), u32::MAX);
+
+    let runtime = Runtime::new().unwrap();
+    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
+    let sup = Arc::new(Supervisor::new(
+        runtime,
+        factory,
+        client.clone(),
+        supervisor::Options::default(),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let endpoints: Arc<dyn reconciled::http::Endpoints> = sup.clone();
+    tokio::spawn(reconciled::http::serve(listener, endpoints));
+    let _source =
+        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+
+    let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
+    let delivery = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("rec".into()),
+            labels: Some([(LABEL.to_string(), "true".to_string())].into()),
+            ..Default::default()
+        },
+        binary_data: Some([("rec.wasm".to_string(), ByteString(module))].into()),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &delivery)
+        .await
+        .unwrap();
+
+    // Failing, with the host to blame, within seconds, in /status and `reconciled status`.
+    let (g, doc) = wait_status(addr, &guest, Duration::from_secs(10), |g| {
+        g["state"] == "failing" && g["reconciles"]["worker_panics"].as_u64() >= Some(2)
+    })
+    .await;
+    assert_eq!(g["blame"], "host", "{g:#}");
+    assert!(
+        g["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("worker panicked") && r.contains(&format!("{ns}/work"))),
+        "the reason names the key: {g:#}"
+    );
+    let table = reconciled::http::render_status(&doc);
+    let row = table.lines().find(|l| l.starts_with(&guest)).unwrap();
+    assert!(
+        row.contains("failing") && row.contains("[blame: host]"),
+        "{table}"
+    );
+
+    // …in /metrics…
+    let (_, metrics) = reconciled::http::get(addr, "/metrics").await.unwrap();
+    let panics = sample(
+        &metrics,
+        &format!("reconciled_worker_panics_total{{guest=\"{guest}\"}}"),
+    );
+    assert!(panics >= Some(2.0), "{metrics}");
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!("reconciled_guest_failing{{guest=\"{guest}\"}}")
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    let host_errors = sample(
+        &metrics,
+        &format!("reconciled_reconcile_errors_total{{guest=\"{guest}\",blame=\"host\"}}"),
+    );
+    assert!(host_errors >= Some(2.0), "{metrics}");
+    // Every informer says how fresh it is: the guest's and the ConfigMap source's.
+    let informers = doc["informers"].as_array().unwrap();
+    assert!(informers.len() >= 2, "{doc:#}");
+    for i in informers {
+        assert!(i["resource_version"].as_u64() > Some(0), "{i:#}");
+        assert!(i["silent_for_seconds"].as_f64() < Some(60.0), "{i:#}");
+    }
+    let silent = metrics
+        .lines()
+        .filter(|l| l.starts_with("reconciled_informer_silent_seconds{"))
+        .count();
+    assert!(silent >= 2, "{metrics}");
+
+    // …and as an Event on the tenant's ConfigMap.
+    wait_event(
+        &client,
+        ns,
+        "rec",
+        "GuestFailing",
+        "worker panicked",
+        Duration::from_secs(10),
+    )
+    .await;
+
+    // The worker was restarted: another key still reconciles while the first keeps panicking.
+    objects
+        .create(&PostParams::default(), &stamped("other", "7"))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while seen(&objects, "other").await.as_deref() != Some("v1:7") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a restarted worker did not reconcile another key"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen(&objects, "work").await, None, "the fault still holds");
+
+    // Once the fault clears, the key is retried and the guest serves again, not re-delivered.
+    fault::clear();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while seen(&objects, "work").await.as_deref() != Some("v1:1") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the panicking key was not retried"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (g, _) = wait_status(addr, &guest, Duration::from_secs(5), |g| {
+        g["state"] == "serving"
+    })
+    .await;
+    assert_eq!(g["loads"], 1, "served again without a second load: {g:#}");
+    wait_event(
+        &client,
+        ns,
+        "rec",
+        "GuestRecovered",
+        "reconciling again",
+        Duration::from_secs(20),
+    )
+    .await;
+}
