@@ -339,8 +339,10 @@ const LAST_ERROR_CHARS: usize = 80;
 /// line per informer that is not synced, if any.
 ///
 /// Reads `guests[].{name, state, digest, source, loaded_at, reconciles.{ok, failed, traps},
-/// last_error, informers[].{kind, state, message}}`; anything missing or null shows as `-`,
-/// and a document without `guests` renders as having none. The digest shows its first 12 hex
+/// reason, blame, last_error, informers[].{kind, state, message}}` and
+/// `sources_without_guests[].{source, problem}`; anything missing or null shows as `-`, and a
+/// document without `guests` renders as having none. The last column says why a guest is not
+/// serving (`reason`, after its blame) and otherwise its last rejection (`last_error`). The digest shows its first 12 hex
 /// characters, the last error its first 80 characters. Control characters (line breaks, but
 /// also terminal escapes from a guest's error message) show as spaces. Widths count characters,
 /// which lines up for all but double-width scripts.
@@ -350,7 +352,12 @@ pub fn render_status(status: &Value) -> String {
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default();
-    if guests.is_empty() {
+    if guests.is_empty()
+        && status
+            .get("sources_without_guests")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
+    {
         return "no guests are loaded\n".into();
     }
     let rows: Vec<[String; 7]> = guests.iter().map(row).collect();
@@ -371,6 +378,20 @@ pub fn render_status(status: &Value) -> String {
             }
         }
         out.push('\n');
+    }
+    let empty: Vec<String> = status
+        .get("sources_without_guests")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|s| format!("  {}: {}", field(s, "source"), field(s, "problem")))
+        .collect();
+    if !empty.is_empty() {
+        out.push_str("\nsources that deliver no guest:\n");
+        for line in empty {
+            out.push_str(&line);
+            out.push('\n');
+        }
     }
     let unsynced: Vec<String> = guests.iter().flat_map(unsynced_informers).collect();
     if !unsynced.is_empty() {
@@ -397,7 +418,12 @@ fn row(guest: &Value) -> [String; 7] {
         Some(r) if r.is_object() => ["ok", "failed", "traps"].map(|k| field(r, k)).join("/"),
         _ => "-".into(),
     };
-    let mut last_error = field(guest, "last_error");
+    // Why it is not serving now, if it is not; else the last rejection.
+    let mut last_error = match (field(guest, "reason"), field(guest, "blame")) {
+        (reason, _) if reason == "-" => field(guest, "last_error"),
+        (reason, blame) if blame == "-" => reason,
+        (reason, blame) => format!("[blame: {blame}] {reason}"),
+    };
     if last_error.chars().count() > LAST_ERROR_CHARS {
         last_error = last_error.chars().take(LAST_ERROR_CHARS - 1).collect();
         last_error.push('…');

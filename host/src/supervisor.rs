@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::artifact_cache::Origin;
 use crate::controller::{self, Controller, Settings};
 use crate::factory::InformerFactory;
-use crate::guest::{LoadError, Runtime, digest_of};
+use crate::guest::{Blame, LoadError, Runtime, digest_of};
 use crate::metrics::{Exposition, Kind};
 
 /// Where a guest's module comes from.
@@ -150,6 +150,8 @@ struct Entry {
     source: Source,
     settings: Settings,
     controller: Option<Arc<Controller>>,
+    /// Configured and not yet loaded or rejected: `/readyz` waits for it.
+    loading: bool,
     loads: u64,
     rejections: BTreeMap<Reason, u64>,
     last_error: Option<String>,
@@ -163,6 +165,7 @@ impl Entry {
             source,
             settings,
             controller: None,
+            loading: false,
             loads: 0,
             rejections: BTreeMap::new(),
             last_error: None,
@@ -190,6 +193,9 @@ pub struct Supervisor {
     compiles: tokio::sync::Semaphore,
     unloads: AtomicU64,
     started: Instant,
+    /// Sources that deliver nothing loadable (a labelled ConfigMap without a module), by
+    /// source, with why: shown in `/status`, since such a source has no guest to show it on.
+    source_problems: Mutex<BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -218,7 +224,43 @@ impl Supervisor {
             compiles: tokio::sync::Semaphore::new(2),
             unloads: AtomicU64::new(0),
             started: Instant::now(),
+            source_problems: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Announces a guest that is about to be loaded from its configuration. Until
+    /// [`Supervisor::apply`] has loaded or rejected it, `/readyz` says `guest <name>: loading`,
+    /// so a probe never sees a host ready that has not yet tried every guest it was given.
+    pub fn expect(&self, name: &str, source: Source, settings: Settings) {
+        let mut guests = self.guests.lock().unwrap();
+        let entry = guests
+            .entry(name.to_string())
+            .or_insert_with(|| Entry::new(source, settings));
+        if entry.controller.is_none() {
+            entry.loading = true;
+        }
+    }
+
+    /// Records that `source` (for example `configmap team-a/x`) delivers nothing loadable, and
+    /// why; `None` clears it. Shown in `/status` and `reconciled status`.
+    pub fn set_source_problem(&self, source: &str, problem: Option<String>) {
+        let mut problems = self.source_problems.lock().unwrap();
+        match problem {
+            Some(p) => problems.insert(source.to_string(), crate::imports::one_line(&p)),
+            None => problems.remove(source),
+        };
+    }
+
+    /// Stops every guest (workers first, then their informers are released) and forgets them.
+    /// Returns once every worker has ended. For shutdown: sources should be stopped before, so
+    /// that nothing loads a guest again meanwhile.
+    pub async fn shutdown(&self) {
+        let entries: Vec<Entry> = std::mem::take(&mut *self.guests.lock().unwrap())
+            .into_values()
+            .collect();
+        let controllers: Vec<Arc<Controller>> =
+            entries.into_iter().filter_map(|e| e.controller).collect();
+        futures::future::join_all(controllers.iter().map(|c| c.stop())).await;
     }
 
     /// The informer factory guests share.
@@ -392,12 +434,14 @@ impl Supervisor {
                     e,
                     controller::Error::Informer { .. }
                         | controller::Error::Describe {
-                            source: crate::guest::CallError::Deadline(_),
+                            source: crate::guest::CallError::Deadline { .. },
                             ..
                         }
                 );
                 let mut message = e.to_string();
-                if tenant && reason == Reason::Grant {
+                // Advice only where following it could work: an invalid declaration, or one no
+                // grant can allow, is not helped by a wider grant.
+                if tenant && matches!(&e, controller::Error::Grant(g) if g.operator_can_grant()) {
                     message.push_str(
                         " (this is a tenant's guest, confined to its ConfigMap's namespace: remove the declaration from describe(), or ask the host's operator to widen [tenants])",
                     );
@@ -428,8 +472,9 @@ impl Supervisor {
         let entry = guests
             .entry(name.to_string())
             .or_insert_with(|| Entry::new(source.clone(), settings.clone()));
-        let old = entry.controller.replace(controller);
-        entry.source = source;
+        let old = entry.controller.replace(controller.clone());
+        entry.loading = false;
+        entry.source = source.clone();
         entry.settings = settings;
         entry.loads += 1;
         entry.last_error = None;
@@ -438,6 +483,14 @@ impl Supervisor {
         drop(guests);
         // A replaced controller (new settings) stops when its last reconcile returns.
         drop(old);
+        if reload.is_none() && self.options.events {
+            tokio::spawn(report_failures(
+                Arc::downgrade(&controller),
+                controller.watch_failing(),
+                self.client.clone(),
+                source,
+            ));
+        }
         match reload {
             Some(reload) => Applied::Reloaded { digest, reload },
             None => Applied::Loaded { digest },
@@ -496,6 +549,7 @@ impl Supervisor {
             .entry(name.to_string())
             .or_insert_with(|| Entry::new(source.clone(), settings));
         *entry.rejections.entry(reason).or_default() += 1;
+        entry.loading = false;
         entry.last_error = Some(message.clone());
         entry.rejected_digest = lasting.then(|| digest.to_string());
         let serving = entry.controller.as_ref().map(|c| c.digest());
@@ -547,63 +601,9 @@ impl Supervisor {
     /// Posts an Event about a ConfigMap source, in the background: a slow or failing Event
     /// never holds up a load. Other sources have no object to attach one to, and are ignored.
     pub fn event(&self, source: &Source, type_: &str, reason: &str, message: String) {
-        let Source::ConfigMap {
-            namespace,
-            name,
-            uid,
-            ..
-        } = source
-        else {
-            return;
-        };
-        if !self.options.events {
-            return;
+        if self.options.events {
+            post_event(&self.client, source, type_, reason, message);
         }
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let event = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                // The API server shortens the prefix if it must and appends a random suffix.
-                "generateName": format!("{name}."),
-                "namespace": namespace,
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "namespace": namespace,
-                "name": name,
-                "uid": uid,
-            },
-            "type": type_,
-            "reason": reason,
-            // The API caps messages at 1 KiB.
-            "message": truncate(&message, 1000),
-            "source": { "component": "reconciled" },
-            "reportingComponent": "reconciled",
-            "reportingInstance": hostname(),
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        });
-        let client = self.client.clone();
-        let path = format!("/api/v1/namespaces/{namespace}/events");
-        tokio::spawn(async move {
-            let req = http::Request::post(path)
-                .header("content-type", "application/json")
-                .body(event.to_string().into_bytes());
-            let result = match req {
-                Ok(req) => client
-                    .request::<serde_json::Value>(req)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            if let Err(e) = result {
-                tracing::warn!("could not record an Event (the host needs create on events): {e}");
-            }
-        });
     }
 
     /// Timing of the last successful load of `name`: compile (or cache load) time, end to end
@@ -618,15 +618,34 @@ impl Supervisor {
     }
 
     /// The status document (`/status`, `reconciled status`).
+    ///
+    /// A guest's `state` is `loading` (configured, not yet tried), `serving`, `waiting` (loaded,
+    /// but an informer it reads has not synced: `reason` says which and why), `failing` (its
+    /// last reconcile trapped or its worker died: `reason` and `blame` say why) or `rejected`
+    /// (no version could be loaded: `last_error` says why).
     pub fn status(&self) -> serde_json::Value {
         let guests = self.guests.lock().unwrap();
         let list: Vec<serde_json::Value> = guests
             .iter()
             .map(|(name, e)| {
                 let snap = e.controller.as_ref().map(|c| c.snapshot());
+                let (state, reason, blame) = match &snap {
+                    None if e.loading => ("loading", Some("loading".to_string()), None),
+                    None => ("rejected", e.last_error.clone(), None),
+                    Some(s) => match (&s.failing, &s.held_back) {
+                        (Some(f), _) => ("failing", Some(f.reason.clone()), Some(f.blame.label())),
+                        (None, Some(why)) => ("waiting", Some(why.clone()), None),
+                        (None, None) => ("serving", None, None),
+                    },
+                };
+                let by_blame = snap.as_ref().map_or([0; 3], |s| s.errors_by_blame);
                 serde_json::json!({
                     "name": name,
-                    "state": if snap.is_some() { "serving" } else { "rejected" },
+                    "state": state,
+                    "reason": reason,
+                    "blame": blame,
+                    "failing_since": snap.as_ref().and_then(|s| s.failing.as_ref()).map(|f| rfc3339(f.since)),
+                    "failing_keys": snap.as_ref().and_then(|s| s.failing.as_ref()).map(|f| f.keys),
                     "digest": snap.as_ref().map(|s| s.digest.clone()),
                     "source": e.source.to_string(),
                     "loaded_at": snap.as_ref().map(|s| rfc3339(s.loaded_at)),
@@ -638,17 +657,50 @@ impl Supervisor {
                         "ok": snap.as_ref().map_or(0, |s| s.reconciles_ok),
                         "failed": snap.as_ref().map_or(0, |s| s.reconciles_failed),
                         "traps": snap.as_ref().map_or(0, |s| s.traps),
+                        "worker_panics": snap.as_ref().map_or(0, |s| s.worker_panics),
+                        "errors_by_blame": Blame::ALL.iter().map(|b| (b.label().to_string(), serde_json::json!(by_blame[*b as usize]))).collect::<serde_json::Map<_, _>>(),
                     },
                     "queued": snap.as_ref().map_or(0, |s| s.queued),
-                    "informers": snap.as_ref().map_or(Vec::new(), |s| s.informers.iter().map(|(kind, st)| serde_json::json!({
+                    "informers": snap.as_ref().map_or(Vec::new(), |s| s.informers.iter().map(|(kind, st, stale)| serde_json::json!({
                         "kind": kind,
                         "state": format!("{:?}", st.state),
                         "message": st.message,
+                        "silent_for_seconds": stale.silent_for.map(|d| d.as_secs_f64()),
+                        "resource_version": stale.resource_version,
                     })).collect()),
                 })
             })
             .collect();
-        serde_json::json!({ "guests": list, "uptime_seconds": self.started.elapsed().as_secs() })
+        let problems: Vec<serde_json::Value> = self
+            .source_problems
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(source, problem)| serde_json::json!({ "source": source, "problem": problem }))
+            .collect();
+        let informers: Vec<serde_json::Value> = self
+            .factory
+            .active()
+            .iter()
+            .map(|i| {
+                let (k, st, stale) = (i.key(), i.status(), i.staleness());
+                serde_json::json!({
+                    "kind": crate::discovery::gvk_string(&kube::core::GroupVersionKind::gvk(&k.group, &k.version, &k.kind)),
+                    "scope": k.scope.to_string(),
+                    "state": format!("{:?}", st.state),
+                    "message": st.message,
+                    "objects": i.store().len(),
+                    "silent_for_seconds": stale.silent_for.map(|d| d.as_secs_f64()),
+                    "resource_version": stale.resource_version,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "guests": list,
+            "informers": informers,
+            "sources_without_guests": problems,
+            "uptime_seconds": self.started.elapsed().as_secs(),
+        })
     }
 
     /// Why the host is not ready: one line per serving operator guest (from the config or the
@@ -667,11 +719,20 @@ impl Supervisor {
             .collect();
         // A tenant's guest that stops syncing (its RBAC revoked, its CRD deleted) shows in
         // /status and its own Events; it must not take the host out of service for everyone.
-        let mut reasons: Vec<String> = controllers
+        let mut reasons: Vec<String> = self
+            .guests
+            .lock()
+            .unwrap()
             .iter()
-            .filter(|(_, tenant)| !tenant)
-            .filter_map(|(c, _)| c.not_ready().map(|r| format!("guest {}: {r}", c.name())))
+            .filter(|(_, e)| e.loading)
+            .map(|(name, _)| format!("guest {name}: loading"))
             .collect();
+        reasons.extend(
+            controllers
+                .iter()
+                .filter(|(_, tenant)| !tenant)
+                .filter_map(|(c, _)| c.not_ready().map(|r| format!("guest {}: {r}", c.name()))),
+        );
         let guests_read: Vec<Arc<crate::informer::Informer>> = controllers
             .iter()
             .flat_map(|(c, _)| c.informers())
@@ -721,7 +782,20 @@ impl Supervisor {
             Kind::Gauge,
         );
         for (n, _, s) in &snaps {
-            x.sample(&[("guest", n)], s.is_some());
+            let serving = s
+                .as_ref()
+                .is_some_and(|s| s.failing.is_none() && s.held_back.is_none());
+            x.sample(&[("guest", n)], serving);
+        }
+        x.family(
+            "reconciled_guest_failing",
+            "1 while the guest cannot run: its last reconcile trapped or a worker died running it.",
+            Kind::Gauge,
+        );
+        for (n, _, s) in &snaps {
+            if let Some(s) = s {
+                x.sample(&[("guest", n)], s.failing.is_some());
+            }
         }
         x.family(
             "reconciled_module_loads_total",
@@ -770,6 +844,31 @@ impl Supervisor {
             }
         }
         x.family(
+            "reconciled_reconcile_errors_total",
+            "Failed reconciles (errors, traps, worker panics) by blame: the guest's code, the host, or the API server (cluster).",
+            Kind::Counter,
+        );
+        for (n, _, s) in &snaps {
+            if let Some(s) = s {
+                for b in Blame::ALL {
+                    x.sample(
+                        &[("guest", n), ("blame", b.label())],
+                        s.errors_by_blame[b as usize],
+                    );
+                }
+            }
+        }
+        x.family(
+            "reconciled_worker_panics_total",
+            "Worker panics caught; each worker was restarted and its key retried.",
+            Kind::Counter,
+        );
+        for (n, _, s) in &snaps {
+            if let Some(s) = s {
+                x.sample(&[("guest", n)], s.worker_panics);
+            }
+        }
+        x.family(
             "reconciled_queue_depth",
             "Keys waiting in the guest's work queue.",
             Kind::Gauge,
@@ -796,6 +895,8 @@ impl Supervisor {
             .iter()
             .map(|i| (label(i), i.stats(), i.status().state.is_synced()))
             .collect();
+        let staleness: Vec<crate::informer::Staleness> =
+            informers.iter().map(|i| i.staleness()).collect();
         type Field = fn(&crate::informer::Stats) -> u64;
         let families: [(&str, &str, Field); 4] = [
             (
@@ -834,6 +935,24 @@ impl Supervisor {
             x.sample(&[("kind", kind), ("scope", scope)], *synced);
         }
         x.family(
+            "reconciled_informer_silent_seconds",
+            "Seconds since the API server last showed a sign of life for the informer (an event, a bookmark, a watch opened, a sync); its most silent watch counts. Absent until every watch has heard from the server.",
+            Kind::Gauge,
+        );
+        for (((kind, scope), _, _), stale) in stats.iter().zip(&staleness) {
+            if let Some(silent) = stale.silent_for {
+                x.sample(&[("kind", kind), ("scope", scope)], silent.as_secs_f64());
+            }
+        }
+        x.family(
+            "reconciled_informer_resource_version",
+            "The highest resourceVersion applied to the informer's cache.",
+            Kind::Gauge,
+        );
+        for (((kind, scope), _, _), stale) in stats.iter().zip(&staleness) {
+            x.sample(&[("kind", kind), ("scope", scope)], stale.resource_version);
+        }
+        x.family(
             "reconciled_informer_objects",
             "Objects in the informer's cache.",
             Kind::Gauge,
@@ -856,6 +975,118 @@ impl crate::http::Endpoints for Supervisor {
 
     fn readiness(&self) -> Result<(), Vec<String>> {
         Supervisor::readiness(self)
+    }
+}
+
+/// Posts an Event about a ConfigMap source, in the background; other sources are ignored.
+fn post_event(client: &kube::Client, source: &Source, type_: &str, reason: &str, message: String) {
+    let Source::ConfigMap {
+        namespace,
+        name,
+        uid,
+        ..
+    } = source
+    else {
+        return;
+    };
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let event = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            // The API server shortens the prefix if it must and appends a random suffix.
+            "generateName": format!("{name}."),
+            "namespace": namespace,
+        },
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "namespace": namespace,
+            "name": name,
+            "uid": uid,
+        },
+        "type": type_,
+        "reason": reason,
+        // The API caps messages at 1 KiB.
+        "message": truncate(&message, 1000),
+        "source": { "component": "reconciled" },
+        "reportingComponent": "reconciled",
+        "reportingInstance": hostname(),
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    });
+    let client = client.clone();
+    let path = format!("/api/v1/namespaces/{namespace}/events");
+    tokio::spawn(async move {
+        let req = http::Request::post(path)
+            .header("content-type", "application/json")
+            .body(event.to_string().into_bytes());
+        let result = match req {
+            Ok(req) => client
+                .request::<serde_json::Value>(req)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = result {
+            tracing::warn!("could not record an Event (the host needs create on events): {e}");
+        }
+    });
+}
+
+/// Least time between two failure Events of one guest: a guest flapping between failing and
+/// serving must not flood its namespace with Events.
+const FAILURE_EVENT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Posts `GuestFailing` (Warning) and `GuestRecovered` (Normal) Events on a tenant's ConfigMap
+/// as its guest starts and stops failing, at most one every [`FAILURE_EVENT_INTERVAL`]; after
+/// a quiet spell the latest state is reported, so the last Event always tells the truth. Ends
+/// with the controller.
+async fn report_failures(
+    controller: std::sync::Weak<Controller>,
+    mut failing: tokio::sync::watch::Receiver<Option<controller::Failing>>,
+    client: kube::Client,
+    source: Source,
+) {
+    let mut reported_failing = false;
+    while failing.changed().await.is_ok() {
+        let Some(c) = controller.upgrade() else {
+            return;
+        };
+        let now = failing.borrow_and_update().clone();
+        match (now, reported_failing) {
+            (Some(f), false) => {
+                reported_failing = true;
+                post_event(
+                    &client,
+                    &source,
+                    "Warning",
+                    "GuestFailing",
+                    format!(
+                        "guest {}: failing for {} key(s) (blame: {}): {}",
+                        c.name(),
+                        f.keys,
+                        f.blame,
+                        f.reason
+                    ),
+                );
+            }
+            (None, true) => {
+                reported_failing = false;
+                post_event(
+                    &client,
+                    &source,
+                    "Normal",
+                    "GuestRecovered",
+                    format!("guest {}: reconciling again", c.name()),
+                );
+            }
+            _ => continue,
+        }
+        drop(c);
+        tokio::time::sleep(FAILURE_EVENT_INTERVAL).await;
     }
 }
 

@@ -189,6 +189,7 @@ async fn run(
             Event::Updated { new, .. } => sync(&dispatch, &mut owned, &mut warned, &new).await,
             Event::Deleted { last_known, .. } => {
                 let id = id_of(&last_known);
+                supervisor.set_source_problem(&source_id(&id), None);
                 for name in owned.remove(&id).unwrap_or_default() {
                     dispatch.submit(name, Desired::Remove);
                 }
@@ -200,6 +201,9 @@ async fn run(
                     sync(&dispatch, &mut owned, &mut warned, o).await;
                 }
                 let live: BTreeSet<(String, String)> = all.iter().map(id_of).collect();
+                for (ns, cm) in owned.keys().filter(|id| !live.contains(*id)) {
+                    supervisor.set_source_problem(&source_id(&(ns.clone(), cm.clone())), None);
+                }
                 owned.retain(|id, names| {
                     if live.contains(id) {
                         return true;
@@ -212,6 +216,11 @@ async fn run(
             }
         }
     }
+}
+
+/// How `/status` names a ConfigMap that delivers no guest.
+fn source_id((namespace, name): &(String, String)) -> String {
+    format!("configmap {namespace}/{name}")
 }
 
 fn id_of(o: &ObjectRef) -> (String, String) {
@@ -366,7 +375,13 @@ async fn sync(
         key: key.to_string(),
         uid: modules.uid.clone(),
     };
-    if modules.modules.is_empty() && modules.duplicates.is_empty() {
+    let nothing_to_load = modules.modules.is_empty() && modules.duplicates.is_empty();
+    if !nothing_to_load {
+        dispatch
+            .supervisor
+            .set_source_problem(&source_id(&id), None);
+    }
+    if nothing_to_load {
         // Labelled, yet nothing to load: say so on the object, once per version of it.
         if warned.insert((
             namespace.clone(),
@@ -384,6 +399,9 @@ async fn sync(
             let message =
                 format!("this ConfigMap is labelled {LABEL}=true but delivers no module: {hint}");
             tracing::warn!(configmap = %format!("{namespace}/{cm}"), "{message}");
+            dispatch
+                .supervisor
+                .set_source_problem(&source_id(&id), Some(message.clone()));
             dispatch
                 .supervisor
                 .event(&source(""), "Warning", "NoModule", message);
