@@ -137,6 +137,9 @@ fn main() -> ExitCode {
         Command::Status(args) => rt.block_on(status(args)),
         Command::Pack(args) => pack(args),
     };
+    // Everything was stopped in order already; a blocking task still running (storing a
+    // compiled artifact) must not hold the exit up.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -168,10 +171,11 @@ async fn client(
     Ok((cp.admin_client(), Some(cp)))
 }
 
-/// A connected host: the client, the supervisor, the endpoints.
+/// A connected host: the supervisor and, once [`Host::serve`] is called, the endpoints.
 struct Host {
     supervisor: Arc<Supervisor>,
-    _embedded: Option<testenv::ControlPlane>,
+    endpoints: Option<tokio::task::AbortHandle>,
+    embedded: Option<testenv::ControlPlane>,
 }
 
 async fn host(args: &ClusterArgs) -> anyhow::Result<Host> {
@@ -187,7 +191,21 @@ async fn host(args: &ClusterArgs) -> anyhow::Result<Host> {
         client,
         supervisor::Options::default(),
     ));
-    if args.listen != "off" {
+    Ok(Host {
+        supervisor,
+        endpoints: None,
+        embedded,
+    })
+}
+
+impl Host {
+    /// Serves /healthz, /readyz, /metrics and /status on `args.listen`. Call it once every
+    /// configured guest is announced ([`Supervisor::expect`]), so that /readyz never answers
+    /// before the host has tried them all.
+    async fn serve(&mut self, args: &ClusterArgs) -> anyhow::Result<()> {
+        if args.listen == "off" {
+            return Ok(());
+        }
         let addr: SocketAddr = args.listen.parse().map_err(|e| {
             anyhow::anyhow!("--listen {:?} is not an address like 127.0.0.1:8080 ({e}); use \"off\" to disable the endpoints", args.listen)
         })?;
@@ -195,17 +213,37 @@ async fn host(args: &ClusterArgs) -> anyhow::Result<Host> {
             anyhow::anyhow!("cannot listen on {addr} for /healthz, /readyz, /metrics and /status: {e}; pick another with --listen, or --listen off")
         })?;
         tracing::info!(%addr, "serving /healthz /readyz /metrics /status");
-        let endpoints: Arc<dyn reconciled::http::Endpoints> = supervisor.clone();
-        tokio::spawn(async move {
+        let endpoints: Arc<dyn reconciled::http::Endpoints> = self.supervisor.clone();
+        let task = tokio::spawn(async move {
             if let Err(e) = reconciled::http::serve(listener, endpoints).await {
                 tracing::error!("the status endpoints stopped: {e}");
             }
         });
+        self.endpoints = Some(task.abort_handle());
+        Ok(())
     }
-    Ok(Host {
-        supervisor,
-        _embedded: embedded,
-    })
+
+    /// Stops in the order that keeps shutdown quiet and quick: (the caller has stopped the
+    /// sources,) then every guest's workers, then the endpoints, then the informers, and only
+    /// then the embedded control plane, so that no watch sees its server vanish.
+    async fn stop(mut self) {
+        self.supervisor.shutdown().await;
+        if let Some(endpoints) = self.endpoints.take() {
+            endpoints.abort();
+        }
+        let factory = self.supervisor.factory().clone();
+        drop(self.supervisor);
+        // Informers stop when their last subscriber goes, which an aborted task does at its
+        // next turn on the runtime: give that a moment, bounded.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+        while !factory.active().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        if let Some(cp) = self.embedded.take() {
+            // Stopping waits for the processes to exit: off the async runtime.
+            let _ = tokio::task::spawn_blocking(move || drop(cp)).await;
+        }
+    }
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -236,21 +274,35 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             "no guests: pass --guest <file.wasm>, --config <host.toml>, or --configmaps to load tenants' ConfigMaps"
         );
     }
-    let host = host(&args.cluster).await?;
+    let mut host = host(&args.cluster).await?;
+    for g in &guests {
+        host.supervisor
+            .expect(&g.name, Source::File(g.module.clone()), g.settings());
+    }
+    host.serve(&args.cluster).await?;
     let sup = &host.supervisor;
     for g in &guests {
         // A guest that cannot load is reported and skipped: the others still run.
         let bytes = match std::fs::read(&g.module) {
             Ok(b) => b,
             Err(e) => {
-                tracing::error!(guest = %g.name, module = %g.module.display(), "cannot read the module: {e}");
+                let message = format!("cannot read the module {}: {e}", g.module.display());
+                tracing::error!(guest = %g.name, "{message}");
+                sup.reject_unreadable(
+                    &g.name,
+                    Source::File(g.module.clone()),
+                    g.settings(),
+                    "",
+                    message,
+                )
+                .await;
                 continue;
             }
         };
         sup.apply(&g.name, Source::File(g.module.clone()), g.settings(), bytes)
             .await;
     }
-    let _configmaps = match tenants {
+    let configmaps = match tenants {
         Some(policy) => {
             tracing::info!(label = %format!("{}=true", configmap::LABEL), "loading tenants' guests from labelled ConfigMaps");
             Some(ConfigMapSource::start(sup.factory(), sup.clone(), policy)?)
@@ -260,20 +312,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!(guests = ?sup.names(), "host running; Ctrl-C stops");
     tokio::signal::ctrl_c().await?;
     tracing::info!("stopping");
+    drop(configmaps);
+    host.stop().await;
     Ok(())
 }
 
 async fn dev(args: DevArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.dir)
         .map_err(|e| anyhow::anyhow!("cannot create the dev folder {}: {e}", args.dir.display()))?;
-    let _build = match &args.build {
+    let build = match &args.build {
         Some(krate) => Some(reconciled::sources::cargo_build::CargoBuild::start(
             krate, &args.dir,
         )?),
         None => None,
     };
-    let host = host(&args.cluster).await?;
-    let (_watch, mut changes) = DirSource::start(&args.dir, Settle::default())?;
+    let mut host = host(&args.cluster).await?;
+    host.serve(&args.cluster).await?;
+    let (watch, mut changes) = DirSource::start(&args.dir, Settle::default())?;
     tracing::info!(dir = %args.dir.display(), "watching for modules; write a .wasm there to load or reload it; Ctrl-C stops");
     let sup = host.supervisor.clone();
     let apply = async move {
@@ -307,6 +362,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         r = tokio::signal::ctrl_c() => r?,
     }
     tracing::info!("stopping");
+    drop((watch, build));
+    host.stop().await;
     Ok(())
 }
 
