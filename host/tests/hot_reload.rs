@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::namespace;
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use common::wait::wait_until;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use reconciled::controller::Settings;
@@ -411,43 +412,8 @@ async fn bad_modules_are_rejected_and_the_old_version_keeps_serving() {
     assert!(sup.controller("bad").is_none());
 }
 
-async fn events(client: &kube::Client, ns: &str, cm: &str) -> Vec<(String, String)> {
-    Api::<Event>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(cm))
-        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
-        .collect()
-}
-
 async fn wait_event(client: &kube::Client, ns: &str, cm: &str, reason: &str, says: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let all = events(client, ns, cm).await;
-        if all.iter().any(|(r, m)| r == reason && m.contains(says)) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {reason} event saying {says:?} on {ns}/{cm}: {all:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !f() {
-        assert!(
-            started.elapsed() < timeout,
-            "{what}: not within {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    started.elapsed()
+    common::wait::wait_event(client, ns, cm, reason, says, Duration::from_secs(10)).await;
 }
 
 fn patch_module(bytes: &[u8]) -> Patch<serde_json::Value> {

@@ -3,7 +3,9 @@
 //! The namespace of an object written comes from its `metadata.namespace` (empty for
 //! cluster-scoped kinds), and `apiVersion`/`kind` are filled in from [`Kind`] when the type does
 //! not carry them. With read-your-writes (the default), a later cache read of the same object by
-//! this guest sees at least what the write returned.
+//! this guest waits until the cache holds at least what the write returned; if that takes
+//! longer than the host's bound (5 s by default) the read is a `timeout` error once, and the
+//! write is then forgotten, so later reads may be older than it.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

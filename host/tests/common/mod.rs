@@ -4,6 +4,7 @@
 pub mod controllers;
 pub mod guests;
 pub mod scenarios;
+pub mod wait;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

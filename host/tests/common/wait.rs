@@ -1,0 +1,58 @@
+//! Waiting for things the host does in the background: a condition, a Kubernetes Event.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Event;
+use kube::Api;
+use kube::api::ListParams;
+
+/// Polls `f` every 10 ms until it holds; panics naming `what` after `timeout`. Returns how long
+/// it took.
+pub async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !f() {
+        assert!(
+            started.elapsed() < timeout,
+            "{what}: not within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    started.elapsed()
+}
+
+/// `(reason, message)` of every Event about the object named `name` in `ns`.
+pub async fn events(client: &kube::Client, ns: &str, name: &str) -> Vec<(String, String)> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+/// Waits up to `timeout` for an Event with `reason` about `ns/name` whose message contains
+/// `says`.
+pub async fn wait_event(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+    says: &str,
+    timeout: Duration,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let all = events(client, ns, name).await;
+        if all.iter().any(|(r, m)| r == reason && m.contains(says)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {reason} event saying {says:?} on {ns}/{name} within {timeout:?}: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
