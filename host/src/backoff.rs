@@ -124,7 +124,7 @@ pub struct Ticket {
     recovered_after: Option<u64>,
 }
 
-/// How often the probe runs while the server is unreachable [1 s], ±25 % so that many hosts
+/// How often the probe runs while the server is unreachable (1 s), ±25 % so that many hosts
 /// probing one server do not fall into step.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// A probe that has not answered by then counts as failed; the next one starts on schedule.

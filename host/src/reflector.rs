@@ -87,7 +87,7 @@ pub struct Config {
     pub field_selector: Option<String>,
     /// Applied to every object once, before it enters the FIFO.
     pub transform: Transform,
-    /// LIST page size [500].
+    /// LIST page size (500 by default, as in client-go).
     pub page_size: u32,
     /// Try WatchList (`sendInitialEvents=true`) for the initial sync, falling back to a paged
     /// LIST when the server refuses it.
