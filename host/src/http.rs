@@ -17,12 +17,12 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
+use crate::status::Status;
 
 /// The paths served, in the order a 404 lists them.
 const PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/status"];
@@ -109,6 +109,28 @@ pub enum Error {
         /// The path requested.
         path: String,
     },
+    /// [`get_status`] got another answer than 200.
+    #[error("the host at {addr} answered GET /status with {code}: {body}")]
+    Unexpected {
+        /// The address.
+        addr: SocketAddr,
+        /// The HTTP status.
+        code: u16,
+        /// The body, on one line.
+        body: String,
+    },
+    /// [`get_status`] got a document this version cannot read.
+    #[error(
+        "the host at {addr} served a /status document this reconciled cannot read: {source}; \
+         if the host runs another version, `reconciled status --json` prints the document as it is"
+    )]
+    Document {
+        /// The address.
+        addr: SocketAddr,
+        /// What did not fit the schema.
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 /// What the endpoints serve; implemented by the supervisor.
@@ -118,8 +140,8 @@ pub enum Error {
 pub trait Endpoints: Send + Sync + 'static {
     /// The Prometheus text for `/metrics`, as built by [`crate::metrics::Exposition`].
     fn metrics(&self) -> String;
-    /// The status document for `/status`; see [`render_status`] for the fields it reads.
-    fn status(&self) -> Value;
+    /// The status document for `/status`.
+    fn status(&self) -> Status;
     /// Ok when ready; otherwise one human reason per item, saying what is wrong and what to do
     /// (e.g. `guest cmgen: configmaps: forbidden: ... add rule {...}`).
     ///
@@ -232,11 +254,14 @@ fn respond(endpoints: &dyn Endpoints, method: &Method, path: &str) -> Response<F
             Err(reasons) => text(StatusCode::SERVICE_UNAVAILABLE, not_ready(&reasons)),
         },
         "/metrics" => body(StatusCode::OK, METRICS_CONTENT_TYPE, endpoints.metrics()),
-        "/status" => body(
-            StatusCode::OK,
-            "application/json",
-            format!("{:#}\n", endpoints.status()),
-        ),
+        "/status" => match serde_json::to_string_pretty(&endpoints.status()) {
+            Ok(json) => body(StatusCode::OK, "application/json", json + "\n"),
+            // Only a bug can get here (the document has no map with non-string keys).
+            Err(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot serialise the status document: {e}; this is a bug in reconciled\n"),
+            ),
+        },
         // /healthz: answering at all shows the process and its runtime are alive.
         _ => text(StatusCode::OK, "ok\n".into()),
     }
@@ -283,6 +308,19 @@ pub async fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), Error> {
         })
 }
 
+/// GETs and reads `/status` from the host at `addr`.
+///
+/// Anything but a 200 is [`Error::Unexpected`]; a document that does not fit [`Status`] (a host
+/// of another version that added a state, say) is [`Error::Document`].
+pub async fn get_status(addr: SocketAddr) -> Result<Status, Error> {
+    let (code, body) = get(addr, "/status").await?;
+    if code != 200 {
+        let body = crate::imports::one_line(body.trim_end());
+        return Err(Error::Unexpected { addr, code, body });
+    }
+    serde_json::from_str(&body).map_err(|source| Error::Document { addr, source })
+}
+
 async fn exchange(addr: SocketAddr, path: &str) -> Result<(u16, String), Error> {
     // Checked here because a bare `status` would otherwise parse as an authority and be sent.
     let invalid = || Error::Path { path: path.into() };
@@ -321,158 +359,10 @@ async fn exchange(addr: SocketAddr, path: &str) -> Result<(u16, String), Error> 
     response.map_err(failed)
 }
 
-/// The table columns, in order.
-const COLUMNS: [&str; 7] = [
-    "NAME",
-    "STATE",
-    "DIGEST",
-    "SOURCE",
-    "LOADED",
-    "RECONCILES",
-    "LAST ERROR",
-];
-
-/// How much of the last error a table row shows; `/status` has all of it.
-const LAST_ERROR_CHARS: usize = 80;
-
-/// Renders the status document as a table for `reconciled status`: one row per guest, then a
-/// line per informer that is not synced, if any.
-///
-/// Reads `guests[].{name, state, digest, source, loaded_at, reconciles.{ok, failed, traps},
-/// reason, blame, last_error, informers[].{kind, state, message}}` and
-/// `sources_without_guests[].{source, problem}`; anything missing or null shows as `-`, and a
-/// document without `guests` renders as having none. The last column says why a guest is not
-/// serving (`reason`, after its blame) and otherwise its last rejection (`last_error`). The digest shows its first 12 hex
-/// characters, the last error its first 80 characters. Control characters (line breaks, but
-/// also terminal escapes from a guest's error message) show as spaces. Widths count characters,
-/// which lines up for all but double-width scripts.
-pub fn render_status(status: &Value) -> String {
-    let guests = status
-        .get("guests")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    if guests.is_empty()
-        && status
-            .get("sources_without_guests")
-            .and_then(Value::as_array)
-            .is_none_or(Vec::is_empty)
-    {
-        return "no guests are loaded\n".into();
-    }
-    let rows: Vec<[String; 7]> = guests.iter().map(row).collect();
-    let mut widths = COLUMNS.map(|c| c.chars().count());
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for cells in std::iter::once(COLUMNS.map(String::from)).chain(rows) {
-        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                // No padding after the last column: trailing spaces only get in the way.
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<width$}  "));
-            }
-        }
-        out.push('\n');
-    }
-    let empty: Vec<String> = status
-        .get("sources_without_guests")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|s| format!("  {}: {}", field(s, "source"), field(s, "problem")))
-        .collect();
-    if !empty.is_empty() {
-        out.push_str("\nsources that deliver no guest:\n");
-        for line in empty {
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
-    let unsynced: Vec<String> = guests.iter().flat_map(unsynced_informers).collect();
-    if !unsynced.is_empty() {
-        out.push_str("\ninformers not synced:\n");
-        for line in unsynced {
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
-    out
-}
-
-fn row(guest: &Value) -> [String; 7] {
-    let digest = match guest.get("digest").and_then(Value::as_str) {
-        Some(d) => d
-            .strip_prefix("sha256:")
-            .unwrap_or(d)
-            .chars()
-            .take(12)
-            .collect(),
-        None => field(guest, "digest"),
-    };
-    let reconciles = match guest.get("reconciles") {
-        Some(r) if r.is_object() => ["ok", "failed", "traps"].map(|k| field(r, k)).join("/"),
-        _ => "-".into(),
-    };
-    // Why it is not serving now, if it is not; else the last rejection.
-    let mut last_error = match (field(guest, "reason"), field(guest, "blame")) {
-        (reason, _) if reason == "-" => field(guest, "last_error"),
-        (reason, blame) if blame == "-" => reason,
-        (reason, blame) => format!("[blame: {blame}] {reason}"),
-    };
-    if last_error.chars().count() > LAST_ERROR_CHARS {
-        last_error = last_error.chars().take(LAST_ERROR_CHARS - 1).collect();
-        last_error.push('…');
-    }
-    [
-        field(guest, "name"),
-        field(guest, "state"),
-        digest,
-        field(guest, "source"),
-        field(guest, "loaded_at"),
-        reconciles,
-        last_error,
-    ]
-}
-
-fn unsynced_informers(guest: &Value) -> Vec<String> {
-    let name = field(guest, "name");
-    let informers = guest.get("informers").and_then(Value::as_array);
-    informers
-        .into_iter()
-        .flatten()
-        .filter(|i| i.get("state").and_then(Value::as_str) != Some("Synced"))
-        .map(|i| {
-            let mut line = format!("  {name}: {} is {}", field(i, "kind"), field(i, "state"));
-            if i.get("message").is_some_and(|m| !m.is_null()) {
-                line.push_str(": ");
-                line.push_str(&field(i, "message"));
-            }
-            line
-        })
-        .collect()
-}
-
-/// One field as a table cell: strings as themselves, other values as JSON, missing as `-`.
-fn field(object: &Value, key: &str) -> String {
-    let text = match object.get(key) {
-        None | Some(Value::Null) => return "-".into(),
-        Some(Value::String(s)) if s.is_empty() => return "-".into(),
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-    };
-    crate::imports::one_line(&text)
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
 
-    use serde_json::json;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
@@ -485,8 +375,8 @@ mod tests {
         fn metrics(&self) -> String {
             "# HELP up h\n# TYPE up gauge\nup 1\n".into()
         }
-        fn status(&self) -> Value {
-            json!({"guests": []})
+        fn status(&self) -> Status {
+            Status::default()
         }
         fn readiness(&self) -> Result<(), Vec<String>> {
             self.readiness.lock().unwrap().clone()
@@ -538,10 +428,14 @@ mod tests {
             get(addr, "/metrics").await.unwrap(),
             (200, "# HELP up h\n# TYPE up gauge\nup 1\n".into())
         );
+        let (code, body) = get(addr, "/status").await.unwrap();
+        assert_eq!(code, 200);
         assert_eq!(
-            get(addr, "/status").await.unwrap(),
-            (200, "{\n  \"guests\": []\n}\n".into())
+            body,
+            "{\n  \"guests\": [],\n  \"informers\": [],\n  \"sources_without_guests\": [],\n  \"uptime_seconds\": 0\n}\n",
+            "pretty JSON, one line feed at the end"
         );
+        assert_eq!(get_status(addr).await.unwrap(), Status::default());
         assert_eq!(
             get(addr, "/healthz?verbose=1").await.unwrap(),
             (200, "ok\n".into()),
@@ -687,73 +581,5 @@ mod tests {
                 )
             );
         }
-    }
-
-    #[test]
-    fn renders_guests_as_an_aligned_table() {
-        let status = json!({"guests": [
-            {
-                "name": "team-a/my-rec/rec",
-                "state": "serving",
-                "digest": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                "source": "configmap team-a/my-rec key rec.wasm",
-                "loaded_at": "2026-11-29T15:00:00Z",
-                "loads": 3,
-                "rejections": 1,
-                "last_error": null,
-                "reconciles": {"ok": 10, "failed": 1, "traps": 0},
-                "queued": 0,
-                "informers": [{"kind": "v1/ConfigMap", "state": "Synced", "message": null}]
-            },
-            {
-                "name": "cmgen",
-                "state": "rejected",
-                "digest": null,
-                "source": "file /x.wasm",
-                "loaded_at": null,
-                "last_error": format!("component does not export reconcile\nline two {}", "x".repeat(80)),
-                "reconciles": {"ok": 0, "failed": 2},
-                "informers": [
-                    {"kind": "v1/Secret", "state": "Backoff", "message": "forbidden"},
-                    {"kind": "v1/Pod", "state": "Listing", "message": null}
-                ]
-            }
-        ]});
-        let expected = "\
-NAME               STATE     DIGEST        SOURCE                                LOADED                RECONCILES  LAST ERROR
-team-a/my-rec/rec  serving   0123456789ab  configmap team-a/my-rec key rec.wasm  2026-11-29T15:00:00Z  10/1/0      -
-cmgen              rejected  -             file /x.wasm                          -                     0/2/-       component does not export reconcile line two xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…
-
-informers not synced:
-  cmgen: v1/Secret is Backoff: forbidden
-  cmgen: v1/Pod is Listing
-";
-        let table = render_status(&status);
-        assert_eq!(table, expected);
-        let last = table.lines().nth(2).unwrap();
-        let error = &last[last.find("component").unwrap()..];
-        assert_eq!(error.chars().count(), 80);
-        assert!(error.ends_with('…'));
-    }
-
-    #[test]
-    fn renders_missing_fields_as_dashes() {
-        assert_eq!(
-            render_status(&json!({"guests": [{"name": "a"}, "not an object"]})),
-            "\
-NAME  STATE  DIGEST  SOURCE  LOADED  RECONCILES  LAST ERROR
-a     -      -       -       -       -           -
--     -      -       -       -       -           -
-"
-        );
-    }
-
-    #[test]
-    fn renders_no_guests_as_a_sentence() {
-        assert_eq!(
-            render_status(&json!({"guests": []})),
-            "no guests are loaded\n"
-        );
-        assert_eq!(render_status(&json!({})), "no guests are loaded\n");
     }
 }

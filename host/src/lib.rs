@@ -38,3 +38,4 @@ pub mod supervisor;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod status;

@@ -32,6 +32,9 @@ use crate::controller::{self, Controller, Settings};
 use crate::factory::InformerFactory;
 use crate::guest::{Blame, LoadError, Runtime, digest_of};
 use crate::metrics::{Exposition, Kind};
+use crate::status::{
+    GuestInformer, GuestState, GuestStatus, InformerStatus, Reconciles, SourceProblem, Status,
+};
 
 /// Where a guest's module comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -617,90 +620,41 @@ impl Supervisor {
             .map(|t| (t.compile, t.total, t.origin))
     }
 
-    /// The status document (`/status`, `reconciled status`).
+    /// The status document (`/status`, `reconciled status`); see [`crate::status`] for what
+    /// each field means.
     ///
-    /// A guest's `state` is `loading` (configured, not yet tried), `serving`, `waiting` (loaded,
-    /// but an informer it reads has not synced: `reason` says which and why), `failing` (its
-    /// last reconcile trapped or its worker died: `reason` and `blame` say why) or `rejected`
-    /// (no version could be loaded: `last_error` says why).
-    pub fn status(&self) -> serde_json::Value {
-        let guests = self.guests.lock().unwrap();
-        let list: Vec<serde_json::Value> = guests
+    /// The guests are read under one lock, the informers after it: the two lists may disagree
+    /// for an instant about an informer a guest has just started or released.
+    pub fn status(&self) -> Status {
+        let guests = self
+            .guests
+            .lock()
+            .unwrap()
             .iter()
-            .map(|(name, e)| {
-                let snap = e.controller.as_ref().map(|c| c.snapshot());
-                let (state, reason, blame) = match &snap {
-                    None if e.loading => ("loading", Some("loading".to_string()), None),
-                    None => ("rejected", e.last_error.clone(), None),
-                    Some(s) => match (&s.failing, &s.held_back) {
-                        (Some(f), _) => ("failing", Some(f.reason.clone()), Some(f.blame.label())),
-                        (None, Some(why)) => ("waiting", Some(why.clone()), None),
-                        (None, None) => ("serving", None, None),
-                    },
-                };
-                let by_blame = snap.as_ref().map_or([0; 3], |s| s.errors_by_blame);
-                serde_json::json!({
-                    "name": name,
-                    "state": state,
-                    "reason": reason,
-                    "blame": blame,
-                    "failing_since": snap.as_ref().and_then(|s| s.failing.as_ref()).map(|f| rfc3339(f.since)),
-                    "failing_keys": snap.as_ref().and_then(|s| s.failing.as_ref()).map(|f| f.keys),
-                    "digest": snap.as_ref().map(|s| s.digest.clone()),
-                    "source": e.source.to_string(),
-                    "loaded_at": snap.as_ref().map(|s| rfc3339(s.loaded_at)),
-                    "loads": e.loads,
-                    "rejections": e.rejections.values().sum::<u64>(),
-                    "last_error": e.last_error,
-                    "last_load_ms": e.last_load.map(|t| t.total.as_secs_f64() * 1000.0),
-                    "reconciles": {
-                        "ok": snap.as_ref().map_or(0, |s| s.reconciles_ok),
-                        "failed": snap.as_ref().map_or(0, |s| s.reconciles_failed),
-                        "traps": snap.as_ref().map_or(0, |s| s.traps),
-                        "worker_panics": snap.as_ref().map_or(0, |s| s.worker_panics),
-                        "errors_by_blame": Blame::ALL.iter().map(|b| (b.label().to_string(), serde_json::json!(by_blame[*b as usize]))).collect::<serde_json::Map<_, _>>(),
-                    },
-                    "queued": snap.as_ref().map_or(0, |s| s.queued),
-                    "informers": snap.as_ref().map_or(Vec::new(), |s| s.informers.iter().map(|(kind, st, stale)| serde_json::json!({
-                        "kind": kind,
-                        "state": format!("{:?}", st.state),
-                        "message": st.message,
-                        "silent_for_seconds": stale.silent_for.map(|d| d.as_secs_f64()),
-                        "resource_version": stale.resource_version,
-                    })).collect()),
-                })
-            })
+            .map(|(name, e)| guest_status(name, e))
             .collect();
-        let problems: Vec<serde_json::Value> = self
+        let sources_without_guests = self
             .source_problems
             .lock()
             .unwrap()
             .iter()
-            .map(|(source, problem)| serde_json::json!({ "source": source, "problem": problem }))
+            .map(|(source, problem)| SourceProblem {
+                source: source.clone(),
+                problem: problem.clone(),
+            })
             .collect();
-        let informers: Vec<serde_json::Value> = self
+        let informers = self
             .factory
             .active()
             .iter()
-            .map(|i| {
-                let (k, st, stale) = (i.key(), i.status(), i.staleness());
-                serde_json::json!({
-                    "kind": crate::discovery::gvk_string(&kube::core::GroupVersionKind::gvk(&k.group, &k.version, &k.kind)),
-                    "scope": k.scope.to_string(),
-                    "state": format!("{:?}", st.state),
-                    "message": st.message,
-                    "objects": i.store().len(),
-                    "silent_for_seconds": stale.silent_for.map(|d| d.as_secs_f64()),
-                    "resource_version": stale.resource_version,
-                })
-            })
+            .map(|i| InformerStatus::of(i))
             .collect();
-        serde_json::json!({
-            "guests": list,
-            "informers": informers,
-            "sources_without_guests": problems,
-            "uptime_seconds": self.started.elapsed().as_secs(),
-        })
+        Status {
+            guests,
+            informers,
+            sources_without_guests,
+            uptime_seconds: self.started.elapsed().as_secs(),
+        }
     }
 
     /// Why the host is not ready: one line per serving operator guest (from the config or the
@@ -969,7 +923,7 @@ impl crate::http::Endpoints for Supervisor {
         Supervisor::metrics(self)
     }
 
-    fn status(&self) -> serde_json::Value {
+    fn status(&self) -> Status {
         Supervisor::status(self)
     }
 
@@ -1110,6 +1064,44 @@ fn hostname() -> String {
                 .map(|s| s.trim().to_string())
         })
         .unwrap_or_else(|| "reconciled".into())
+}
+
+/// One guest's line of the status document.
+fn guest_status(name: &str, e: &Entry) -> GuestStatus {
+    let snap = e.controller.as_ref().map(|c| c.snapshot());
+    let (state, reason, blame) = match &snap {
+        None if e.loading => (GuestState::Loading, Some("loading".to_string()), None),
+        None => (GuestState::Rejected, e.last_error.clone(), None),
+        Some(s) => match (&s.failing, &s.held_back) {
+            (Some(f), _) => (GuestState::Failing, Some(f.reason.clone()), Some(f.blame)),
+            (None, Some(why)) => (GuestState::Waiting, Some(why.clone()), None),
+            (None, None) => (GuestState::Serving, None, None),
+        },
+    };
+    let failing = snap.as_ref().and_then(|s| s.failing.as_ref());
+    GuestStatus {
+        name: name.to_string(),
+        state,
+        reason,
+        blame,
+        failing_since: failing.map(|f| rfc3339(f.since)),
+        failing_keys: failing.map(|f| f.keys),
+        digest: snap.as_ref().map(|s| s.digest.clone()),
+        source: e.source.to_string(),
+        loaded_at: snap.as_ref().map(|s| rfc3339(s.loaded_at)),
+        loads: e.loads,
+        rejections: e.rejections.values().sum(),
+        last_error: e.last_error.clone(),
+        last_load_ms: e.last_load.map(|t| t.total.as_secs_f64() * 1000.0),
+        reconciles: snap.as_ref().map(Reconciles::of).unwrap_or_default(),
+        queued: snap.as_ref().map_or(0, |s| s.queued),
+        informers: snap.as_ref().map_or(Vec::new(), |s| {
+            s.informers
+                .iter()
+                .map(|(kind, status, stale)| GuestInformer::new(kind, status, stale))
+                .collect()
+        }),
+    }
 }
 
 fn rfc3339(t: SystemTime) -> String {

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reconciled::guest::digest_of;
+use reconciled::status::{GuestState, GuestStatus};
 use testenv::ControlPlane;
 
 struct Dev {
@@ -68,22 +69,22 @@ async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     reconciled::http::get(addr, path).await.ok()
 }
 
-async fn guest(addr: SocketAddr, name: &str) -> Option<serde_json::Value> {
-    let (_, body) = get(addr, "/status").await?;
-    let doc: serde_json::Value = serde_json::from_str(&body).ok()?;
-    doc["guests"]
-        .as_array()?
-        .iter()
-        .find(|g| g["name"] == name)
-        .cloned()
+/// Guest `name` in `/status`; `None` while the host is not answering (still starting).
+async fn guest(addr: SocketAddr, name: &str) -> Option<GuestStatus> {
+    match reconciled::http::get_status(addr).await {
+        Ok(doc) => doc.guest(name).cloned(),
+        // Waiting would only hide a schema the test and the host disagree on.
+        Err(e @ reconciled::http::Error::Document { .. }) => panic!("{e}"),
+        Err(_) => None,
+    }
 }
 
 async fn wait_guest(
     addr: SocketAddr,
     name: &str,
     timeout: Duration,
-    ok: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
+    ok: impl Fn(&GuestStatus) -> bool,
+) -> GuestStatus {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(g) = guest(addr, name).await
@@ -123,11 +124,11 @@ async fn rewriting_a_module_reloads_it_once_and_the_endpoints_report_it() {
     // Present before the folder is watched or after: either way it loads.
     std::fs::write(&module, &v1).unwrap();
     let g = wait_guest(addr, "stamp", Duration::from_secs(60), |g| {
-        g["state"] == "serving"
+        g.state == GuestState::Serving
     })
     .await;
-    assert_eq!(g["digest"], digest_of(&v1));
-    assert_eq!(g["loads"], 1);
+    assert_eq!(g.digest, Some(digest_of(&v1)));
+    assert_eq!(g.loads, 1);
 
     // One rewrite, written as a burst of events: one reload.
     tokio::task::spawn_blocking({
@@ -137,34 +138,33 @@ async fn rewriting_a_module_reloads_it_once_and_the_endpoints_report_it() {
     .await
     .unwrap();
     wait_guest(addr, "stamp", Duration::from_secs(10), |g| {
-        g["digest"] == digest_of(&v2)
+        g.digest.as_deref() == Some(&digest_of(&v2))
     })
     .await;
     // Give stray events time to cause a second load, if they were going to.
     tokio::time::sleep(Duration::from_millis(700)).await;
     let g = guest(addr, "stamp").await.unwrap();
-    assert_eq!(g["loads"], 2, "{g}");
-    assert_eq!(g["rejections"], 0, "{g}");
+    assert_eq!(g.loads, 2, "{g:#?}");
+    assert_eq!(g.rejections, 0, "{g:#?}");
 
     // The same bytes again (a touch, a no-op rebuild): no load.
     std::fs::write(&module, &v2).unwrap();
     tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(guest(addr, "stamp").await.unwrap()["loads"], 2);
+    assert_eq!(guest(addr, "stamp").await.unwrap().loads, 2);
 
     // A half-finished file that is not a module is rejected; v2 keeps serving.
     std::fs::write(&module, &v2[..v2.len() / 2]).unwrap();
     let g = wait_guest(addr, "stamp", Duration::from_secs(10), |g| {
-        g["rejections"] == 1
+        g.rejections == 1
     })
     .await;
-    assert_eq!(g["state"], "serving");
-    assert_eq!(g["digest"], digest_of(&v2));
+    assert_eq!(g.state, GuestState::Serving);
+    assert_eq!(g.digest, Some(digest_of(&v2)));
     assert!(
-        g["last_error"]
-            .as_str()
-            .unwrap()
-            .contains("not a valid wasm component"),
-        "{g}"
+        g.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("not a valid wasm component")),
+        "{g:#?}"
     );
 
     // The endpoints.

@@ -23,6 +23,7 @@ use reconciled::grant::Grant;
 use reconciled::guest::{Runtime, digest_of};
 use reconciled::informer::Options;
 use reconciled::sources::configmap::{ConfigMapSource, LABEL, TenantPolicy};
+use reconciled::status::GuestState;
 use reconciled::supervisor::{self, Applied, Reason, Source, Supervisor};
 use testenv::ControlPlane;
 
@@ -363,8 +364,8 @@ async fn bad_modules_are_rejected_and_the_old_version_keeps_serving() {
         assert!(metrics.contains(&line), "no {line:?} in\n{metrics}");
     }
     let status = sup.status();
-    assert_eq!(status["guests"][0]["state"], "serving");
-    assert_eq!(status["guests"][0]["rejections"], 4);
+    assert_eq!(status.guests[0].state, GuestState::Serving);
+    assert_eq!(status.guests[0].rejections, 4);
 
     // New settings (here, workers) start a fresh controller once the old one has stopped.
     let old = sup.controller("bad").unwrap();
@@ -803,14 +804,7 @@ async fn tenants_get_a_guest_quota_and_rapid_edits_collapse_into_one_load() {
     assert!(sup.controller("team-q/two/b").is_none());
 
     // Five edits within a few hundred milliseconds: one more load, of the last bytes.
-    let loads = |sup: &Supervisor| {
-        sup.status()["guests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["name"] == "team-q/two/a")
-            .map(|g| g["loads"].as_u64().unwrap())
-    };
+    let loads = |sup: &Supervisor| sup.status().guest("team-q/two/a").map(|g| g.loads);
     assert_eq!(loads(&sup), Some(1));
     let mut last = Vec::new();
     for i in 0..5u8 {

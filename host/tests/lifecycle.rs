@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use reconciled::status::{GuestState, Status};
 use testenv::ControlPlane;
 
 fn free_port() -> SocketAddr {
@@ -70,7 +71,7 @@ fn run(args: &[&str], addr: SocketAddr, kubeconfig: Option<&Path>) -> Run {
 struct Probe {
     at: Duration,
     readyz: Option<(u16, String)>,
-    status: Option<serde_json::Value>,
+    status: Option<Status>,
 }
 
 /// Probes `/readyz` (then `/status`) every 20 ms for `span`, or until `stop` says so.
@@ -80,10 +81,7 @@ async fn probe(addr: SocketAddr, span: Duration, stop: impl Fn(&Probe) -> bool) 
     while started.elapsed() < span {
         let readyz = reconciled::http::get(addr, "/readyz").await.ok();
         let status = match &readyz {
-            Some(_) => reconciled::http::get(addr, "/status")
-                .await
-                .ok()
-                .and_then(|(_, b)| serde_json::from_str(&b).ok()),
+            Some(_) => reconciled::http::get_status(addr).await.ok(),
             None => None,
         };
         let p = Probe {
@@ -101,15 +99,9 @@ async fn probe(addr: SocketAddr, span: Duration, stop: impl Fn(&Probe) -> bool) 
     probes
 }
 
-fn guest_state(status: &serde_json::Value, name: &str) -> String {
-    status["guests"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|g| g["name"] == name)
-        .map_or("absent".into(), |g| {
-            g["state"].as_str().unwrap_or("").to_string()
-        })
+/// The state of guest `name`; `None` when the host does not know it.
+fn guest_state(status: &Status, name: &str) -> Option<GuestState> {
+    status.guest(name).map(|g| g.state)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,12 +144,20 @@ async fn readyz_is_never_ok_before_every_configured_guest_has_loaded_or_been_rej
         ok.at
     );
     let status = ok.status.as_ref().expect("/status after the first 200");
-    assert_eq!(guest_state(status, "probe"), "serving", "{status:#}");
-    assert_ne!(guest_state(status, "stamp_v1"), "loading", "{status:#}");
+    assert_eq!(
+        guest_state(status, "probe"),
+        Some(GuestState::Serving),
+        "{status:#?}"
+    );
+    assert_ne!(
+        guest_state(status, "stamp_v1"),
+        Some(GuestState::Loading),
+        "{status:#?}"
+    );
     assert_eq!(
         guest_state(status, "reconciled-lifecycle-no-such-module"),
-        "rejected",
-        "{status:#}"
+        Some(GuestState::Rejected),
+        "{status:#?}"
     );
     // Every answer before it was a 503 that said why.
     for p in answered

@@ -17,9 +17,10 @@ use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use reconciled::controller::fault;
 use reconciled::factory::InformerFactory;
-use reconciled::guest::Runtime;
+use reconciled::guest::{Blame, Runtime};
 use reconciled::informer::Options;
 use reconciled::sources::configmap::{ConfigMapSource, LABEL, TenantPolicy};
+use reconciled::status::{GuestState, GuestStatus, Status};
 use reconciled::supervisor::{self, Supervisor};
 use testenv::ControlPlane;
 
@@ -52,25 +53,17 @@ async fn wait_status(
     addr: std::net::SocketAddr,
     name: &str,
     timeout: Duration,
-    want: impl Fn(&serde_json::Value) -> bool,
-) -> (serde_json::Value, serde_json::Value) {
+    want: impl Fn(&GuestStatus) -> bool,
+) -> (GuestStatus, Status) {
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        let (code, body) = reconciled::http::get(addr, "/status").await.unwrap();
-        assert_eq!(code, 200, "{body}");
-        let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let guest = doc["guests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["name"] == name)
-            .cloned();
-        if let Some(g) = guest.filter(|g| want(g)) {
-            return (g, doc);
+        let doc = reconciled::http::get_status(addr).await.unwrap();
+        if let Some(g) = doc.guest(name).filter(|g| want(g)) {
+            return (g.clone(), doc);
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "guest {name} not as wanted within {timeout:?}: {doc:#}"
+            "guest {name} not as wanted within {timeout:?}: {doc:#?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -130,17 +123,17 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
 
     // Failing, with the host to blame, within seconds, in /status and `reconciled status`.
     let (g, doc) = wait_status(addr, &guest, Duration::from_secs(10), |g| {
-        g["state"] == "failing" && g["reconciles"]["worker_panics"].as_u64() >= Some(2)
+        g.state == GuestState::Failing && g.reconciles.worker_panics >= 2
     })
     .await;
-    assert_eq!(g["blame"], "host", "{g:#}");
+    assert_eq!(g.blame, Some(Blame::Host), "{g:#?}");
     assert!(
-        g["reason"]
-            .as_str()
+        g.reason
+            .as_deref()
             .is_some_and(|r| r.contains("worker panicked") && r.contains(&format!("{ns}/work"))),
-        "the reason names the key: {g:#}"
+        "the reason names the key: {g:#?}"
     );
-    let table = reconciled::http::render_status(&doc);
+    let table = doc.table();
     let row = table.lines().find(|l| l.starts_with(&guest)).unwrap();
     assert!(
         row.contains("failing") && row.contains("[blame: host]"),
@@ -168,11 +161,10 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
     );
     assert!(host_errors >= Some(2.0), "{metrics}");
     // Every informer says how fresh it is: the guest's and the ConfigMap source's.
-    let informers = doc["informers"].as_array().unwrap();
-    assert!(informers.len() >= 2, "{doc:#}");
-    for i in informers {
-        assert!(i["resource_version"].as_u64() > Some(0), "{i:#}");
-        assert!(i["silent_for_seconds"].as_f64() < Some(60.0), "{i:#}");
+    assert!(doc.informers.len() >= 2, "{doc:#?}");
+    for i in &doc.informers {
+        assert!(i.resource_version > 0, "{i:#?}");
+        assert!(i.silent_for_seconds.is_some_and(|s| s < 60.0), "{i:#?}");
     }
     let silent = metrics
         .lines()
@@ -217,10 +209,10 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (g, _) = wait_status(addr, &guest, Duration::from_secs(5), |g| {
-        g["state"] == "serving"
+        g.state == GuestState::Serving
     })
     .await;
-    assert_eq!(g["loads"], 1, "served again without a second load: {g:#}");
+    assert_eq!(g.loads, 1, "served again without a second load: {g:#?}");
     wait_event(
         &client,
         ns,
