@@ -2,26 +2,27 @@
 //! client half that `reconciled status` uses to read them.
 //!
 //! Plain HTTP/1.1 on whatever listener the caller binds: these are meant for the kubelet's
-//! probes, a Prometheus scrape and an operator's terminal, not for the internet.
+//! probes, a Prometheus scrape and an operator's terminal, not for the internet. axum routes;
+//! hyper serves each connection, because axum's own server has no header-read timeout.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty, Full};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, Empty};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{self, HeaderValue};
 use hyper::http::uri::PathAndQuery;
 use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
+use tower_service::Service as _;
 
-use crate::backoff::Backoff;
 use crate::status::Status;
 
 /// The paths served, in the order a 404 lists them.
@@ -30,33 +31,17 @@ const PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/status"];
 /// The content type Prometheus expects for text format 0.0.4.
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// A client that connects and sends nothing would otherwise hold its task forever.
+/// How long a connection may take to send a request's headers, and how long a kept-alive one
+/// may sit idle: a client that connects and sends nothing would otherwise hold its task forever.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long [`get`] waits for the whole exchange, so `reconciled status` never hangs on a
 /// stuck host.
 const GET_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long accepting may keep failing, with no connection accepted in between, before
-/// [`serve`] gives up. Long enough to ride out a burst of file-descriptor exhaustion.
-const ACCEPT_GIVE_UP: Duration = Duration::from_secs(60);
-
-/// Errors serving the endpoints or reading them.
+/// Errors reading the endpoints.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The listener kept failing to accept connections.
-    #[error(
-        "the endpoints listener on {addr} has failed to accept connections for {}s, last with: {source}; \
-         /healthz, /readyz, /metrics and /status are unavailable until the host restarts",
-        ACCEPT_GIVE_UP.as_secs()
-    )]
-    Accept {
-        /// The listener's address, or `unknown address` if the OS would not say.
-        addr: String,
-        /// The last error `accept` returned.
-        #[source]
-        source: std::io::Error,
-    },
     /// Nothing listens on the address [`get`] was given.
     #[error(
         "nothing is listening on {addr} (connection refused): the host is not running, \
@@ -149,66 +134,43 @@ pub trait Endpoints: Send + Sync + 'static {
     fn readiness(&self) -> Result<(), Vec<String>>;
 }
 
-/// Serves the endpoints on `listener`, one task per connection, until the listener fails or
-/// the returned future is dropped.
+/// Serves the endpoints on `listener`, one task per connection. Never returns: drop the future
+/// (abort its task) to stop, which also aborts the connections in flight.
 ///
-/// Dropping the future also aborts the connections in flight. An error on one connection is
-/// logged at debug and never stops the server. Failing to accept is retried with backoff
-/// (running out of file descriptors is usually brief); only after a minute of nothing but
-/// failures does this return [`Error::Accept`]. `HEAD` is answered like `GET`
-/// without the body.
-pub async fn serve(listener: TcpListener, endpoints: Arc<dyn Endpoints>) -> Result<(), Error> {
-    let addr = listener
-        .local_addr()
-        .map_or_else(|_| "unknown address".to_owned(), |a| a.to_string());
+/// `HEAD` is answered like `GET` without the body, another method with 405, an unknown path
+/// with 404 whatever the method. An error on one connection is logged at debug and never stops
+/// the server. A failure to accept (running out of file descriptors, say) is logged and retried
+/// every second, for as long as it lasts.
+pub async fn serve(listener: TcpListener, endpoints: Arc<dyn Endpoints>) {
+    serve_with(listener, endpoints, HEADER_READ_TIMEOUT).await;
+}
+
+async fn serve_with(
+    mut listener: TcpListener,
+    endpoints: Arc<dyn Endpoints>,
+    header_read_timeout: Duration,
+) {
+    let router = router(endpoints);
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(header_read_timeout);
     let mut connections = JoinSet::new();
-    let mut backoff = Backoff::new(
-        Duration::from_millis(10),
-        Duration::from_secs(1),
-        ACCEPT_GIVE_UP,
-        0.0,
-    );
-    let mut failing_since: Option<Instant> = None;
     loop {
         // Reap finished connections here so the set does not grow with every scrape.
         while let Some(done) = connections.try_join_next() {
             if let Err(e) = done
                 && e.is_panic()
             {
-                tracing::warn!(%addr, error = %e, "an endpoints request panicked; its connection was closed");
+                tracing::warn!(error = %e, "an endpoints request panicked; its connection was closed");
             }
         }
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => {
-                failing_since = None;
-                backoff.reset();
-                accepted
-            }
-            // The peer gave up before we got to it: nothing wrong with the listener.
-            Err(e) if is_per_connection(&e) => {
-                tracing::debug!(%addr, error = %e, "endpoints connection lost while accepting");
-                continue;
-            }
-            Err(source) => {
-                let since = *failing_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= ACCEPT_GIVE_UP {
-                    return Err(Error::Accept { addr, source });
-                }
-                let wait = backoff.failure();
-                tracing::warn!(%addr, error = %source, ?wait, "endpoints listener cannot accept; retrying");
-                tokio::time::sleep(wait).await;
-                continue;
-            }
-        };
-        let endpoints = endpoints.clone();
-        let service = service_fn(move |req: Request<Incoming>| {
-            let response = respond(&*endpoints, req.method(), req.uri().path());
-            async move { Ok::<_, Infallible>(response) }
-        });
+        let (stream, peer) = axum::serve::Listener::accept(&mut listener).await;
+        let router = router.clone();
+        // hyper calls through `&self`, a tower service through `&mut self`: each request gets
+        // its own handle on the router (an Arc). The router is always ready, so `poll_ready`
+        // can be skipped, as in axum's own example of serving through hyper.
+        let service = service_fn(move |req: Request<Incoming>| router.clone().call(req));
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         connections.spawn(async move {
             if let Err(e) = connection.await {
@@ -218,53 +180,61 @@ pub async fn serve(listener: TcpListener, endpoints: Arc<dyn Endpoints>) -> Resu
     }
 }
 
-/// Errors that concern the connection being accepted, not the listener.
-fn is_per_connection(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind::*;
-    matches!(
-        e.kind(),
-        ConnectionAborted | ConnectionReset | ConnectionRefused | Interrupted | WouldBlock
+type Shared = State<Arc<dyn Endpoints>>;
+
+fn router(endpoints: Arc<dyn Endpoints>) -> Router {
+    use axum::routing::get;
+    Router::new()
+        // Answering at all shows the process and its runtime are alive.
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/status", get(status))
+        // Applies to the routes above, so it must come after them.
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        .with_state(endpoints)
+}
+
+async fn readyz(State(endpoints): Shared) -> Response {
+    match endpoints.readiness() {
+        Ok(()) => "ok\n".into_response(),
+        Err(reasons) => (StatusCode::SERVICE_UNAVAILABLE, not_ready(&reasons)).into_response(),
+    }
+}
+
+async fn metrics(State(endpoints): Shared) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
+        endpoints.metrics(),
     )
 }
 
-/// Routes by path first, so that an unknown path is a 404 whatever the method.
-fn respond(endpoints: &dyn Endpoints, method: &Method, path: &str) -> Response<Full<Bytes>> {
-    if !PATHS.contains(&path) {
-        return text(
-            StatusCode::NOT_FOUND,
-            format!(
-                "no endpoint at {path}; the host serves {}\n",
-                PATHS.join(", ")
-            ),
-        );
+async fn status(State(endpoints): Shared) -> Response {
+    match serde_json::to_string_pretty(&endpoints.status()) {
+        Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json + "\n").into_response(),
+        // Only a bug can get here (the document has no map with non-string keys).
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot serialise the status document: {e}; this is a bug in reconciled\n"),
+        )
+            .into_response(),
     }
-    if method != Method::GET && method != Method::HEAD {
-        let mut response = text(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!("{path} answers only GET (and HEAD), not {method}\n"),
-        );
-        response
-            .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return response;
-    }
-    match path {
-        "/readyz" => match endpoints.readiness() {
-            Ok(()) => text(StatusCode::OK, "ok\n".into()),
-            Err(reasons) => text(StatusCode::SERVICE_UNAVAILABLE, not_ready(&reasons)),
-        },
-        "/metrics" => body(StatusCode::OK, METRICS_CONTENT_TYPE, endpoints.metrics()),
-        "/status" => match serde_json::to_string_pretty(&endpoints.status()) {
-            Ok(json) => body(StatusCode::OK, "application/json", json + "\n"),
-            // Only a bug can get here (the document has no map with non-string keys).
-            Err(e) => text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot serialise the status document: {e}; this is a bug in reconciled\n"),
-            ),
-        },
-        // /healthz: answering at all shows the process and its runtime are alive.
-        _ => text(StatusCode::OK, "ok\n".into()),
-    }
+}
+
+async fn not_found(uri: Uri) -> (StatusCode, String) {
+    let (path, paths) = (uri.path(), PATHS.join(", "));
+    let body = format!("no endpoint at {path}; the host serves {paths}\n");
+    (StatusCode::NOT_FOUND, body)
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> impl IntoResponse {
+    let path = uri.path();
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "GET, HEAD")],
+        format!("{path} answers only GET (and HEAD), not {method}\n"),
+    )
 }
 
 fn not_ready(reasons: &[String]) -> String {
@@ -277,19 +247,6 @@ fn not_ready(reasons: &[String]) -> String {
         out.push('\n');
     }
     out
-}
-
-fn text(status: StatusCode, text: String) -> Response<Full<Bytes>> {
-    body(status, "text/plain; charset=utf-8", text)
-}
-
-fn body(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
 }
 
 /// GETs `path` (which may carry a query) from the host at `addr`, for `reconciled status` and
@@ -366,9 +323,11 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+    use crate::status::{GuestState, GuestStatus, Reconciles};
 
     struct Fake {
         readiness: Mutex<Result<(), Vec<String>>>,
+        status: Status,
     }
 
     impl Endpoints for Fake {
@@ -376,21 +335,30 @@ mod tests {
             "# HELP up h\n# TYPE up gauge\nup 1\n".into()
         }
         fn status(&self) -> Status {
-            Status::default()
+            self.status.clone()
         }
         fn readiness(&self) -> Result<(), Vec<String>> {
             self.readiness.lock().unwrap().clone()
         }
     }
 
-    async fn start(readiness: Result<(), Vec<String>>) -> SocketAddr {
+    async fn start_with(
+        readiness: Result<(), Vec<String>>,
+        status: Status,
+        header_read_timeout: Duration,
+    ) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let fake = Arc::new(Fake {
             readiness: Mutex::new(readiness),
+            status,
         });
-        tokio::spawn(serve(listener, fake));
+        tokio::spawn(serve_with(listener, fake, header_read_timeout));
         addr
+    }
+
+    async fn start(readiness: Result<(), Vec<String>>) -> SocketAddr {
+        start_with(readiness, Status::default(), HEADER_READ_TIMEOUT).await
     }
 
     /// Sends `request` as is and returns the status line, the headers (names lowercased) and
@@ -435,7 +403,6 @@ mod tests {
             "{\n  \"guests\": [],\n  \"informers\": [],\n  \"sources_without_guests\": [],\n  \"uptime_seconds\": 0\n}\n",
             "pretty JSON, one line feed at the end"
         );
-        assert_eq!(get_status(addr).await.unwrap(), Status::default());
         assert_eq!(
             get(addr, "/healthz?verbose=1").await.unwrap(),
             (200, "ok\n".into()),
@@ -444,11 +411,83 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn get_status_reads_back_the_document_the_endpoint_serves() {
+        let status = Status {
+            guests: vec![GuestStatus {
+                name: "cmgen".into(),
+                state: GuestState::Failing,
+                reason: Some("trapped".into()),
+                blame: Some(crate::guest::Blame::Guest),
+                failing_since: None,
+                failing_keys: Some(1),
+                digest: Some("ab".repeat(32)),
+                source: "file /cmgen.wasm".into(),
+                loaded_at: None,
+                loads: 1,
+                rejections: 0,
+                last_error: None,
+                last_load_ms: Some(3.25),
+                reconciles: Reconciles {
+                    traps: 1,
+                    ..Reconciles::default()
+                },
+                queued: 2,
+                informers: Vec::new(),
+            }],
+            uptime_seconds: 5,
+            ..Status::default()
+        };
+        let addr = start_with(Ok(()), status.clone(), HEADER_READ_TIMEOUT).await;
+        assert_eq!(get_status(addr).await.unwrap(), status);
+    }
+
+    /// A one-shot server that answers whatever is asked with `response`.
+    async fn answer_once(response: &'static str) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = [0; 1024];
+            let _ = stream.read(&mut request).await.unwrap();
+            stream.write_all(response.as_bytes()).await.unwrap();
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn get_status_names_a_document_it_cannot_read_and_what_to_do() {
+        let body = r#"{"guests":[{"name":"g","state":"paused","source":"s"}]}"#;
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let addr = answer_once(response.leak()).await;
+        let err = get_status(addr).await.unwrap_err();
+        assert!(matches!(err, Error::Document { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains("unknown variant `paused`")
+                && message.contains("reconciled status --json"),
+            "{message}"
+        );
+
+        let addr = answer_once(
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 9\r\nconnection: close\r\n\r\nbroken\nup",
+        )
+        .await;
+        let err = get_status(addr).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("the host at {addr} answered GET /status with 500: broken up")
+        );
+    }
+
+    #[tokio::test]
     async fn content_types_match_each_route() {
         let addr = start(Ok(())).await;
         for (path, expected) in [
             ("/healthz", "text/plain; charset=utf-8"),
-            ("/metrics", "text/plain; version=0.0.4; charset=utf-8"),
+            ("/metrics", METRICS_CONTENT_TYPE),
             ("/status", "application/json"),
         ] {
             let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
@@ -537,10 +576,7 @@ mod tests {
         .await;
         assert_eq!(status, "HTTP/1.1 200 OK");
         assert_eq!(header(&headers, "content-length"), Some("33"));
-        assert_eq!(
-            header(&headers, "content-type"),
-            Some("text/plain; version=0.0.4; charset=utf-8")
-        );
+        assert_eq!(header(&headers, "content-type"), Some(METRICS_CONTENT_TYPE));
         assert_eq!(body, "");
     }
 
@@ -551,6 +587,44 @@ mod tests {
         assert_eq!(status, "HTTP/1.1 400 Bad Request");
         drop(TcpStream::connect(addr).await.unwrap());
         assert_eq!(get(addr, "/healthz").await.unwrap(), (200, "ok\n".into()));
+    }
+
+    /// Reads until the server closes `stream`; fails if it has not within `within`.
+    async fn closed_within(stream: &mut TcpStream, within: Duration) -> Vec<u8> {
+        let mut rest = Vec::new();
+        tokio::time::timeout(within, stream.read_to_end(&mut rest))
+            .await
+            .expect("the server kept the connection open")
+            .unwrap();
+        rest
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_sends_nothing_is_closed_after_the_header_read_timeout() {
+        let addr = start_with(Ok(()), Status::default(), Duration::from_millis(200)).await;
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        let opened = std::time::Instant::now();
+        closed_within(&mut silent, Duration::from_secs(5)).await;
+        assert!(
+            opened.elapsed() >= Duration::from_millis(150),
+            "closed too early"
+        );
+        assert_eq!(get(addr, "/healthz").await.unwrap(), (200, "ok\n".into()));
+    }
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_left_idle_is_closed_too() {
+        let addr = start_with(Ok(()), Status::default(), Duration::from_millis(200)).await;
+        let mut idle = TcpStream::connect(addr).await.unwrap();
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let answer =
+            String::from_utf8(closed_within(&mut idle, Duration::from_secs(5)).await).unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 200 OK") && answer.ends_with("\r\n\r\nok\n"),
+            "answered, then closed once idle: {answer:?}"
+        );
     }
 
     #[tokio::test]

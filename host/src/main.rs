@@ -214,11 +214,7 @@ impl Host {
         })?;
         tracing::info!(%addr, "serving /healthz /readyz /metrics /status");
         let endpoints: Arc<dyn reconciled::http::Endpoints> = self.supervisor.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = reconciled::http::serve(listener, endpoints).await {
-                tracing::error!("the status endpoints stopped: {e}");
-            }
-        });
+        let task = tokio::spawn(reconciled::http::serve(listener, endpoints));
         self.endpoints = Some(task.abort_handle());
         Ok(())
     }
