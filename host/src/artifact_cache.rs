@@ -8,6 +8,10 @@
 //!   is trusted exactly as much as the directory is. The directory is created private (0700)
 //!   and a directory owned by another user, or writable by group or others, is refused: the
 //!   host then compiles every time and says why once.
+//! - Every file is opened beneath the directory's handle, opened once: a symlink planted in
+//!   place of an artifact (or of the engine's subdirectory) is never followed, an artifact
+//!   that is not a regular file is treated as corrupt, and a key that is not a plain digest is
+//!   refused rather than joined into a path.
 //! - A corrupt, truncated or incompatible artifact is not an error: it is deleted and the
 //!   module is compiled again. Writes go to a temporary file that is renamed into place, so a
 //!   crash mid-write never leaves a half artifact under the real name.
@@ -15,9 +19,18 @@
 //!   `describe` and the grant check, so a stream of rejected uploads does not fill the disk.
 //! - The directory is pruned to [`ArtifactCache::with_max_bytes`] (1 GiB by default) after each
 //!   store, least recently loaded first.
+//! - An artifact is read into memory before it is loaded (rather than mapped from its file,
+//!   which wasmtime can only do by path), so a load briefly holds it twice.
 
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, MetadataExt, OpenOptions, PermissionsExt};
+// For `std::fs::Permissions::from_mode`, on the one path opened with ambient authority.
+use std::os::unix::fs::PermissionsExt as _;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -59,7 +72,10 @@ pub enum Origin {
 /// A directory of `<engine hash>/<module sha256>.cwasm` files.
 #[derive(Debug, Clone)]
 pub struct ArtifactCache {
-    dir: PathBuf,
+    /// The engine's subdirectory, for messages: files are reached through `dir` only.
+    path: PathBuf,
+    /// The engine's subdirectory, opened once: nothing below it is reached by path.
+    dir: Arc<Dir>,
     max_bytes: u64,
 }
 
@@ -80,24 +96,36 @@ impl ArtifactCache {
     /// Opens (creating, private) the cache under `dir` for `engine`'s configuration.
     ///
     /// The engine's compatibility hash names a subdirectory, so artifacts of another wasmtime
-    /// version or engine configuration are never even opened.
+    /// version or engine configuration are never even opened. `dir` itself is the operator's
+    /// choice and is followed wherever it leads (symlinks included); the subdirectory is not.
     pub fn open(dir: &Path, engine: &Engine) -> Result<Self, Error> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
-        let dir = dir.join(format!("{:016x}", h.finish()));
-        let io = |source| Error::Io {
-            path: dir.clone(),
-            source,
+        let name = format!("{:016x}", h.finish());
+        let path = dir.join(&name);
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Io { path, source }
         };
-        std::fs::create_dir_all(&dir).map_err(io)?;
-        check_private(&dir)?;
-        // The parent holds the per-engine directories; it must not let others swap them.
-        if let Some(parent) = dir.parent() {
-            check_private(parent)?;
+        // The one use of ambient authority: the operator's directory, opened once.
+        Dir::create_ambient_dir_all(dir, ambient_authority()).map_err(io(dir))?;
+        let root = Dir::open_ambient_dir(dir, ambient_authority()).map_err(io(dir))?;
+        // The root holds the per-engine directories; it must not let others swap them.
+        check_private(&root, dir, || {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        })?;
+        match root.create_dir(&name) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(&path)(e)),
+            _ => {}
         }
+        let engine_dir = root.open_dir_nofollow(&name).map_err(io(&path))?;
+        check_private(&engine_dir, &path, || {
+            root.set_permissions(&name, cap_std::fs::Permissions::from_mode(0o700))
+        })?;
         Ok(Self {
-            dir,
+            path,
+            dir: Arc::new(engine_dir),
             max_bytes: 1 << 30,
         })
     }
@@ -110,122 +138,187 @@ impl ArtifactCache {
 
     /// The directory artifacts of this engine live in.
     pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    fn path(&self, digest: &str) -> PathBuf {
-        self.dir.join(format!("{digest}.cwasm"))
+        &self.path
     }
 
     /// The component for `bytes` (whose sha256 is `digest`): loaded from the cache if present
     /// and valid, else compiled (and not stored: see [`ArtifactCache::store`]). Blocking: call
     /// it off the async runtime.
+    ///
+    /// A `digest` that is not a plain digest (letters and digits) skips the cache.
     pub fn load_or_compile(
         &self,
         engine: &Engine,
         digest: &str,
         bytes: &[u8],
     ) -> wasmtime::Result<(Component, Origin)> {
-        let path = self.path(digest);
-        if path.exists() {
-            // SAFETY: `deserialize_file` trusts the file to be an artifact this wasmtime
-            // produced. It lives in a directory `open` verified to be owned by this user and
-            // closed to everyone else, and was written by `store` below under a name derived
-            // from the module's sha256; wasmtime still checks its header, version and engine
-            // configuration, and a failure falls through to compiling.
-            match unsafe { Component::deserialize_file(engine, &path) } {
-                Ok(c) => {
-                    // Recently used, for pruning.
-                    if let Ok(f) = std::fs::File::options().append(true).open(&path) {
-                        let _ = f.set_modified(std::time::SystemTime::now());
-                    }
-                    return Ok((c, Origin::Cache));
-                }
-                Err(e) => {
-                    tracing::warn!(artifact = %path.display(), "discarding an unusable precompiled artifact: {e:#}");
-                    let _ = std::fs::remove_file(&path);
-                }
+        if let Some(name) = artifact_name(digest) {
+            if let Some(component) = self.load(engine, &name) {
+                return Ok((component, Origin::Cache));
             }
+        } else {
+            tracing::warn!(
+                digest,
+                "not a digest; compiling without the precompile cache"
+            );
         }
         let component = Component::new(engine, bytes)?;
         Ok((component, Origin::Compiled))
     }
 
+    /// The cached component called `name`, if there is a usable one; an unusable one is
+    /// deleted (a symlink itself, never what it points to).
+    fn load(&self, engine: &Engine, name: &str) -> Option<Component> {
+        let loaded = (|| -> wasmtime::Result<Option<Component>> {
+            let Some(mut file) = self.open_artifact(name)? else {
+                return Ok(None);
+            };
+            let mut artifact = Vec::new();
+            file.read_to_end(&mut artifact)?;
+            // SAFETY: `deserialize` trusts the bytes to be an artifact this wasmtime produced.
+            // They come from a regular file (not a symlink) in a directory `open` verified to
+            // be owned by this user and closed to everyone else, written by `store` below under
+            // a name derived from the module's sha256; wasmtime still checks the header,
+            // version and engine configuration, and a failure falls through to compiling.
+            let component = unsafe { Component::deserialize(engine, &artifact) }?;
+            // Recently used, for pruning. The file is ours, so a read-only handle may set it.
+            let _ = file.set_modified(std::time::SystemTime::now());
+            Ok(Some(component))
+        })();
+        match loaded {
+            Ok(component) => component,
+            Err(e) => {
+                let artifact = self.path.join(name);
+                tracing::warn!(artifact = %artifact.display(), "discarding an unusable precompiled artifact: {e:#}");
+                let _ = self.dir.remove_file_or_symlink(name);
+                None
+            }
+        }
+    }
+
+    /// Opens the artifact called `name` for reading: `None` when there is none, an error when
+    /// it is a symlink or not a regular file.
+    fn open_artifact(&self, name: &str) -> std::io::Result<Option<std::fs::File>> {
+        let mut options = OpenOptions::new();
+        options.read(true).follow(FollowSymlinks::No);
+        let file = match self.dir.open_with(name, &options) {
+            Ok(file) => file.into_std(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        Ok(Some(file))
+    }
+
     /// Stores `component`'s native code under `digest`, then prunes the directory. Blocking.
     /// Failures are logged, never fatal: the next load compiles again.
     pub fn store(&self, component: &Component, digest: &str) {
-        let path = self.path(digest);
-        if path.exists() {
+        let Some(name) = artifact_name(digest) else {
+            tracing::warn!(
+                digest,
+                "not a digest; the precompiled artifact is not stored"
+            );
+            return;
+        };
+        if self.dir.symlink_metadata(&name).is_ok_and(|m| m.is_file()) {
             return;
         }
         let write = || -> wasmtime::Result<()> {
             let bytes = component.serialize()?;
             // Unique per writer: two loads of one module may store at once.
-            let tmp = self.dir.join(format!(
-                ".{digest}.{}.{:08x}.tmp",
+            let tmp = format!(
+                ".{name}.{}.{:08x}.tmp",
                 std::process::id(),
                 fastrand::u32(..)
-            ));
-            std::fs::write(&tmp, bytes)?;
-            std::fs::rename(&tmp, &path).inspect_err(|_| {
-                let _ = std::fs::remove_file(&tmp);
-            })?;
+            );
+            // create_new: never through whatever might already be there, symlink included.
+            let mut file = self
+                .dir
+                .open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
+            let written = file.write_all(&bytes);
+            drop(file);
+            // A rename replaces a symlink at `name` rather than writing through it.
+            written
+                .and_then(|()| self.dir.rename(&tmp, &self.dir, &name))
+                .inspect_err(|_| {
+                    let _ = self.dir.remove_file(&tmp);
+                })?;
             Ok(())
         };
         if let Err(e) = write() {
-            tracing::warn!(artifact = %path.display(), "could not store the precompiled artifact (the next load compiles again): {e}");
+            let artifact = self.path.join(&name);
+            tracing::warn!(artifact = %artifact.display(), "could not store the precompiled artifact (the next load compiles again): {e}");
         }
         self.prune();
     }
 
     /// Deletes the least recently loaded artifacts until the directory fits `max_bytes`.
     fn prune(&self) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+        let Ok(entries) = self.dir.entries() else {
             return;
         };
-        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        // Regular files only: a symlink's size says nothing about what it costs here.
+        let mut files: Vec<(std::time::SystemTime, u64, std::ffi::OsString)> = entries
             .filter_map(Result::ok)
-            .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+            .filter(|e| {
+                Path::new(&e.file_name())
+                    .extension()
+                    .is_some_and(|x| x == "cwasm")
+            })
             .filter_map(|e| {
-                let m = e.metadata().ok()?;
-                Some((m.modified().ok()?, m.len(), e.path()))
+                let m = e.metadata().ok().filter(|m| m.is_file())?;
+                Some((m.modified().ok()?.into_std(), m.len(), e.file_name()))
             })
             .collect();
         let mut total: u64 = files.iter().map(|f| f.1).sum();
         files.sort();
-        for (_, len, path) in files {
+        for (_, len, name) in files {
             if total <= self.max_bytes {
                 break;
             }
-            if std::fs::remove_file(&path).is_ok() {
+            if self.dir.remove_file(&name).is_ok() {
                 total -= len;
             }
         }
     }
 }
 
-fn check_private(dir: &Path) -> Result<(), Error> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let meta = std::fs::metadata(dir).map_err(|source| Error::Io {
-        path: dir.into(),
+/// The file name of `digest`'s artifact, if `digest` is a plain digest: letters and digits
+/// only, so that it can name nothing but a file directly in the directory.
+fn artifact_name(digest: &str) -> Option<String> {
+    let plain = !digest.is_empty()
+        && digest.len() <= 128
+        && digest.bytes().all(|b| b.is_ascii_alphanumeric());
+    plain.then(|| format!("{digest}.cwasm"))
+}
+
+/// Refuses `dir` (at `path`) if another user owns it; tightens it with `tighten` if it is ours
+/// and group or others may write to it.
+fn check_private(
+    dir: &Dir,
+    path: &Path,
+    tighten: impl FnOnce() -> std::io::Result<()>,
+) -> Result<(), Error> {
+    let meta = dir.dir_metadata().map_err(|source| Error::Io {
+        path: path.into(),
         source,
     })?;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     if meta.uid() != me {
         return Err(Error::NotPrivate {
-            path: dir.into(),
+            path: path.into(),
             problem: format!("owned by uid {}, not this user (uid {me})", meta.uid()),
         });
     }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o022 != 0 {
         // Ours, so tighten it rather than refuse: a fresh directory gets the umask's mode.
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|_| {
-            Error::NotPrivate {
-                path: dir.into(),
-                problem: format!("writable by group or others (mode {mode:o})"),
-            }
+        tighten().map_err(|_| Error::NotPrivate {
+            path: path.into(),
+            problem: format!("writable by group or others (mode {mode:o})"),
         })?;
     }
     Ok(())
@@ -243,6 +336,11 @@ mod tests {
         ));
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// Where `digest`'s artifact is, for looking at it from outside the cache.
+    fn artifact(cache: &ArtifactCache, digest: &str) -> PathBuf {
+        cache.dir().join(format!("{digest}.cwasm"))
     }
 
     // The smallest valid component: the header only.
@@ -267,12 +365,15 @@ mod tests {
             .unwrap();
         assert_eq!(second, Origin::Cache);
 
-        std::fs::write(cache.path("abc"), b"garbage").unwrap();
+        std::fs::write(artifact(&cache, "abc"), b"garbage").unwrap();
         let (component, third) = cache
             .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
             .unwrap();
         assert_eq!(third, Origin::Compiled);
-        assert!(!cache.path("abc").exists(), "the corrupt artifact is gone");
+        assert!(
+            !artifact(&cache, "abc").exists(),
+            "the corrupt artifact is gone"
+        );
         cache.store(&component, "abc");
         let (_, fourth) = cache
             .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
@@ -291,14 +392,14 @@ mod tests {
             .unwrap();
         let one = {
             cache.store(&component, "a");
-            std::fs::metadata(cache.path("a")).unwrap().len()
+            std::fs::metadata(artifact(&cache, "a")).unwrap().len()
         };
         let cache = cache.with_max_bytes(2 * one);
         let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
         let age = |d: &str, t| {
             let f = std::fs::File::options()
                 .append(true)
-                .open(cache.path(d))
+                .open(artifact(&cache, d))
                 .unwrap();
             f.set_modified(t).unwrap();
         };
@@ -311,9 +412,9 @@ mod tests {
             .unwrap();
         assert_eq!(origin, Origin::Cache);
         cache.store(&component, "c");
-        assert!(cache.path("a").exists());
-        assert!(!cache.path("b").exists());
-        assert!(cache.path("c").exists());
+        assert!(artifact(&cache, "a").exists());
+        assert!(!artifact(&cache, "b").exists());
+        assert!(artifact(&cache, "c").exists());
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -328,5 +429,120 @@ mod tests {
         let mode = std::fs::metadata(&root).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode & 0o022, 0, "mode {mode:o}");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_planted_in_place_of_an_artifact_is_not_followed() {
+        let engine = Engine::default();
+        // A valid artifact outside the cache: were the link followed, it would load from it.
+        let elsewhere = temp("elsewhere");
+        let other = ArtifactCache::open(&elsewhere, &engine).unwrap();
+        let (component, _) = other
+            .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
+            .unwrap();
+        other.store(&component, "abc");
+        let target = artifact(&other, "abc");
+        let original = std::fs::read(&target).unwrap();
+
+        let root = temp("planted");
+        let cache = ArtifactCache::open(&root, &engine).unwrap();
+        let link = artifact(&cache, "abc");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let (component, origin) = cache
+            .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
+            .unwrap();
+        assert_eq!(origin, Origin::Compiled, "loaded through the symlink");
+        assert!(
+            std::fs::symlink_metadata(&link).is_err(),
+            "the link itself is deleted"
+        );
+        cache.store(&component, "abc");
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_file());
+        assert_eq!(
+            std::fs::read(&target).unwrap(),
+            original,
+            "the target is untouched"
+        );
+        let (_, origin) = cache
+            .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
+            .unwrap();
+        assert_eq!(origin, Origin::Cache);
+        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_in_place_of_the_engine_directory_is_refused() {
+        let engine = Engine::default();
+        let root = temp("engine-link");
+        let name = ArtifactCache::open(&root, &engine)
+            .unwrap()
+            .dir()
+            .file_name()
+            .unwrap()
+            .to_owned();
+        let elsewhere = temp("engine-elsewhere");
+        std::fs::remove_dir(root.join(&name)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join(&name)).unwrap();
+        let err = ArtifactCache::open(&root, &engine).unwrap_err();
+        assert!(matches!(err, Error::Io { .. }), "{err}");
+        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::remove_dir_all(&elsewhere).unwrap();
+    }
+
+    #[test]
+    fn a_key_that_is_not_a_plain_digest_names_no_file() {
+        for key in [
+            "",
+            "..",
+            "../escape",
+            "a/b",
+            "/etc/passwd",
+            "x.cwasm",
+            "sha256:ab",
+        ] {
+            assert_eq!(artifact_name(key), None, "{key:?}");
+        }
+        assert_eq!(
+            artifact_name(&"0a".repeat(32)),
+            Some(format!("{}.cwasm", "0a".repeat(32)))
+        );
+
+        let engine = Engine::default();
+        let root = temp("keys");
+        let cache = ArtifactCache::open(&root, &engine).unwrap();
+        let (component, origin) = cache
+            .load_or_compile(&engine, "../escape", EMPTY_COMPONENT)
+            .unwrap();
+        assert_eq!(origin, Origin::Compiled);
+        cache.store(&component, "../escape");
+        assert!(!root.join("escape.cwasm").exists(), "written outside");
+        assert_eq!(
+            std::fs::read_dir(cache.dir()).unwrap().count(),
+            0,
+            "nothing stored under a key that is not a digest"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn pruning_counts_and_deletes_regular_files_only() {
+        let engine = Engine::default();
+        let root = temp("prune-links");
+        let cache = ArtifactCache::open(&root, &engine).unwrap();
+        let (component, _) = cache
+            .load_or_compile(&engine, "x", EMPTY_COMPONENT)
+            .unwrap();
+        cache.store(&component, "a");
+        let outside = temp("prune-outside");
+        let victim = outside.join("victim.cwasm");
+        std::fs::write(&victim, b"not the cache's to delete").unwrap();
+        std::os::unix::fs::symlink(&victim, artifact(&cache, "link")).unwrap();
+        let cache = cache.with_max_bytes(0);
+        cache.store(&component, "b");
+        assert!(victim.exists(), "the symlink's target was pruned");
+        assert!(!artifact(&cache, "a").exists() && !artifact(&cache, "b").exists());
+        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::remove_dir_all(&outside).unwrap();
     }
 }

@@ -90,6 +90,10 @@ pub struct GuestConfig {
     /// Unique name.
     pub name: String,
     /// Path to the `.wasm` component, relative to the config file.
+    ///
+    /// Read with the host's own authority, wherever it leads (`..` and symlinks included):
+    /// like the config file, it is the operator's word. Files named by others (the dev
+    /// folder's, the precompile cache's) are opened beneath their directory instead.
     pub module: PathBuf,
     /// Concurrent reconciles [1].
     #[serde(default = "one")]

@@ -14,15 +14,26 @@
 //! - A writer that pauses longer than the settle time mid-file (or writes for longer than
 //!   `max_wait`) is read half-written. The half version is reported, and the finished one
 //!   follows once it is closed; guests that fail to load keep the previous version serving.
-//! - A symlink counts as the file it points to, but only changes to the link itself are seen.
+//! - Whoever may write to the folder chooses the names in it, so every file is opened beneath the
+//!   folder's handle, opened once: no name or link reaches outside the folder. A symlink counts
+//!   as the file it points to if that file is in the folder too (and only changes to the link
+//!   itself are seen); one that leads outside is not read, and a warning says so.
 //! - Two files whose names map to the same guest (`a_b.wasm`, `a-b.wasm`) both report under that
 //!   name; the last one written wins, and a warning says so.
-//! - Deleting or moving the folder stops the source: the receiver yields `None`.
+//! - Deleting or moving the folder stops the source: the receiver yields `None`. A move is
+//!   seen at once; a deletion within a quarter of a second, since the OS does not report it while
+//!   the folder's handle is open.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::Read;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
 
 use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
 use notify::{Event, EventKind, RecursiveMode, Watcher};
@@ -33,6 +44,10 @@ use crate::guest::digest_of;
 
 /// How many changes may wait for the consumer before the watcher stops reading files.
 const CHANGES_BUFFER: usize = 64;
+
+/// How often the folder is checked for having been deleted. While its handle is open the OS
+/// keeps it, unlinked, and sends no event until the handle closes.
+const FOLDER_CHECK: Duration = Duration::from_millis(250);
 
 /// Why the folder cannot be watched.
 #[derive(Debug, thiserror::Error)]
@@ -208,6 +223,13 @@ impl DirSource {
             path: dir.into(),
             source,
         })?;
+        // The one use of ambient authority: every file is then opened beneath this handle.
+        let folder =
+            Dir::open_ambient_dir(dir, ambient_authority()).map_err(|source| Error::Read {
+                path: dir.into(),
+                source,
+            })?;
+        let folder = Arc::new(folder);
 
         // notify calls back on its own thread: stamp the event there (the latency starts at the
         // event, not when the task gets to it) and never block it.
@@ -228,7 +250,7 @@ impl DirSource {
 
         // Listed after the watch is in place, so a file written in between is either listed or
         // seen as an event (or both; the digest check drops the repeat).
-        let existing = list_modules(dir).map_err(|source| Error::Read {
+        let existing = list_modules(&folder, dir).map_err(|source| Error::Read {
             path: dir.into(),
             source,
         })?;
@@ -250,6 +272,7 @@ impl DirSource {
         let task = tokio::spawn(
             Watch {
                 dir: dir.into(),
+                folder,
                 settle,
                 events,
                 changes,
@@ -293,12 +316,15 @@ fn is_module(dir: &Path, path: &Path) -> bool {
             .is_some_and(|n| n.ends_with(".wasm") && !n.starts_with('.'))
 }
 
-/// The module files in `dir` that are (or point to) regular files.
-fn list_modules(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// The module files in `folder` (at `dir`) that are regular files or symlinks; whether a link
+/// leads to a module inside the folder is for [`read_module`] to find out, and say.
+fn list_modules(folder: &Dir, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = dir.join(entry?.file_name());
-        if is_module(dir, &path) && std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+    for entry in folder.entries()? {
+        let entry = entry?;
+        let path = dir.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if is_module(dir, &path) && (kind.is_file() || kind.is_symlink()) {
             found.push(path);
         }
     }
@@ -306,17 +332,46 @@ fn list_modules(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// Reads a module: `None` when it is gone (or is no longer a regular file).
-fn read_module(path: &Path) -> std::io::Result<Option<(Vec<u8>, String)>> {
-    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
-    match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => return Ok(None),
-        Ok(_) => {}
-        Err(e) if gone(&e) => return Ok(None),
-        Err(e) => return Err(e),
+/// Reads the module called `name` in `folder`: `None` when it is gone (or is not a regular
+/// file). `name` must be a plain file name; a symlink is followed only within the folder.
+fn read_module(folder: &Dir, name: &OsStr) -> std::io::Result<Option<(Vec<u8>, String)>> {
+    use std::io::{Error, ErrorKind};
+    let gone = |e: &Error| e.kind() == ErrorKind::NotFound;
+    // Names come from events and listings, so this never fails; were it to, `..` or a path
+    // must not reach the folder's handle, which would refuse it less clearly.
+    let mut parts = Path::new(name).components();
+    if !matches!(
+        (parts.next(), parts.next()),
+        (Some(std::path::Component::Normal(_)), None)
+    ) {
+        let name = Path::new(name).display();
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("{name:?} is not a file name in the module folder"),
+        ));
     }
-    match std::fs::read(path) {
-        Ok(bytes) => {
+    let mut file = match folder.open(name) {
+        Ok(file) => file,
+        Err(e) if gone(&e) => return Ok(None),
+        Err(e)
+            if e.kind() == ErrorKind::PermissionDenied
+                && folder.symlink_metadata(name).is_ok_and(|m| m.is_symlink()) =>
+        {
+            return Err(Error::new(
+                ErrorKind::PermissionDenied,
+                "it is a symlink that leads outside the module folder, and only files inside \
+                 it are read; copy the module into the folder, or run `reconciled dev` on the \
+                 folder the link points into",
+            ));
+        }
+        Err(e) => return Err(e),
+    };
+    if !file.metadata()?.is_file() {
+        return Ok(None);
+    }
+    let mut bytes = Vec::new();
+    match file.read_to_end(&mut bytes) {
+        Ok(_) => {
             let digest = digest_of(&bytes);
             Ok(Some((bytes, digest)))
         }
@@ -364,6 +419,8 @@ fn quiet_for(kind: &EventKind, settle: &Settle) -> Option<Duration> {
 /// The task behind a [`DirSource`].
 struct Watch {
     dir: PathBuf,
+    /// `dir`, opened once: every read goes through it.
+    folder: Arc<Dir>,
     settle: Settle,
     events: mpsc::UnboundedReceiver<(std::time::Instant, notify::Result<Event>)>,
     changes: mpsc::Sender<Change>,
@@ -374,6 +431,8 @@ struct Watch {
 
 impl Watch {
     async fn run(mut self) {
+        let mut check = tokio::time::interval(FOLDER_CHECK);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // Everything already queued first: an event that arrived just before a deadline
             // postpones it, rather than letting us read a file its writer has resumed writing.
@@ -402,8 +461,21 @@ impl Watch {
                     None => return,
                 },
                 () = sleep_until(next) => {}
+                _ = check.tick() => {
+                    if self.folder_deleted() {
+                        tracing::error!(folder = %self.dir.display(), "the module folder was deleted; no further changes will be picked up (recreate it and restart `reconciled dev`)");
+                        return;
+                    }
+                }
             }
         }
+    }
+
+    /// Whether the folder has been deleted: it has no links left. An error inspecting it
+    /// (which its own handle should never give) is not taken for a deletion.
+    fn folder_deleted(&self) -> bool {
+        use cap_std::fs::MetadataExt;
+        self.folder.dir_metadata().is_ok_and(|m| m.nlink() == 0)
     }
 
     fn on_event(
@@ -464,7 +536,7 @@ impl Watch {
     /// Events were lost (the OS queue overflowed): every file may have changed.
     fn rescan(&mut self, at: Instant) -> ControlFlow<()> {
         tracing::warn!(folder = %self.dir.display(), "file events were lost; rereading every module in the folder");
-        let listed = match list_modules(&self.dir) {
+        let listed = match list_modules(&self.folder, &self.dir) {
             Ok(listed) => listed,
             Err(e) => {
                 tracing::error!(folder = %self.dir.display(), error = %e, "cannot list the module folder; no further changes will be picked up (restart `reconciled dev`)");
@@ -490,9 +562,14 @@ impl Watch {
             .collect();
         for (path, pending) in due {
             self.pending.remove(&path);
-            let file = path.clone();
+            let (folder, name) = (self.folder.clone(), path.file_name().map(OsStr::to_owned));
             // Off the runtime: a module is megabytes, and hashing it takes milliseconds.
-            let read = tokio::task::spawn_blocking(move || read_module(&file)).await;
+            let read = tokio::task::spawn_blocking(move || match name {
+                Some(name) => read_module(&folder, &name),
+                // `is_module` admitted it, so it has one.
+                None => Ok(None),
+            })
+            .await;
             let change = match read {
                 Ok(Ok(Some((bytes, digest)))) => {
                     if self.emitted.get(&path) == Some(&digest) {
@@ -857,5 +934,53 @@ mod tests {
         drop(source);
         let end = tokio::time::timeout(WINDOW, rx.recv()).await;
         assert!(matches!(end, Ok(None)), "{end:?}");
+    }
+
+    #[tokio::test]
+    async fn a_symlink_leading_outside_the_folder_is_not_read() {
+        let dir = TempDir::new("escape");
+        let outside = TempDir::new("escape-outside");
+        std::fs::write(outside.path("secret.wasm"), b"not yours").unwrap();
+        std::os::unix::fs::symlink(outside.path("secret.wasm"), dir.path("secret.wasm")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.path("passwd.wasm")).unwrap();
+        std::os::unix::fs::symlink("../x/../../etc/passwd", dir.path("dots.wasm")).unwrap();
+        let (_source, mut rx) = DirSource::start(&dir.0, Settle::default()).unwrap();
+        // One made after the start is seen as an event, and not read either.
+        std::os::unix::fs::symlink(outside.path("secret.wasm"), dir.path("late.wasm")).unwrap();
+        // A link to a file inside the folder still counts as that file.
+        std::fs::write(dir.path(".real.bin"), b"inside").unwrap();
+        std::os::unix::fs::symlink(".real.bin", dir.path("alias.wasm")).unwrap();
+        let got = changes_within(&mut rx, WINDOW).await;
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(upsert(&got[0]), ("alias", &b"inside"[..]));
+    }
+
+    #[test]
+    fn reading_a_link_outside_the_folder_says_why_it_is_refused() {
+        let dir = TempDir::new("escape-read");
+        std::os::unix::fs::symlink("/etc/passwd", dir.path("passwd.wasm")).unwrap();
+        let folder = Dir::open_ambient_dir(&dir.0, ambient_authority()).unwrap();
+        let err = read_module(&folder, OsStr::new("passwd.wasm")).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(
+            err.to_string().contains("leads outside the module folder"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn names_that_are_not_plain_file_names_are_refused() {
+        let base = TempDir::new("names");
+        std::fs::create_dir(base.path("modules")).unwrap();
+        std::fs::write(base.path("up.wasm"), b"above the folder").unwrap();
+        let folder = Dir::open_ambient_dir(base.path("modules"), ambient_authority()).unwrap();
+        for name in ["../up.wasm", "..", ".", "sub/x.wasm", "/etc/passwd", ""] {
+            let err = read_module(&folder, OsStr::new(name)).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                std::io::ErrorKind::InvalidInput,
+                "{name:?}: {err}"
+            );
+        }
     }
 }
