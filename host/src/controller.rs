@@ -22,6 +22,7 @@ use crate::guest::{Blame, CallError, Module};
 use crate::handlers::{self, Role};
 use crate::imports::{Declared, GuestContext, Limits, Metrics, gvk_key};
 use crate::informer::{Event, Informer, InformerKey, Namespaces, Scope, Staleness, Status};
+use crate::metrics::{ReconcileResult, ReconcileStats, Reconciles};
 use crate::read_your_writes::Floors;
 use crate::selector::LabelSelector;
 use crate::work_queue::{Priority, WorkQueue};
@@ -102,6 +103,9 @@ pub struct Counters {
     errors: [AtomicU64; 3],
     /// Worker panics caught: the worker carried on and the key was retried.
     pub worker_panics: AtomicU64,
+    /// What controller-runtime counts per controller: results, reconcile time, panics during a
+    /// reconcile, busy workers.
+    pub reconciles: Reconciles,
 }
 
 impl Counters {
@@ -270,6 +274,12 @@ pub struct Snapshot {
     pub held_back: Option<String>,
     /// Keys waiting.
     pub queued: usize,
+    /// Reconcile results, time, panics and busy workers (all versions).
+    pub reconciles: ReconcileStats,
+    /// The work queue's client-go metrics.
+    pub queue: crate::work_queue::Stats,
+    /// Workers: the most reconciles run at once.
+    pub workers: usize,
 }
 
 impl Controller {
@@ -554,6 +564,9 @@ impl Controller {
             failing: self.failing(),
             held_back: self.not_ready(),
             queued: self.queue.len(),
+            reconciles: self.counters.reconciles.stats(),
+            queue: self.queue.stats(),
+            workers: self.settings.workers.max(1),
         }
     }
 
@@ -670,7 +683,7 @@ impl Controller {
         })
     }
 
-    async fn reconcile_one(&self, key: &str) {
+    async fn reconcile_one(&self, key: &str) -> ReconcileResult {
         let (namespace, name) = key.split_once('/').map_or(("", key), |(n, m)| (n, m));
         let request = Request {
             namespace: namespace.to_string(),
@@ -722,6 +735,11 @@ impl Controller {
                     );
                 }
                 tracing::debug!(guest = %self.name, %key, ?took, ?outcome, "reconciled");
+                match outcome {
+                    Outcome::RequeueAfter(0) => ReconcileResult::Requeue,
+                    Outcome::RequeueAfter(_) => ReconcileResult::RequeueAfter,
+                    Outcome::Done => ReconcileResult::Success,
+                }
             }
             Ok(Err(e)) => {
                 Metrics::bump(&m.reconciles_failed);
@@ -730,6 +748,7 @@ impl Controller {
                 let retry = self.queue.add_rate_limited(key.to_string());
                 let blame = blame.unwrap_or(Blame::Guest);
                 tracing::warn!(guest = %self.name, %key, error = ?e, ?retry, %blame, api_wait = ?usage.api_wait, "reconcile failed");
+                ReconcileResult::Error
             }
             Err(e) => {
                 Metrics::bump(&m.traps);
@@ -737,6 +756,7 @@ impl Controller {
                 let blame = e.blame();
                 tracing::warn!(guest = %self.name, %key, error = %e, ?retry, %blame, guest_time = ?usage.guest_time(), api_wait = ?usage.api_wait, host_wait = ?usage.host_wait, "reconcile trapped");
                 self.set_failing(key, format!("reconciling {key}: {e}"), blame);
+                ReconcileResult::Error
             }
         }
     }
@@ -1044,9 +1064,17 @@ async fn work(controller: std::sync::Weak<Controller>) {
         let Some(c) = controller.upgrade() else {
             return;
         };
-        if let Err(panic) = AssertUnwindSafe(c.reconcile_one(&key)).catch_unwind().await {
-            c.worker_panicked(&key, &panic_message(&*panic));
-        }
+        let _active = c.counters.reconciles.active();
+        let started = Instant::now();
+        let result = match AssertUnwindSafe(c.reconcile_one(&key)).catch_unwind().await {
+            Ok(result) => result,
+            Err(panic) => {
+                c.worker_panicked(&key, &panic_message(&*panic));
+                c.counters.reconciles.panicked();
+                ReconcileResult::Error
+            }
+        };
+        c.counters.reconciles.finished(result, started.elapsed());
         queue.done(&key);
     }
 }

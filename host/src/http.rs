@@ -28,8 +28,9 @@ use crate::status::Status;
 /// The paths served, in the order a 404 lists them.
 const PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/status"];
 
-/// The content type Prometheus expects for text format 0.0.4.
-const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The content type of what [`crate::metrics::encode`] writes: OpenMetrics text, which
+/// Prometheus must be told it is.
+const METRICS_CONTENT_TYPE: &str = crate::metrics::CONTENT_TYPE;
 
 /// How long a connection may take to send a request's headers, and how long a kept-alive one
 /// may sit idle: a client that connects and sends nothing would otherwise hold its task forever.

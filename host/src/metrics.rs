@@ -1,297 +1,1206 @@
-//! Prometheus text exposition (format 0.0.4), written by hand: the host exposes a few dozen
-//! series built fresh on every scrape, which does not need a registry.
+//! `/metrics`: OpenMetrics text, encoded by `prometheus-client` from a [`Scrape`] of the host's
+//! state taken when Prometheus asks.
+//!
+//! The families carry the names operators already chart and alert on:
+//! - controller-runtime's `controller_runtime_*`, with `controller` = the guest's name;
+//! - client-go's `workqueue_*`, with `name` = the guest's name (and `controller`, the same name,
+//!   as controller-runtime adds), in controller-runtime's buckets;
+//! - the standard process collector's `process_*`, read from `/proc`;
+//! - `reconciled_*` for what only this host has: guests and their modules, failures by blame,
+//!   worker panics, informers. These label the guest `guest`.
+//!
+//! Where it may surprise:
+//! - Counters and histograms belong to a guest's controller: a reload keeps them, but unloading
+//!   the guest, or restarting it with other settings (grant, limits, workers), starts them from
+//!   zero, which Prometheus reads as a counter reset. A guest no version of which serves shows
+//!   in the `reconciled_*` families only.
+//! - The text is OpenMetrics 1.0 and must be served as [`CONTENT_TYPE`]: a counter's `# TYPE`
+//!   line names it without `_total`, and guest info is of type `info`, neither of which the older
+//!   0.0.4 text format allows.
+//! - The `process_*` families are left out where `/proc` cannot be read (not Linux).
 //!
 //! ```
-//! use reconciled::metrics::{Exposition, Kind};
+//! use reconciled::metrics::{Scrape, encode};
 //!
-//! let mut e = Exposition::new();
-//! e.family("reconciled_reconciles_total", "Reconciles finished, by guest and outcome.", Kind::Counter)
-//!     .sample(&[("guest", "cmgen"), ("outcome", "ok")], 10u64)
-//!     .sample(&[("guest", "cmgen"), ("outcome", "failed")], 1u64);
-//! e.family("reconciled_guests_serving", "Guests serving reconciles.", Kind::Gauge)
-//!     .sample(&[], 1u64);
-//! assert!(e.finish().contains("reconciled_reconciles_total{guest=\"cmgen\",outcome=\"ok\"} 10\n"));
+//! let text = encode(Scrape { unloads: 2, ..Scrape::default() });
+//! assert!(text.contains("\nreconciled_module_unloads_total 2\n"));
+//! assert!(text.ends_with("# EOF\n"));
 //! ```
 
-use std::collections::HashSet;
-use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-/// Builds the text of one scrape.
-///
-/// Names are checked only in debug builds: they come from the host's code, not from users, and
-/// a bad one is a bug. In release builds an invalid name is written as given, and Prometheus
-/// then rejects the whole scrape, not just that family. Label *values* may be anything; they
-/// are escaped.
-#[derive(Debug, Default)]
-pub struct Exposition {
-    out: String,
-    /// The family samples go to; `None` before the first [`Exposition::family`].
-    current: Option<String>,
-    /// Every family started, to catch a name started twice (Prometheus rejects the scrape).
-    started: HashSet<String>,
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
+    MetricEncoder,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::controller::Snapshot;
+use crate::guest::Blame;
+use crate::informer::{Staleness, Stats};
+use crate::work_queue::Priority;
+
+/// Why the process metrics could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file under `/proc` could not be read: not Linux, or `/proc` is not mounted.
+    #[error("cannot read {path} (the process_* metrics are left out): {source}")]
+    Read {
+        /// The file.
+        path: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file under `/proc` did not have the layout of Linux's.
+    #[error(
+        "{path} does not have the layout of Linux's (the process_* metrics are left out): {what}"
+    )]
+    Layout {
+        /// The file.
+        path: &'static str,
+        /// What was missing or unreadable.
+        what: &'static str,
+    },
+    /// `sysconf` did not answer for the clock tick or the page size.
+    #[error("sysconf({0}) failed (the process_* metrics are left out)")]
+    Sysconf(&'static str),
 }
 
-/// A family's type, rendered on its `# TYPE` line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Only ever goes up, except to restart from zero with the process.
-    Counter,
-    /// Goes up and down.
-    Gauge,
+/// The module's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The content type of what [`encode`] returns: OpenMetrics text 1.0, which Prometheus parses
+/// by this header whatever it asked for.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// controller-runtime's buckets for `controller_runtime_reconcile_time_seconds`: 5 ms to 60 s.
+pub const RECONCILE_TIME_BUCKETS: [f64; 40] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+    25.0, 30.0, 40.0, 50.0, 60.0,
+];
+
+/// Buckets of `workqueue_queue_duration_seconds` and `workqueue_work_duration_seconds`: 10 ns to
+/// 1000 s, ×10 each, as controller-runtime registers them (Kubernetes' own components use the
+/// bounds from 1 µs up).
+pub const WORK_QUEUE_BUCKETS: [f64; 12] = [
+    1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0,
+];
+
+/// What a reconcile came to, as controller-runtime's `result` label names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReconcileResult {
+    /// The guest returned `done`.
+    Success,
+    /// The guest returned an error, trapped (panic, deadline, memory, host-call limit), or the
+    /// host's worker panicked running it: all are retried with backoff, as controller-runtime
+    /// retries an error or a recovered panic.
+    Error,
+    /// The guest returned `requeue-after(0)`: queued again at once. controller-runtime's
+    /// `requeue` is rate-limited instead; both mean "again, with no delay of its own".
+    Requeue,
+    /// The guest returned `requeue-after` with a delay.
+    RequeueAfter,
 }
 
-/// A sample's value.
-///
-/// Integers render without a decimal point. Floats render in Rust's shortest round-trip form,
-/// switching to exponent notation outside 1e-6..1e15 so a huge value does not print hundreds
-/// of digits; NaN and the infinities render as `NaN`, `+Inf` and `-Inf`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Value {
-    /// A count or other whole number.
-    Int(u64),
-    /// Anything else, such as seconds.
-    Float(f64),
-}
+impl ReconcileResult {
+    /// Every result, in the order [`ReconcileStats::results`] counts them.
+    pub const ALL: [ReconcileResult; 4] = [
+        ReconcileResult::Success,
+        ReconcileResult::Error,
+        ReconcileResult::Requeue,
+        ReconcileResult::RequeueAfter,
+    ];
 
-impl From<u64> for Value {
-    fn from(v: u64) -> Self {
-        Value::Int(v)
-    }
-}
-
-impl From<usize> for Value {
-    fn from(v: usize) -> Self {
-        // usize is at most 64 bits on every target the host builds for.
-        Value::Int(v as u64)
-    }
-}
-
-impl From<f64> for Value {
-    fn from(v: f64) -> Self {
-        Value::Float(v)
-    }
-}
-
-impl From<bool> for Value {
-    /// `true` is 1, `false` is 0: the Prometheus convention for "is this so" gauges.
-    fn from(v: bool) -> Self {
-        Value::Int(u64::from(v))
-    }
-}
-
-impl Exposition {
-    /// An empty scrape.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Starts a family; the samples that follow belong to it. Families render in the order
-    /// started, and a family without samples still renders its `# HELP` and `# TYPE` lines.
-    ///
-    /// # Panics
-    ///
-    /// In debug builds, if `name` is not a valid metric name or was started before: both are
-    /// bugs, and Prometheus would reject the whole scrape for them.
-    pub fn family(&mut self, name: &str, help: &str, kind: Kind) -> &mut Self {
-        debug_assert!(is_metric_name(name), "invalid metric name {name:?}");
-        let first = self.started.insert(name.to_owned());
-        debug_assert!(first, "metric family {name:?} started twice");
-        let kind = match kind {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-        };
-        let _ = writeln!(self.out, "# HELP {name} {}", escape_help(help));
-        let _ = writeln!(self.out, "# TYPE {name} {kind}");
-        self.current = Some(name.to_owned());
-        self
-    }
-
-    /// Adds a sample to the current family, labels in the order given; an empty `labels`
-    /// renders no braces at all.
-    ///
-    /// # Panics
-    ///
-    /// In debug builds, if no family was started or a label name is invalid or repeated. In
-    /// release builds a sample without a family is dropped rather than written nameless, which
-    /// would make Prometheus reject the whole scrape.
-    pub fn sample(&mut self, labels: &[(&str, &str)], value: impl Into<Value>) -> &mut Self {
-        debug_assert!(self.current.is_some(), "sample before any metric family");
-        let Some(name) = &self.current else {
-            return self;
-        };
-        self.out.push_str(name);
-        if !labels.is_empty() {
-            self.out.push('{');
-            for (i, (label, value)) in labels.iter().enumerate() {
-                debug_assert!(is_label_name(label), "invalid label name {label:?}");
-                debug_assert!(
-                    labels[..i].iter().all(|(l, _)| l != label),
-                    "label {label:?} repeated in a sample of {name}"
-                );
-                if i > 0 {
-                    self.out.push(',');
-                }
-                let _ = write!(self.out, "{label}=\"{}\"", escape_label_value(value));
-            }
-            self.out.push('}');
+    /// The `result` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ReconcileResult::Success => "success",
+            ReconcileResult::Error => "error",
+            ReconcileResult::Requeue => "requeue",
+            ReconcileResult::RequeueAfter => "requeue_after",
         }
-        self.out.push(' ');
-        write_value(&mut self.out, value.into());
-        self.out.push('\n');
-        self
-    }
-
-    /// The text, ready to serve with content type `text/plain; version=0.0.4; charset=utf-8`.
-    pub fn finish(self) -> String {
-        self.out
     }
 }
 
-fn write_value(out: &mut String, value: Value) {
-    let _ = match value {
-        Value::Int(v) => write!(out, "{v}"),
-        Value::Float(v) if v.is_nan() => write!(out, "NaN"),
-        Value::Float(v) if v == f64::INFINITY => write!(out, "+Inf"),
-        Value::Float(v) if v == f64::NEG_INFINITY => write!(out, "-Inf"),
-        Value::Float(v) if v != 0.0 && !(1e-6..1e15).contains(&v.abs()) => write!(out, "{v:e}"),
-        Value::Float(v) => write!(out, "{v}"),
-    };
+/// One controller's reconcile metrics, as controller-runtime keeps them per controller: results,
+/// time, panics and busy workers.
+#[derive(Debug)]
+pub struct Reconciles {
+    results: [AtomicU64; 4],
+    panics: AtomicU64,
+    active: AtomicU64,
+    time: Histogram,
 }
 
-/// `[a-zA-Z_:][a-zA-Z0-9_:]*`; labels are the same without colons.
-fn is_name(name: &str, colon: bool) -> bool {
-    let ok = |c: char| c.is_ascii_alphabetic() || c == '_' || (colon && c == ':');
-    let mut chars = name.chars();
-    chars.next().is_some_and(ok) && chars.all(|c| ok(c) || c.is_ascii_digit())
+impl Default for Reconciles {
+    fn default() -> Self {
+        Self {
+            results: Default::default(),
+            panics: AtomicU64::new(0),
+            active: AtomicU64::new(0),
+            time: Histogram::new(RECONCILE_TIME_BUCKETS),
+        }
+    }
 }
 
-fn is_metric_name(name: &str) -> bool {
-    is_name(name, true)
+/// A worker counted in `controller_runtime_active_workers` until this is dropped.
+#[derive(Debug)]
+#[must_use = "the worker counts as active only while this is held"]
+pub struct Active<'a>(&'a AtomicU64);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
-fn is_label_name(name: &str) -> bool {
-    is_name(name, false)
+impl Reconciles {
+    /// Counts a worker as reconciling until the guard drops, so a worker cancelled mid-reconcile
+    /// (the guest stopped) is not left counted.
+    pub fn active(&self) -> Active<'_> {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        Active(&self.active)
+    }
+
+    /// Records a finished reconcile: its result and how long it took.
+    pub fn finished(&self, result: ReconcileResult, took: Duration) {
+        self.results[result as usize].fetch_add(1, Ordering::Relaxed);
+        self.time.observe(took.as_secs_f64());
+    }
+
+    /// Records a reconcile that panicked in the host's worker. Record it as
+    /// [`finished`](Self::finished) with [`ReconcileResult::Error`] too, as controller-runtime
+    /// counts a recovered panic as an error.
+    pub fn panicked(&self) {
+        self.panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts now, and the time histogram.
+    pub fn stats(&self) -> ReconcileStats {
+        ReconcileStats {
+            results: ReconcileResult::ALL.map(|r| self.results[r as usize].load(Ordering::Relaxed)),
+            panics: self.panics.load(Ordering::Relaxed),
+            active_workers: self.active.load(Ordering::Relaxed),
+            time: self.time.clone(),
+        }
+    }
 }
 
-/// HELP text escapes backslash and newline only; a quote is literal there.
-fn escape_help(s: &str) -> String {
-    s.replace('\\', r"\\").replace('\n', r"\n")
+/// [`Reconciles`] at one moment.
+///
+/// Where it may surprise: `time` is the live histogram, not a copy: it goes on counting after
+/// the other fields were read, so while workers are busy its count and the sum of `results`
+/// may differ by the reconciles that finished in between.
+#[derive(Debug, Clone)]
+pub struct ReconcileStats {
+    /// Reconciles finished, by result, in [`ReconcileResult::ALL`] order.
+    pub results: [u64; 4],
+    /// Reconciles that panicked in the host's worker (also counted as errors).
+    pub panics: u64,
+    /// Workers reconciling now.
+    pub active_workers: u64,
+    /// How long reconciles took, in [`RECONCILE_TIME_BUCKETS`].
+    pub time: Histogram,
 }
 
-fn escape_label_value(s: &str) -> String {
-    s.replace('\\', r"\\")
-        .replace('"', r#"\""#)
-        .replace('\n', r"\n")
+impl ReconcileStats {
+    /// Reconciles finished with `result`.
+    pub fn count(&self, result: ReconcileResult) -> u64 {
+        self.results[result as usize]
+    }
+}
+
+/// Everything one scrape shows, gathered by the supervisor; [`encode`] renders it.
+#[derive(Debug, Default)]
+pub struct Scrape {
+    /// Every guest configured or delivered, loaded or not.
+    pub guests: Vec<Guest>,
+    /// Guests unloaded since the host started.
+    pub unloads: u64,
+    /// Every informer running.
+    pub informers: Vec<Informer>,
+    /// The host process, if `/proc` could be read.
+    pub process: Option<Process>,
+}
+
+/// One guest in a [`Scrape`].
+#[derive(Debug)]
+pub struct Guest {
+    /// The guest's name: `controller`, `name` or `guest` in the labels.
+    pub name: String,
+    /// Where its module comes from (`file …`, `configmap ns/name key k`).
+    pub source: String,
+    /// Versions swapped in (first load and reloads).
+    pub loads: u64,
+    /// Modules rejected, by reason label.
+    pub rejections: Vec<(&'static str, u64)>,
+    /// How long its last successful load took, from bytes to serving.
+    pub last_load: Option<Duration>,
+    /// Its controller, when a version serves; `None` leaves it out of every family but
+    /// `reconciled_guest`, `reconciled_guest_serving` and the module families.
+    pub controller: Option<Snapshot>,
+}
+
+/// One informer in a [`Scrape`].
+#[derive(Debug)]
+pub struct Informer {
+    /// `group/version/Kind` (`v1/ConfigMap` for core kinds).
+    pub kind: String,
+    /// Its scope: namespaces, selectors.
+    pub scope: String,
+    /// Requests and events so far.
+    pub stats: Stats,
+    /// Whether its cache has synced.
+    pub synced: bool,
+    /// How fresh it is.
+    pub staleness: Staleness,
+    /// Objects in its cache.
+    pub objects: usize,
+}
+
+/// The host process's resources, read from `/proc` as Prometheus' standard process collector
+/// reads them.
+///
+/// Where it may surprise: `open_fds` counts the descriptor used to list the others, as the Go
+/// collector's does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Process {
+    /// User and system CPU time.
+    pub cpu_seconds: f64,
+    /// Resident set size.
+    pub resident_memory_bytes: u64,
+    /// Virtual memory size.
+    pub virtual_memory_bytes: u64,
+    /// When the process started, in seconds since the Unix epoch.
+    pub start_time_seconds: f64,
+    /// Open file descriptors.
+    pub open_fds: u64,
+    /// The soft limit on open file descriptors; `None` when unlimited.
+    pub max_fds: Option<u64>,
+}
+
+impl Process {
+    /// Reads the current process from `/proc/self`, `/proc/stat` and `sysconf`.
+    pub fn read() -> Result<Self> {
+        let read = |path: &'static str| {
+            std::fs::read_to_string(path).map_err(|source| Error::Read { path, source })
+        };
+        let open_fds = std::fs::read_dir("/proc/self/fd")
+            .map_err(|source| Error::Read {
+                path: "/proc/self/fd",
+                source,
+            })?
+            .count() as u64;
+        // SAFETY: sysconf reads a configuration value; it has no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        // SAFETY: as above.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if ticks <= 0 {
+            return Err(Error::Sysconf("_SC_CLK_TCK"));
+        }
+        if page <= 0 {
+            return Err(Error::Sysconf("_SC_PAGESIZE"));
+        }
+        Self::parse(
+            &read("/proc/self/stat")?,
+            &read("/proc/stat")?,
+            &read("/proc/self/limits")?,
+            open_fds,
+            ticks as f64,
+            page as u64,
+        )
+    }
+
+    /// The process from the text of `/proc/self/stat`, `/proc/stat` and `/proc/self/limits`.
+    fn parse(
+        stat: &str,
+        system: &str,
+        limits: &str,
+        open_fds: u64,
+        ticks_per_second: f64,
+        page_size: u64,
+    ) -> Result<Self> {
+        let layout = |path, what| Error::Layout { path, what };
+        // The command name, in parentheses, may itself hold spaces and parentheses: the fields
+        // are what follows the last `)`, starting with the third (the state).
+        let (_, rest) = stat
+            .rsplit_once(')')
+            .ok_or(layout("/proc/self/stat", "no `)` after the command"))?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize, what| {
+            fields
+                .get(n - 3)
+                .and_then(|f| f.parse::<u64>().ok())
+                .ok_or(layout("/proc/self/stat", what))
+        };
+        let utime = field(14, "utime")?;
+        let stime = field(15, "stime")?;
+        let start_ticks = field(22, "starttime")?;
+        let vsize = field(23, "vsize")?;
+        let rss_pages = field(24, "rss")?;
+        let boot = system
+            .lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or(layout("/proc/stat", "btime"))?;
+        let soft = limits
+            .lines()
+            .find_map(|l| l.strip_prefix("Max open files"))
+            .and_then(|l| l.split_whitespace().next())
+            .ok_or(layout("/proc/self/limits", "Max open files"))?;
+        let max_fds = match soft {
+            "unlimited" => None,
+            n => Some(
+                n.parse()
+                    .map_err(|_| layout("/proc/self/limits", "Max open files"))?,
+            ),
+        };
+        Ok(Process {
+            cpu_seconds: (utime + stime) as f64 / ticks_per_second,
+            resident_memory_bytes: rss_pages.saturating_mul(page_size),
+            virtual_memory_bytes: vsize,
+            start_time_seconds: boot as f64 + start_ticks as f64 / ticks_per_second,
+            open_fds,
+            max_fds,
+        })
+    }
+}
+
+/// Renders `scrape` as OpenMetrics text, `# EOF` included; serve it as [`CONTENT_TYPE`].
+pub fn encode(scrape: Scrape) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(scrape));
+    let mut out = String::new();
+    // Writing to a String does not fail, and neither does any encoder here.
+    prometheus_client::encoding::text::encode(&mut out, &registry)
+        .expect("encoding to a String does not fail");
+    out
+}
+
+/// Label sets of one or more labels, all of whose values are text.
+type Labels<'a, const N: usize> = [(&'static str, &'a str); N];
+
+const NO_LABELS: Labels<'static, 0> = [];
+
+/// Starts a family and lets `samples` add its samples; writes nothing unless `present` says
+/// there is at least one.
+///
+/// A family without samples is left out, as the official clients leave it out: OpenMetrics
+/// allows one, but a parser that groups lines by position cannot tell its `# HELP` and `# TYPE`
+/// from the next family's.
+///
+/// `name` is without the `_total` of a counter, which the encoder appends: OpenMetrics names the
+/// family, not the sample. Units are spelled in names and never declared in `# UNIT` lines, as
+/// the Go client, and so controller-runtime, writes them.
+fn family(
+    e: &mut DescriptorEncoder,
+    (name, help): (&str, &str),
+    kind: MetricType,
+    present: bool,
+    samples: impl FnOnce(&mut MetricEncoder) -> std::fmt::Result,
+) -> std::fmt::Result {
+    // OpenMetrics help text has no escape for these, unlike 0.0.4's: a bug here, not input.
+    debug_assert!(
+        !help.contains(['"', '\\', '\n']),
+        "help of {name} has a quote, backslash or newline"
+    );
+    if !present {
+        return Ok(());
+    }
+    let mut m = e.encode_descriptor(name, help, None, kind)?;
+    samples(&mut m)
+}
+
+fn counter(
+    m: &mut MetricEncoder,
+    labels: &impl EncodeLabelSet,
+    value: impl EncodeCounterValue,
+) -> std::fmt::Result {
+    ConstCounter::new(value).encode(m.encode_family(labels)?)
+}
+
+fn gauge(
+    m: &mut MetricEncoder,
+    labels: &impl EncodeLabelSet,
+    value: impl EncodeGaugeValue,
+) -> std::fmt::Result {
+    ConstGauge::new(value).encode(m.encode_family(labels)?)
+}
+
+fn histogram(
+    m: &mut MetricEncoder,
+    labels: &impl EncodeLabelSet,
+    h: &Histogram,
+) -> std::fmt::Result {
+    h.encode(m.encode_family(labels)?)
+}
+
+/// 1 for yes, 0 for no: the convention for "is this so" gauges.
+fn flag(b: bool) -> i64 {
+    i64::from(b)
+}
+
+/// controller-runtime's priorities: 0 for a normal add, `handler.LowPriority` (-100) for keys
+/// from an initial list, as its priority queue labels `workqueue_depth`.
+fn priority_label(p: Priority) -> &'static str {
+    match p {
+        Priority::High => "0",
+        Priority::Low => "-100",
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let controllers: Vec<(&str, &Snapshot)> = self
+            .guests
+            .iter()
+            .filter_map(|g| g.controller.as_ref().map(|c| (g.name.as_str(), c)))
+            .collect();
+        self.encode_controller_runtime(&mut e, &controllers)?;
+        self.encode_work_queue(&mut e, &controllers)?;
+        self.encode_guests(&mut e)?;
+        self.encode_informers(&mut e)?;
+        if let Some(p) = &self.process {
+            encode_process(&mut e, p)?;
+        }
+        Ok(())
+    }
+}
+
+impl Scrape {
+    fn encode_controller_runtime(
+        &self,
+        e: &mut DescriptorEncoder,
+        controllers: &[(&str, &Snapshot)],
+    ) -> std::fmt::Result {
+        family(
+            e,
+            (
+                "controller_runtime_reconcile",
+                "Reconciles per controller (guest), by result: success, error (an error returned, a trap, or a worker panic), requeue (requeue-after 0) or requeue_after.",
+            ),
+            MetricType::Counter,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    for result in ReconcileResult::ALL {
+                        let labels = [("controller", *name), ("result", result.label())];
+                        counter(m, &labels, s.reconciles.count(result))?;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "controller_runtime_reconcile_errors",
+                "Failed reconciles per controller (guest): errors returned, traps and worker panics.",
+            ),
+            MetricType::Counter,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    let n = s.reconciles.count(ReconcileResult::Error);
+                    counter(m, &[("controller", *name)], n)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "controller_runtime_reconcile_panics",
+                "Reconciles per controller (guest) during which the host's worker panicked; each was retried.",
+            ),
+            MetricType::Counter,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    counter(m, &[("controller", *name)], s.reconciles.panics)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "controller_runtime_reconcile_time_seconds",
+                "How long reconciles took per controller (guest), from a worker taking the key to handing it back.",
+            ),
+            MetricType::Histogram,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    histogram(m, &[("controller", *name)], &s.reconciles.time)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "controller_runtime_max_concurrent_reconciles",
+                "Workers per controller (guest): the most reconciles it runs at once.",
+            ),
+            MetricType::Gauge,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    gauge(m, &[("controller", *name)], s.workers)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "controller_runtime_active_workers",
+                "Workers per controller (guest) reconciling now.",
+            ),
+            MetricType::Gauge,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    gauge(m, &[("controller", *name)], s.reconciles.active_workers)?;
+                }
+                Ok(())
+            },
+        )
+    }
+
+    fn encode_work_queue(
+        &self,
+        e: &mut DescriptorEncoder,
+        controllers: &[(&str, &Snapshot)],
+    ) -> std::fmt::Result {
+        let labels = |name| [("name", name), ("controller", name)];
+        family(
+            e,
+            (
+                "workqueue_depth",
+                "Keys waiting in the guest's work queue, by priority (0, or -100 for keys from an initial list or resync): ready ones, and ones added again while being processed.",
+            ),
+            MetricType::Gauge,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    for (p, depth) in &s.queue.depth {
+                        let labels = [
+                            ("name", *name),
+                            ("controller", *name),
+                            ("priority", priority_label(*p)),
+                        ];
+                        gauge(m, &labels, *depth)?;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "workqueue_adds",
+                "Keys added to the guest's work queue; adding a key already waiting does not count.",
+            ),
+            MetricType::Counter,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    counter(m, &labels(*name), s.queue.adds)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "workqueue_queue_duration_seconds",
+                "How long keys waited in the guest's work queue, from added (or due, after a delay) to taken by a worker.",
+            ),
+            MetricType::Histogram,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    histogram(m, &labels(*name), &s.queue.queue_duration)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "workqueue_work_duration_seconds",
+                "How long workers held keys of the guest's work queue, from taken to handed back.",
+            ),
+            MetricType::Histogram,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    histogram(m, &labels(*name), &s.queue.work_duration)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "workqueue_retries",
+                "Delayed adds to the guest's work queue: retries after a failure, and requeue-after.",
+            ),
+            MetricType::Counter,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    counter(m, &labels(*name), s.queue.retries)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "workqueue_unfinished_work_seconds",
+                "Seconds the keys being processed have been held so far, summed. Growing by more than one a second means that many workers are stuck.",
+            ),
+            MetricType::Gauge,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    let secs = s.queue.unfinished_work.as_secs_f64();
+                    gauge(m, &labels(*name), secs)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "workqueue_longest_running_processor_seconds",
+                "Seconds the longest-held key being processed has been held so far.",
+            ),
+            MetricType::Gauge,
+            !controllers.is_empty(),
+            |m| {
+                for (name, s) in controllers {
+                    let secs = s.queue.longest_running.as_secs_f64();
+                    gauge(m, &labels(*name), secs)?;
+                }
+                Ok(())
+            },
+        )
+    }
+
+    fn encode_guests(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
+        let guests = &self.guests;
+        let running = guests.iter().any(|g| g.controller.is_some());
+        family(
+            e,
+            (
+                "reconciled_guest",
+                "Guests by name, with the sha256 of the module serving (empty when none) and where it comes from.",
+            ),
+            MetricType::Info,
+            !guests.is_empty(),
+            |m| {
+                for g in guests {
+                    let digest = g.controller.as_ref().map_or("", |c| c.digest.as_str());
+                    let labels = [
+                        ("guest", g.name.as_str()),
+                        ("digest", digest),
+                        ("source", g.source.as_str()),
+                    ];
+                    m.encode_info(&labels)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "reconciled_guest_serving",
+                "1 while a version of the guest serves: loaded, its informers synced, and not failing.",
+            ),
+            MetricType::Gauge,
+            !guests.is_empty(),
+            |m| {
+                for g in guests {
+                    let serving = g
+                        .controller
+                        .as_ref()
+                        .is_some_and(|c| c.failing.is_none() && c.held_back.is_none());
+                    gauge(m, &[("guest", g.name.as_str())], flag(serving))?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "reconciled_guest_failing",
+                "1 while the guest cannot run: its last reconcile of some key trapped, or a worker died running it.",
+            ),
+            MetricType::Gauge,
+            running,
+            |m| {
+                for g in guests {
+                    if let Some(c) = &g.controller {
+                        let failing = flag(c.failing.is_some());
+                        gauge(m, &[("guest", g.name.as_str())], failing)?;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "reconciled_module_loads",
+                "Versions of the guest swapped in (first load and reloads).",
+            ),
+            MetricType::Counter,
+            !guests.is_empty(),
+            |m| {
+                for g in guests {
+                    counter(m, &[("guest", g.name.as_str())], g.loads)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "reconciled_module_rejections",
+                "Modules rejected, by reason; the previous version, if any, kept serving.",
+            ),
+            MetricType::Counter,
+            guests.iter().any(|g| !g.rejections.is_empty()),
+            |m| {
+                for g in guests {
+                    for (reason, n) in &g.rejections {
+                        counter(m, &[("guest", g.name.as_str()), ("reason", *reason)], *n)?;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "reconciled_module_load_seconds",
+                "How long the guest's last successful load took, from bytes to serving.",
+            ),
+            MetricType::Gauge,
+            guests.iter().any(|g| g.last_load.is_some()),
+            |m| {
+                for g in guests {
+                    if let Some(t) = g.last_load {
+                        gauge(m, &[("guest", g.name.as_str())], t.as_secs_f64())?;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "reconciled_module_unloads",
+                "Guests unloaded (module or ConfigMap removed).",
+            ),
+            MetricType::Counter,
+            true,
+            |m| counter(m, &NO_LABELS, self.unloads),
+        )?;
+        family(
+            e,
+            (
+                "reconciled_reconcile_errors",
+                "Failed reconciles (errors, traps, worker panics) by blame: the guest's code, the host, or the API server (cluster).",
+            ),
+            MetricType::Counter,
+            running,
+            |m| {
+                for g in guests {
+                    if let Some(c) = &g.controller {
+                        for b in Blame::ALL {
+                            let labels = [("guest", g.name.as_str()), ("blame", b.label())];
+                            counter(m, &labels, c.errors_by_blame[b as usize])?;
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "reconciled_worker_panics",
+                "Worker panics caught, in a reconcile or outside one; each worker was restarted and its key retried.",
+            ),
+            MetricType::Counter,
+            running,
+            |m| {
+                for g in guests {
+                    if let Some(c) = &g.controller {
+                        counter(m, &[("guest", g.name.as_str())], c.worker_panics)?;
+                    }
+                }
+                Ok(())
+            },
+        )
+    }
+
+    fn encode_informers(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
+        let informers = &self.informers;
+        fn labels(i: &Informer) -> Labels<'_, 2> {
+            [("kind", i.kind.as_str()), ("scope", i.scope.as_str())]
+        }
+        type Field = fn(&Stats) -> u64;
+        let counters: [(&str, &str, Field); 4] = [
+            (
+                "reconciled_informer_lists",
+                "LIST requests (pages) made by the informer; after startup these grow only on a relist.",
+                |s| s.lists,
+            ),
+            (
+                "reconciled_informer_relists",
+                "Relists after the initial sync (a watch expired or the connection broke for too long).",
+                |s| s.relists,
+            ),
+            ("reconciled_informer_watches", "Watches opened.", |s| {
+                s.watches
+            }),
+            (
+                "reconciled_informer_events",
+                "Watch events received.",
+                |s| s.events,
+            ),
+        ];
+        for (name, help, field) in counters {
+            family(
+                e,
+                (name, help),
+                MetricType::Counter,
+                !informers.is_empty(),
+                |m| {
+                    for i in informers {
+                        counter(m, &labels(i), field(&i.stats))?;
+                    }
+                    Ok(())
+                },
+            )?;
+        }
+        family(
+            e,
+            (
+                "reconciled_informer_synced",
+                "1 once the informer's cache has synced.",
+            ),
+            MetricType::Gauge,
+            !informers.is_empty(),
+            |m| {
+                for i in informers {
+                    gauge(m, &labels(i), flag(i.synced))?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "reconciled_informer_silent_seconds",
+                "Seconds since the API server last showed a sign of life for the informer (an event, a bookmark, a watch opened, a sync); its most silent watch counts. Absent until every watch has heard from the server.",
+            ),
+            MetricType::Gauge,
+            informers.iter().any(|i| i.staleness.silent_for.is_some()),
+            |m| {
+                for i in informers {
+                    if let Some(silent) = i.staleness.silent_for {
+                        gauge(m, &labels(i), silent.as_secs_f64())?;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "reconciled_informer_resource_version",
+                "The highest resourceVersion applied to the informer's cache.",
+            ),
+            MetricType::Gauge,
+            !informers.is_empty(),
+            |m| {
+                for i in informers {
+                    gauge(m, &labels(i), i.staleness.resource_version)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            e,
+            (
+                "reconciled_informer_objects",
+                "Objects in the informer's cache.",
+            ),
+            MetricType::Gauge,
+            !informers.is_empty(),
+            |m| {
+                for i in informers {
+                    gauge(m, &labels(i), i.objects)?;
+                }
+                Ok(())
+            },
+        )
+    }
+}
+
+/// The standard process families, with the names and units of Prometheus' Go collector.
+fn encode_process(e: &mut DescriptorEncoder, p: &Process) -> std::fmt::Result {
+    family(
+        e,
+        (
+            "process_cpu_seconds",
+            "Total user and system CPU time spent.",
+        ),
+        MetricType::Counter,
+        true,
+        |m| counter(m, &NO_LABELS, p.cpu_seconds),
+    )?;
+    family(
+        e,
+        (
+            "process_resident_memory_bytes",
+            "Resident memory size: the host, its informer caches and every guest's instances.",
+        ),
+        MetricType::Gauge,
+        true,
+        |m| gauge(m, &NO_LABELS, p.resident_memory_bytes),
+    )?;
+    family(
+        e,
+        (
+            "process_virtual_memory_bytes",
+            "Virtual memory size, which includes address space reserved for guests' memories.",
+        ),
+        MetricType::Gauge,
+        true,
+        |m| gauge(m, &NO_LABELS, p.virtual_memory_bytes),
+    )?;
+    family(
+        e,
+        (
+            "process_start_time_seconds",
+            "Start time of the process since the Unix epoch.",
+        ),
+        MetricType::Gauge,
+        true,
+        |m| gauge(m, &NO_LABELS, p.start_time_seconds),
+    )?;
+    family(
+        e,
+        ("process_open_fds", "Open file descriptors."),
+        MetricType::Gauge,
+        true,
+        |m| gauge(m, &NO_LABELS, p.open_fds),
+    )?;
+    family(
+        e,
+        (
+            "process_max_fds",
+            "The limit on open file descriptors; absent when unlimited.",
+        ),
+        MetricType::Gauge,
+        p.max_fds.is_some(),
+        |m| match p.max_fds {
+            Some(n) => gauge(m, &NO_LABELS, n),
+            None => Ok(()),
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const STAT: &str = "4242 (re con) ciled)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 \
+        250 50 0 0 20 0 12 0 123400 987654321 2048 18446744073709551615 1 1 0 0 0 0 0 4096 \
+        17408 0 0 0 17 1 0 0 0 0 0";
+    const SYSTEM: &str = "cpu  1 2 3 4\nbtime 1700000000\nprocesses 9\n";
+    const LIMITS: &str = "Limit                     Soft Limit           Hard Limit           Units\n\
+        Max cpu time              unlimited            unlimited            seconds\n\
+        Max open files            1024                 1048576              files\n";
+
     #[test]
-    fn families_render_in_order_with_help_type_and_samples() {
-        let mut e = Exposition::new();
-        e.family("b_total", "Second letter, first family.", Kind::Counter)
-            .sample(&[("guest", "x"), ("outcome", "ok")], 3u64)
-            .sample(&[("guest", "y"), ("outcome", "ok")], 0u64);
-        e.family("a_empty", "Has no samples.", Kind::Gauge);
-        e.family(
-            "c:ratio",
-            "Colons are allowed in metric names.",
-            Kind::Gauge,
-        )
-        .sample(&[], 0.5);
+    fn process_is_read_from_the_proc_layout_whatever_the_command_name() {
+        let p = Process::parse(STAT, SYSTEM, LIMITS, 12, 100.0, 4096).unwrap();
         assert_eq!(
-            e.finish(),
-            "# HELP b_total Second letter, first family.\n\
-             # TYPE b_total counter\n\
-             b_total{guest=\"x\",outcome=\"ok\"} 3\n\
-             b_total{guest=\"y\",outcome=\"ok\"} 0\n\
-             # HELP a_empty Has no samples.\n\
-             # TYPE a_empty gauge\n\
-             # HELP c:ratio Colons are allowed in metric names.\n\
-             # TYPE c:ratio gauge\n\
-             c:ratio 0.5\n"
+            p,
+            Process {
+                cpu_seconds: 3.0,
+                resident_memory_bytes: 2048 * 4096,
+                virtual_memory_bytes: 987_654_321,
+                start_time_seconds: 1_700_000_000.0 + 1234.0,
+                open_fds: 12,
+                max_fds: Some(1024),
+            }
         );
     }
 
     #[test]
-    fn escapes_label_values_and_help() {
-        let mut e = Exposition::new();
-        e.family("m", "a \\ b \"q\"\nnext", Kind::Gauge)
-            .sample(&[("err", "say \"no\"\\n\nnow")], 1u64);
+    fn an_unlimited_descriptor_limit_is_none_and_a_missing_field_is_an_error() {
+        let unlimited = LIMITS.replace("1024 ", "unlimited ");
+        let p = Process::parse(STAT, SYSTEM, &unlimited, 1, 100.0, 4096).unwrap();
+        assert_eq!(p.max_fds, None);
+        let err = Process::parse(STAT, "cpu 1 2\n", LIMITS, 1, 100.0, 4096).unwrap_err();
         assert_eq!(
-            e.finish(),
-            "# HELP m a \\\\ b \"q\"\\nnext\n\
-             # TYPE m gauge\n\
-             m{err=\"say \\\"no\\\"\\\\n\\nnow\"} 1\n"
+            err.to_string(),
+            "/proc/stat does not have the layout of Linux's (the process_* metrics are left out): btime"
+        );
+        let short = "1 (x) S 1 2 3";
+        assert!(matches!(
+            Process::parse(short, SYSTEM, LIMITS, 1, 100.0, 4096),
+            Err(Error::Layout { what: "utime", .. })
+        ));
+    }
+
+    #[test]
+    fn this_process_can_be_read_on_linux() {
+        if cfg!(target_os = "linux") {
+            let p = Process::read().unwrap();
+            assert!(p.resident_memory_bytes > 0 && p.open_fds > 0, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_scrape_shows_only_the_unload_count() {
+        assert_eq!(
+            encode(Scrape::default()),
+            "# HELP reconciled_module_unloads Guests unloaded (module or ConfigMap removed).\n\
+             # TYPE reconciled_module_unloads counter\n\
+             reconciled_module_unloads_total 0\n\
+             # EOF\n"
         );
     }
 
     #[test]
-    fn integers_have_no_decimal_point_and_floats_round_trip() {
-        let render = |v: Value| {
-            let mut e = Exposition::new();
-            e.family("m", "h", Kind::Gauge).sample(&[], v);
-            e.finish().lines().last().unwrap().to_owned()
+    fn reconciles_count_results_time_and_active_workers() {
+        let r = Reconciles::default();
+        {
+            let _a = r.active();
+            let _b = r.active();
+            assert_eq!(r.stats().active_workers, 2);
+        }
+        assert_eq!(
+            r.stats().active_workers,
+            0,
+            "a dropped guard is not counted"
+        );
+        r.finished(ReconcileResult::Success, Duration::from_millis(30));
+        r.finished(ReconcileResult::Error, Duration::from_millis(70));
+        r.panicked();
+        let s = r.stats();
+        assert_eq!(s.results, [1, 1, 0, 0]);
+        assert_eq!(s.panics, 1);
+        assert_eq!(s.time.count(), 2);
+        assert!((s.time.sum() - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn buckets_are_controller_runtimes() {
+        assert_eq!(RECONCILE_TIME_BUCKETS.first(), Some(&0.005));
+        assert_eq!(RECONCILE_TIME_BUCKETS.last(), Some(&60.0));
+        assert!(RECONCILE_TIME_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(WORK_QUEUE_BUCKETS.first(), Some(&1e-8));
+        assert_eq!(WORK_QUEUE_BUCKETS.last(), Some(&1000.0));
+        assert!(WORK_QUEUE_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn a_process_renders_the_go_collectors_names() {
+        let process = Process::parse(STAT, SYSTEM, LIMITS, 12, 100.0, 4096).unwrap();
+        let text = encode(Scrape {
+            process: Some(process),
+            ..Scrape::default()
+        });
+        for line in [
+            "process_cpu_seconds_total 3.0\n",
+            "process_resident_memory_bytes 8388608\n",
+            "process_virtual_memory_bytes 987654321\n",
+            "process_start_time_seconds 1700001234.0\n",
+            "process_open_fds 12\n",
+            "process_max_fds 1024\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_scrape_parses_as_openmetrics_even_with_quotes_and_commas_in_labels() {
+        let informer = Informer {
+            kind: "v1/ConfigMap".into(),
+            scope: r#"ns=a,b labels=app in (x,y),note="q\" fields=metadata.name!=z"#.into(),
+            stats: Stats {
+                lists: 2,
+                ..Stats::default()
+            },
+            synced: true,
+            staleness: Staleness {
+                silent_for: Some(Duration::from_millis(1500)),
+                resource_version: 42,
+            },
+            objects: 7,
         };
-        assert_eq!(render(u64::MAX.into()), "m 18446744073709551615");
-        assert_eq!(render(7usize.into()), "m 7");
-        assert_eq!(render(true.into()), "m 1");
-        assert_eq!(render(false.into()), "m 0");
-        assert_eq!(render(2.0.into()), "m 2");
-        assert_eq!(render(0.25.into()), "m 0.25");
-        assert_eq!(render(0.1.into()), "m 0.1");
-        assert_eq!(render((-3.5).into()), "m -3.5");
-        assert_eq!(render(0.0.into()), "m 0");
-        assert_eq!(render(1e300.into()), "m 1e300");
-        assert_eq!(render(1.5e-9.into()), "m 1.5e-9");
-        assert_eq!(render(123_456_789.0.into()), "m 123456789");
-    }
-
-    #[test]
-    fn special_floats_use_the_spec_spelling() {
-        let mut e = Exposition::new();
-        e.family("m", "h", Kind::Gauge)
-            .sample(&[("v", "nan")], f64::NAN)
-            .sample(&[("v", "inf")], f64::INFINITY)
-            .sample(&[("v", "-inf")], f64::NEG_INFINITY);
+        let text = encode(Scrape {
+            guests: vec![Guest {
+                name: "team-a/rec/rec".into(),
+                source: "configmap team-a/rec key rec.wasm".into(),
+                loads: 0,
+                rejections: vec![("grant", 2)],
+                last_load: None,
+                controller: None,
+            }],
+            unloads: 1,
+            informers: vec![informer],
+            process: Some(Process::parse(STAT, SYSTEM, LIMITS, 12, 100.0, 4096).unwrap()),
+        });
+        let parsed = openmetrics_parser::openmetrics::parse_openmetrics(&text)
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let scope = parsed.families["reconciled_informer_lists"]
+            .iter_samples()
+            .next()
+            .unwrap()
+            .get_labelset()
+            .unwrap()
+            .get_label_value("scope")
+            .map(str::to_owned);
         assert_eq!(
-            e.finish(),
-            "# HELP m h\n# TYPE m gauge\nm{v=\"nan\"} NaN\nm{v=\"inf\"} +Inf\nm{v=\"-inf\"} -Inf\n"
+            scope.as_deref(),
+            Some(r#"ns=a,b labels=app in (x,y),note="q\" fields=metadata.name!=z"#)
         );
-    }
-
-    #[test]
-    fn empty_label_set_renders_without_braces() {
-        let mut e = Exposition::new();
-        e.family("up", "h", Kind::Gauge).sample(&[], true);
-        assert_eq!(e.finish(), "# HELP up h\n# TYPE up gauge\nup 1\n");
-    }
-
-    #[test]
-    fn name_rules() {
-        assert!(is_metric_name("reconciled_x:y_1") && is_metric_name(":a") && is_metric_name("_"));
-        assert!(!is_metric_name("") && !is_metric_name("1a") && !is_metric_name("a-b"));
-        assert!(is_label_name("guest_2") && is_label_name("_x"));
-        assert!(!is_label_name("a:b") && !is_label_name("é") && !is_label_name("9"));
-    }
-
-    #[test]
-    #[cfg(debug_assertions)]
-    #[should_panic(expected = "metric family \"m\" started twice")]
-    fn starting_a_family_twice_panics_in_debug() {
-        let mut e = Exposition::new();
-        e.family("m", "h", Kind::Gauge)
-            .family("m", "h", Kind::Gauge);
-    }
-
-    #[test]
-    #[cfg(debug_assertions)]
-    #[should_panic(expected = "invalid label name \"a:b\"")]
-    fn a_label_name_with_a_colon_panics_in_debug() {
-        Exposition::new()
-            .family("m", "h", Kind::Gauge)
-            .sample(&[("a:b", "v")], 1u64);
+        assert!(
+            !parsed.families.contains_key("controller_runtime_reconcile"),
+            "a guest with no version serving has no controller"
+        );
+        for family in [
+            "reconciled_guest",
+            "reconciled_module_rejections",
+            "reconciled_informer_silent_seconds",
+            "process_resident_memory_bytes",
+            "process_cpu_seconds",
+        ] {
+            assert!(
+                parsed.families.contains_key(family),
+                "no {family} in\n{text}"
+            );
+        }
     }
 }

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::artifact_cache::Origin;
 use crate::controller::{self, Controller, Settings};
 use crate::factory::InformerFactory;
-use crate::guest::{Blame, LoadError, Runtime, digest_of};
-use crate::metrics::{Exposition, Kind};
+use crate::guest::{LoadError, Runtime, digest_of};
+use crate::metrics;
 use crate::status::{
     GuestInformer, GuestState, GuestStatus, InformerStatus, Reconciles, SourceProblem, Status,
 };
@@ -708,213 +708,53 @@ impl Supervisor {
         }
     }
 
-    /// The Prometheus exposition.
+    /// The `/metrics` text: OpenMetrics, to serve as [`metrics::CONTENT_TYPE`]. See
+    /// [`metrics`] for the families.
     pub fn metrics(&self) -> String {
-        let mut x = Exposition::new();
-        let guests = self.guests.lock().unwrap();
-        let snaps: Vec<(&String, &Entry, Option<controller::Snapshot>)> = guests
+        let guests: Vec<metrics::Guest> = self
+            .guests
+            .lock()
+            .unwrap()
             .iter()
-            .map(|(n, e)| (n, e, e.controller.as_ref().map(|c| c.snapshot())))
+            .map(|(name, e)| metrics::Guest {
+                name: name.clone(),
+                source: e.source.to_string(),
+                loads: e.loads,
+                rejections: e.rejections.iter().map(|(r, n)| (r.label(), *n)).collect(),
+                last_load: e.last_load.map(|t| t.total),
+                controller: e.controller.as_ref().map(|c| c.snapshot()),
+            })
             .collect();
-
-        x.family(
-            "reconciled_guest_info",
-            "Guests by name, with the sha256 of the module serving (empty when none) and where it came from.",
-            Kind::Gauge,
-        );
-        for (n, e, s) in &snaps {
-            let digest = s.as_ref().map_or("", |s| s.digest.as_str());
-            let source = e.source.to_string();
-            x.sample(
-                &[("guest", n), ("digest", digest), ("source", &source)],
-                1u64,
-            );
-        }
-        x.family(
-            "reconciled_guest_serving",
-            "1 if a version of the guest is serving, 0 if its only versions were rejected.",
-            Kind::Gauge,
-        );
-        for (n, _, s) in &snaps {
-            let serving = s
-                .as_ref()
-                .is_some_and(|s| s.failing.is_none() && s.held_back.is_none());
-            x.sample(&[("guest", n)], serving);
-        }
-        x.family(
-            "reconciled_guest_failing",
-            "1 while the guest cannot run: its last reconcile trapped or a worker died running it.",
-            Kind::Gauge,
-        );
-        for (n, _, s) in &snaps {
-            if let Some(s) = s {
-                x.sample(&[("guest", n)], s.failing.is_some());
-            }
-        }
-        x.family(
-            "reconciled_module_loads_total",
-            "Versions of the guest swapped in (first load and reloads).",
-            Kind::Counter,
-        );
-        for (n, e, _) in &snaps {
-            x.sample(&[("guest", n)], e.loads);
-        }
-        x.family(
-            "reconciled_module_rejections_total",
-            "Modules rejected, by reason; the previous version kept serving.",
-            Kind::Counter,
-        );
-        for (n, e, _) in &snaps {
-            for (reason, count) in &e.rejections {
-                x.sample(&[("guest", n), ("reason", reason.label())], *count);
-            }
-        }
-        x.family(
-            "reconciled_module_load_seconds",
-            "Duration of the guest's last successful load, from bytes to serving.",
-            Kind::Gauge,
-        );
-        for (n, e, _) in &snaps {
-            if let Some(t) = e.last_load {
-                x.sample(&[("guest", n)], t.total.as_secs_f64());
-            }
-        }
-        x.family(
-            "reconciled_module_unloads_total",
-            "Guests unloaded (module or ConfigMap removed).",
-            Kind::Counter,
-        );
-        x.sample(&[], self.unloads.load(Ordering::Relaxed));
-        x.family(
-            "reconciled_reconciles_total",
-            "Reconciles by result: ok, error (the guest returned an error) or trap.",
-            Kind::Counter,
-        );
-        for (n, _, s) in &snaps {
-            if let Some(s) = s {
-                x.sample(&[("guest", n), ("result", "ok")], s.reconciles_ok);
-                x.sample(&[("guest", n), ("result", "error")], s.reconciles_failed);
-                x.sample(&[("guest", n), ("result", "trap")], s.traps);
-            }
-        }
-        x.family(
-            "reconciled_reconcile_errors_total",
-            "Failed reconciles (errors, traps, worker panics) by blame: the guest's code, the host, or the API server (cluster).",
-            Kind::Counter,
-        );
-        for (n, _, s) in &snaps {
-            if let Some(s) = s {
-                for b in Blame::ALL {
-                    x.sample(
-                        &[("guest", n), ("blame", b.label())],
-                        s.errors_by_blame[b as usize],
-                    );
+        let informers = self
+            .factory
+            .active()
+            .iter()
+            .map(|i| {
+                let k = i.key();
+                let gv = if k.group.is_empty() {
+                    k.version.clone()
+                } else {
+                    format!("{}/{}", k.group, k.version)
+                };
+                metrics::Informer {
+                    kind: format!("{gv}/{}", k.kind),
+                    scope: k.scope.to_string(),
+                    stats: i.stats(),
+                    synced: i.status().state.is_synced(),
+                    staleness: i.staleness(),
+                    objects: i.store().len(),
                 }
-            }
-        }
-        x.family(
-            "reconciled_worker_panics_total",
-            "Worker panics caught; each worker was restarted and its key retried.",
-            Kind::Counter,
-        );
-        for (n, _, s) in &snaps {
-            if let Some(s) = s {
-                x.sample(&[("guest", n)], s.worker_panics);
-            }
-        }
-        x.family(
-            "reconciled_queue_depth",
-            "Keys waiting in the guest's work queue.",
-            Kind::Gauge,
-        );
-        for (n, _, s) in &snaps {
-            if let Some(s) = s {
-                x.sample(&[("guest", n)], s.queued);
-            }
-        }
-        drop(snaps);
-        drop(guests);
-
-        let informers = self.factory.active();
-        let label = |i: &crate::informer::Informer| {
-            let k = i.key();
-            let gv = if k.group.is_empty() {
-                k.version.clone()
-            } else {
-                format!("{}/{}", k.group, k.version)
-            };
-            (format!("{gv}/{}", k.kind), k.scope.to_string())
-        };
-        let stats: Vec<((String, String), crate::informer::Stats, bool)> = informers
-            .iter()
-            .map(|i| (label(i), i.stats(), i.status().state.is_synced()))
+            })
             .collect();
-        let staleness: Vec<crate::informer::Staleness> =
-            informers.iter().map(|i| i.staleness()).collect();
-        type Field = fn(&crate::informer::Stats) -> u64;
-        let families: [(&str, &str, Field); 4] = [
-            (
-                "reconciled_informer_lists_total",
-                "LIST requests (pages) made by the informer; after startup these grow only on a relist.",
-                |s| s.lists,
-            ),
-            (
-                "reconciled_informer_relists_total",
-                "Relists after the initial sync (a watch expired or the connection broke for too long).",
-                |s| s.relists,
-            ),
-            (
-                "reconciled_informer_watches_total",
-                "Watches opened.",
-                |s| s.watches,
-            ),
-            (
-                "reconciled_informer_events_total",
-                "Watch events received.",
-                |s| s.events,
-            ),
-        ];
-        for (name, help, field) in families {
-            x.family(name, help, Kind::Counter);
-            for ((kind, scope), s, _) in &stats {
-                x.sample(&[("kind", kind), ("scope", scope)], field(s));
-            }
-        }
-        x.family(
-            "reconciled_informer_synced",
-            "1 once the informer's cache has synced.",
-            Kind::Gauge,
-        );
-        for ((kind, scope), _, synced) in &stats {
-            x.sample(&[("kind", kind), ("scope", scope)], *synced);
-        }
-        x.family(
-            "reconciled_informer_silent_seconds",
-            "Seconds since the API server last showed a sign of life for the informer (an event, a bookmark, a watch opened, a sync); its most silent watch counts. Absent until every watch has heard from the server.",
-            Kind::Gauge,
-        );
-        for (((kind, scope), _, _), stale) in stats.iter().zip(&staleness) {
-            if let Some(silent) = stale.silent_for {
-                x.sample(&[("kind", kind), ("scope", scope)], silent.as_secs_f64());
-            }
-        }
-        x.family(
-            "reconciled_informer_resource_version",
-            "The highest resourceVersion applied to the informer's cache.",
-            Kind::Gauge,
-        );
-        for (((kind, scope), _, _), stale) in stats.iter().zip(&staleness) {
-            x.sample(&[("kind", kind), ("scope", scope)], stale.resource_version);
-        }
-        x.family(
-            "reconciled_informer_objects",
-            "Objects in the informer's cache.",
-            Kind::Gauge,
-        );
-        for (i, ((kind, scope), _, _)) in informers.iter().zip(&stats) {
-            x.sample(&[("kind", kind), ("scope", scope)], i.store().len());
-        }
-        x.finish()
+        let process = metrics::Process::read()
+            .inspect_err(|e| tracing::debug!("{e}"))
+            .ok();
+        metrics::encode(metrics::Scrape {
+            guests,
+            unloads: self.unloads.load(Ordering::Relaxed),
+            informers,
+            process,
+        })
     }
 }
 

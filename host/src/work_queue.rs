@@ -5,6 +5,10 @@
 //! requeues, `AddAfter`), plus a priority: keys from the initial list and no-op resyncs wait
 //! behind keys a user actually changed, so a restart with 100 000 objects does not put a user's
 //! edit at the back of a 100 000-key line.
+//!
+//! The queue keeps client-go's metrics ([`Stats`]) with client-go's rules: an add counts when
+//! the key was not already waiting; its queue time runs from that add to a worker taking it; its
+//! work time from taken to [`done`](WorkQueue::done); every delayed add is a retry.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
@@ -12,8 +16,11 @@ use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use crate::metrics::WORK_QUEUE_BUCKETS;
 
 /// How urgent a key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -24,16 +31,16 @@ pub enum Priority {
     High,
 }
 
-/// Rate-limit settings [client-go defaults].
+/// Rate-limit settings (the defaults are client-go's).
 #[derive(Debug, Clone, Copy)]
 pub struct RateLimit {
-    /// First per-item retry delay [5 ms]; doubles with each failure of that key.
+    /// First per-item retry delay (5 ms); doubles with each failure of that key.
     pub base: Duration,
-    /// Per-item delay cap [1000 s].
+    /// Per-item delay cap (1000 s).
     pub max: Duration,
-    /// Overall retries per second [10].
+    /// Overall retries per second (10).
     pub qps: f64,
-    /// Overall burst [100].
+    /// Overall burst (100).
     pub burst: f64,
 }
 
@@ -72,6 +79,40 @@ struct Inner<K> {
     failures: HashMap<K, u32>,
     bucket: Bucket,
     shutting_down: bool,
+    /// When each key waiting (queued, or dirty while processing) was added: the start of its
+    /// queue time (client-go's `addTimes`). A key promoted or added again keeps its first time.
+    added_at: HashMap<K, Instant>,
+    /// When each key being processed was taken: the start of its work time (client-go's
+    /// `processingStartTimes`).
+    taken_at: HashMap<K, Instant>,
+    adds: u64,
+    retries: u64,
+    queue_duration: Histogram,
+    work_duration: Histogram,
+}
+
+/// The queue's client-go metrics at one moment.
+///
+/// Where it may surprise: the histograms are the live ones, not copies, and go on counting after
+/// the other fields were read.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    /// Keys waiting, by priority (high first): ready ones, and ones added again while being
+    /// processed, which client-go counts too. Delayed keys not yet due are not counted.
+    pub depth: Vec<(Priority, usize)>,
+    /// Keys added when not already waiting (a promotion, or a key added twice, is one add).
+    pub adds: u64,
+    /// Delayed adds ([`WorkQueue::add_after`] and [`WorkQueue::add_rate_limited`]), counted as
+    /// client-go counts `AddAfter`: requeue-after included, whether or not the key was waiting.
+    pub retries: u64,
+    /// Seconds from a key's add to a worker taking it; for a delayed key, from when it was due.
+    pub queue_duration: Histogram,
+    /// Seconds from a worker taking a key to handing it back.
+    pub work_duration: Histogram,
+    /// How long the keys being processed now have been held, summed.
+    pub unfinished_work: Duration,
+    /// How long the longest-held key being processed now has been held.
+    pub longest_running: Duration,
 }
 
 /// A work queue of keys `K`.
@@ -106,6 +147,12 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                     last: Instant::now(),
                 },
                 shutting_down: false,
+                added_at: HashMap::new(),
+                taken_at: HashMap::new(),
+                adds: 0,
+                retries: 0,
+                queue_duration: Histogram::new(WORK_QUEUE_BUCKETS),
+                work_duration: Histogram::new(WORK_QUEUE_BUCKETS),
             }),
             notify: Notify::new(),
             limit,
@@ -122,35 +169,35 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         if inner.shutting_down {
             return;
         }
-        if inner.processing.contains(&key) {
-            let p = inner.dirty.entry(key).or_insert(priority);
-            *p = (*p).max(priority);
-            return;
-        }
-        // Added now beats any later time asked for before.
-        inner.waiting.remove(&key);
-        match inner.queued.get(&key).copied() {
-            Some(p) if p >= priority => return,
-            _ => {}
-        }
-        inner.queued.insert(key.clone(), priority);
-        match priority {
-            Priority::High => inner.high.push_back(key),
-            Priority::Low => inner.low.push_back(key),
-        }
+        let ready = inner.add(key, priority, Instant::now());
         drop(inner);
-        self.notify.notify_one();
+        if ready {
+            self.notify.notify_one();
+        }
     }
 
     /// Queues `key` after `delay`. A delay of zero means now. When a key is asked for twice,
     /// the earliest ready time wins.
+    ///
+    /// Every call counts as a retry in [`Stats::retries`], as client-go counts `AddAfter`,
+    /// even one that changes nothing.
     pub fn add_after(&self, key: K, delay: Duration, priority: Priority) {
-        if delay.is_zero() {
-            return self.add(key, priority);
-        }
-        let at = Instant::now() + delay;
+        let now = Instant::now();
+        let at = now + delay;
         let mut inner = self.inner.lock().unwrap();
-        if inner.shutting_down || inner.queued.contains_key(&key) {
+        if inner.shutting_down {
+            return;
+        }
+        inner.retries += 1;
+        if delay.is_zero() {
+            let ready = inner.add(key, priority, now);
+            drop(inner);
+            if ready {
+                self.notify.notify_one();
+            }
+            return;
+        }
+        if inner.queued.contains_key(&key) {
             return;
         }
         if let Some((t, p)) = inner.waiting.get_mut(&key) {
@@ -232,9 +279,10 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                 if inner.shutting_down {
                     return None;
                 }
-                inner.promote_due(Instant::now());
+                let now = Instant::now();
+                inner.promote_due(now);
                 if let Some(key) = inner.pop_ready() {
-                    inner.processing.insert(key.clone());
+                    inner.take(&key, now);
                     return Some(key);
                 }
                 inner.next_deadline()
@@ -254,11 +302,23 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     /// Marks `key` processed; if it was added meanwhile, queues it again.
     pub fn done(&self, key: &K) {
         let mut inner = self.inner.lock().unwrap();
+        let now = Instant::now();
         inner.processing.remove(key);
-        if let Some(priority) = inner.dirty.remove(key) {
-            drop(inner);
-            self.add(key.clone(), priority);
+        if let Some(taken) = inner.taken_at.remove(key) {
+            inner.work_duration.observe(secs(now - taken));
         }
+        let Some(priority) = inner.dirty.remove(key) else {
+            return;
+        };
+        if inner.shutting_down {
+            inner.added_at.remove(key);
+            return;
+        }
+        // Counted as an add when it was added while processing: client-go's Done queues it
+        // without counting it again.
+        inner.enqueue(key.clone(), priority);
+        drop(inner);
+        self.notify.notify_one();
     }
 
     /// Stops the queue: `get` returns `None` from now on, and adds are ignored.
@@ -281,6 +341,32 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     pub fn processing(&self) -> usize {
         self.inner.lock().unwrap().processing.len()
     }
+
+    /// The queue's metrics now.
+    pub fn stats(&self) -> Stats {
+        let inner = self.inner.lock().unwrap();
+        let now = Instant::now();
+        let depth = [Priority::High, Priority::Low]
+            .map(|p| {
+                let waiting = inner.queued.values().chain(inner.dirty.values());
+                (p, waiting.filter(|q| **q == p).count())
+            })
+            .to_vec();
+        let held = inner.taken_at.values().map(|t| now - *t);
+        Stats {
+            depth,
+            adds: inner.adds,
+            retries: inner.retries,
+            queue_duration: inner.queue_duration.clone(),
+            work_duration: inner.work_duration.clone(),
+            unfinished_work: held.clone().sum(),
+            longest_running: held.max().unwrap_or_default(),
+        }
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
 }
 
 impl<K: Clone + Eq + Hash + Ord> Default for WorkQueue<K> {
@@ -290,6 +376,57 @@ impl<K: Clone + Eq + Hash + Ord> Default for WorkQueue<K> {
 }
 
 impl<K: Clone + Eq + Hash + Ord> Inner<K> {
+    /// Adds `key` at `now`, counting the add if it was not waiting already. Returns whether a
+    /// key became ready (to wake a getter).
+    fn add(&mut self, key: K, priority: Priority, now: Instant) -> bool {
+        if self.processing.contains(&key) {
+            match self.dirty.get_mut(&key) {
+                Some(p) => *p = (*p).max(priority),
+                None => {
+                    self.count_add(&key, now);
+                    self.dirty.insert(key, priority);
+                }
+            }
+            return false;
+        }
+        // Added now beats any later time asked for before.
+        self.waiting.remove(&key);
+        match self.queued.get(&key).copied() {
+            Some(p) if p >= priority => return false,
+            // A promotion: the key was already waiting, so it is not a new add.
+            Some(_) => {}
+            None => self.count_add(&key, now),
+        }
+        self.enqueue(key, priority);
+        true
+    }
+
+    fn count_add(&mut self, key: &K, now: Instant) {
+        self.adds += 1;
+        self.added_at.entry(key.clone()).or_insert(now);
+    }
+
+    /// Puts `key` in the ready queue of `priority`. Any later time asked for is superseded.
+    fn enqueue(&mut self, key: K, priority: Priority) {
+        self.waiting.remove(&key);
+        self.queued.insert(key.clone(), priority);
+        match priority {
+            Priority::High => self.high.push_back(key),
+            Priority::Low => self.low.push_back(key),
+        }
+    }
+
+    /// Marks `key` taken by a worker at `now`: its queue time ends, its work time starts.
+    fn take(&mut self, key: &K, now: Instant) {
+        self.processing.insert(key.clone());
+        if let Some(added) = self.added_at.remove(key) {
+            self.queue_duration.observe(secs(now - added));
+        }
+        self.taken_at.insert(key.clone(), now);
+    }
+
+    /// Queues the delayed keys due by `now`. Each counts as added when it was due, not when
+    /// this runs: a getter that comes late must not hide the wait from the queue time.
     fn promote_due(&mut self, now: Instant) {
         while let Some(Reverse((at, _, key))) = self.delayed.peek().cloned() {
             if at > now {
@@ -301,19 +438,7 @@ impl<K: Clone + Eq + Hash + Ord> Inner<K> {
                 continue;
             }
             let (_, priority) = self.waiting.remove(&key).expect("checked");
-            if self.processing.contains(&key) {
-                let p = self.dirty.entry(key).or_insert(priority);
-                *p = (*p).max(priority);
-                continue;
-            }
-            if self.queued.get(&key).is_some_and(|p| *p >= priority) {
-                continue;
-            }
-            self.queued.insert(key.clone(), priority);
-            match priority {
-                Priority::High => self.high.push_back(key),
-                Priority::Low => self.low.push_back(key),
-            }
+            self.add(key, priority, at);
         }
     }
 
@@ -510,5 +635,171 @@ mod tests {
         assert_eq!(now_or_never(&q).await, None);
         q.done(&"k");
         assert_eq!(now_or_never(&q).await, Some("k"));
+    }
+
+    fn depth<K: Clone + Eq + Hash + Ord>(q: &WorkQueue<K>, p: Priority) -> usize {
+        q.stats()
+            .depth
+            .iter()
+            .find(|(q, _)| *q == p)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queue_time_runs_from_add_to_get_and_work_time_from_get_to_done() {
+        let q = WorkQueue::new();
+        q.add("k", Priority::High);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(q.get().await, Some("k"));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        q.done(&"k");
+        let s = q.stats();
+        assert_eq!((s.queue_duration.count(), s.queue_duration.sum()), (1, 3.0));
+        assert_eq!((s.work_duration.count(), s.work_duration.sum()), (1, 2.0));
+        assert_eq!(s.adds, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_added_twice_or_promoted_while_waiting_is_one_add_timed_from_the_first() {
+        let q = WorkQueue::new();
+        q.add("k", Priority::Low);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        q.add("k", Priority::Low);
+        q.add("k", Priority::High);
+        assert_eq!(q.stats().adds, 1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(q.get().await, Some("k"));
+        assert_eq!(
+            q.stats().queue_duration.sum(),
+            2.0,
+            "timed from the first add, not the promotion"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_added_while_processing_waits_from_that_add_through_done() {
+        let q = WorkQueue::new();
+        q.add("k", Priority::High);
+        assert_eq!(q.get().await, Some("k"));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        q.add("k", Priority::High);
+        q.add("k", Priority::High);
+        assert_eq!(
+            depth(&q, Priority::High),
+            1,
+            "client-go counts it as waiting"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        q.done(&"k");
+        assert_eq!(
+            q.stats().adds,
+            2,
+            "done queues it again without counting an add"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(q.get().await, Some("k"));
+        let s = q.stats();
+        assert_eq!(s.queue_duration.count(), 2);
+        assert_eq!(
+            s.queue_duration.sum(),
+            0.0 + 3.0,
+            "the second wait runs from its add, through the first run's done, to the get"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_key_is_timed_from_when_it_was_due_not_from_a_late_get() {
+        let q = WorkQueue::new();
+        q.add_after("k", Duration::from_secs(5), Priority::High);
+        assert_eq!(q.stats().adds, 0, "not added before it is due");
+        tokio::time::advance(Duration::from_secs(12)).await;
+        assert_eq!(now_or_never(&q).await, Some("k"));
+        let s = q.stats();
+        assert_eq!((s.adds, s.retries), (1, 1));
+        assert_eq!(s.queue_duration.sum(), 7.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_delayed_add_is_a_retry_as_client_go_counts_add_after() {
+        let q = WorkQueue::new();
+        q.add_rate_limited("failed");
+        q.add_after("requeued", Duration::from_secs(30), Priority::High);
+        q.add_after("now", Duration::ZERO, Priority::High);
+        q.add("queued", Priority::High);
+        q.add_after("queued", Duration::from_secs(1), Priority::High);
+        let s = q.stats();
+        assert_eq!(
+            s.retries, 4,
+            "a plain add is not a retry; a no-op add_after is"
+        );
+        assert_eq!(
+            s.adds, 2,
+            "now and queued; the delayed ones are not due yet"
+        );
+        q.shutdown();
+        q.add_rate_limited("late");
+        assert_eq!(q.stats().retries, 4, "nothing counts after shutdown");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unfinished_work_sums_the_keys_held_and_longest_running_is_the_oldest() {
+        let q = WorkQueue::new();
+        q.add("a", Priority::High);
+        q.add("b", Priority::High);
+        assert_eq!(q.get().await, Some("a"));
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(q.get().await, Some("b"));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let s = q.stats();
+        assert_eq!(s.unfinished_work, Duration::from_secs(5 + 2));
+        assert_eq!(s.longest_running, Duration::from_secs(5));
+        q.done(&"a");
+        let s = q.stats();
+        assert_eq!(
+            (s.unfinished_work, s.longest_running),
+            (Duration::from_secs(2), Duration::from_secs(2))
+        );
+        q.done(&"b");
+        let s = q.stats();
+        assert_eq!(
+            (s.unfinished_work, s.longest_running),
+            (Duration::ZERO, Duration::ZERO)
+        );
+        assert_eq!((s.work_duration.count(), s.work_duration.sum()), (2, 7.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn depth_counts_waiting_keys_by_priority_but_not_delayed_or_processing_ones() {
+        let q = WorkQueue::new();
+        q.add("a", Priority::Low);
+        q.add("b", Priority::Low);
+        q.add("c", Priority::High);
+        q.add_after("later", Duration::from_secs(60), Priority::High);
+        assert_eq!(
+            (depth(&q, Priority::High), depth(&q, Priority::Low)),
+            (1, 2)
+        );
+        assert_eq!(q.get().await, Some("c"));
+        q.add("b", Priority::High);
+        assert_eq!(
+            (depth(&q, Priority::High), depth(&q, Priority::Low)),
+            (1, 1),
+            "a promoted key moves to the high count"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn done_after_shutdown_records_the_work_but_queues_nothing() {
+        let q = WorkQueue::new();
+        q.add("k", Priority::High);
+        assert_eq!(q.get().await, Some("k"));
+        q.add("k", Priority::High);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        q.shutdown();
+        q.done(&"k");
+        let s = q.stats();
+        assert_eq!(s.work_duration.count(), 1);
+        assert_eq!(q.len(), 0);
+        assert_eq!(depth(&q, Priority::High), 0);
     }
 }
