@@ -160,6 +160,21 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
         &format!("reconciled_reconcile_errors_total{{guest=\"{guest}\",blame=\"host\"}}"),
     );
     assert!(host_errors >= Some(2.0), "{metrics}");
+    // …counted as controller-runtime counts a recovered panic: an error, and a panic…
+    let reconcile = |result: &str| {
+        sample(
+            &metrics,
+            &format!(
+                "controller_runtime_reconcile_total{{controller=\"{guest}\",result=\"{result}\"}}"
+            ),
+        )
+    };
+    assert!(reconcile("error") >= Some(2.0), "{metrics}");
+    let panics = sample(
+        &metrics,
+        &format!("controller_runtime_reconcile_panics_total{{controller=\"{guest}\"}}"),
+    );
+    assert!(panics >= Some(2.0), "{metrics}");
     // Every informer says how fresh it is: the guest's and the ConfigMap source's.
     assert!(doc.informers.len() >= 2, "{doc:#?}");
     for i in &doc.informers {
