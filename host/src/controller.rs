@@ -20,7 +20,7 @@ use crate::factory::InformerFactory;
 use crate::grant::{self, Grant};
 use crate::guest::{Blame, CallError, Module};
 use crate::handlers::{self, Role};
-use crate::imports::{Declared, GuestContext, Limits, Metrics, gvk_key};
+use crate::imports::{Declared, GuestContext, Limits, Metrics};
 use crate::informer::{Event, Informer, InformerKey, Namespaces, Scope, Staleness, Status};
 use crate::metrics::{ReconcileResult, ReconcileStats, Reconciles};
 use crate::read_your_writes::Floors;
@@ -188,8 +188,8 @@ struct Version {
     module: Module,
     ctx: Arc<GuestContext>,
     informers: Vec<Arc<Informer>>,
-    /// Roles per kind (`gvk_key`), read by the handler tasks on every event.
-    roles: HashMap<String, Vec<Role>>,
+    /// Roles per kind, read by the handler tasks on every event.
+    roles: HashMap<Gvk, Vec<Role>>,
     for_kind: Gvk,
     loaded_at: std::time::SystemTime,
 }
@@ -216,8 +216,8 @@ struct PlannedKind {
 /// What a reload changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reload {
-    /// Informers the new version reads that the old one did not (started or joined), as
-    /// `group/version/kind` (core kinds have an empty group: `/v1/ConfigMap`).
+    /// Informers the new version reads that the old one did not (started or joined), each
+    /// shown as [`Gvk`] shows a kind (`v1/ConfigMap`, `apps/v1/Deployment`).
     pub added: Vec<String>,
     /// Informers the old version read that the new one does not (released, and stopped if
     /// nobody else holds them), spelled like `added`. A kind whose scope changed (another
@@ -331,7 +331,7 @@ impl Controller {
             workers.push(tokio::spawn(supervise(Arc::downgrade(&controller))));
         }
         controller.workers.lock().unwrap().extend(workers);
-        tracing::info!(guest = %controller.name, digest = %controller.digest(), kind = %gvk_key(&plan.for_kind), read_your_writes = plan.read_your_writes, "guest started");
+        tracing::info!(guest = %controller.name, digest = %controller.digest(), kind = %plan.for_kind, read_your_writes = plan.read_your_writes, "guest started");
         Ok(controller)
     }
 
@@ -356,7 +356,7 @@ impl Controller {
                 let k = informer.key();
                 return Err(Error::Informer {
                     guest: controller.name.clone(),
-                    kind: format!("{}/{}/{}", k.group, k.version, k.kind),
+                    kind: k.gvk().to_string(),
                     reason: e.to_string(),
                 });
             }
@@ -405,7 +405,7 @@ impl Controller {
             }
         }
 
-        let floors: HashMap<String, Arc<Floors>> = self
+        let floors: HashMap<Gvk, Arc<Floors>> = self
             .context()
             .declared
             .iter()
@@ -436,7 +436,7 @@ impl Controller {
         *self.current.write().unwrap() = Arc::new(version);
 
         let mut report = Reload {
-            added: fresh.iter().map(|(k, _)| gvk_key(&k.kind)).collect(),
+            added: fresh.iter().map(|(k, _)| k.kind.to_string()).collect(),
             ..Reload::default()
         };
         {
@@ -445,9 +445,7 @@ impl Controller {
                 let keep = plan.kinds.iter().any(|p| p.key == *key);
                 if !keep {
                     link.task.abort();
-                    report
-                        .released
-                        .push(format!("{}/{}/{}", key.group, key.version, key.kind));
+                    report.released.push(key.gvk().to_string());
                 }
                 keep
             });
@@ -554,7 +552,7 @@ impl Controller {
             informers: v
                 .informers
                 .iter()
-                .map(|i| (i.key().kind.clone(), i.status(), i.staleness()))
+                .map(|i| (i.key().gvk().to_string(), i.status(), i.staleness()))
                 .collect(),
             reconciles_ok: m.reconciles_ok.load(Ordering::Relaxed),
             reconciles_failed: m.reconciles_failed.load(Ordering::Relaxed),
@@ -647,7 +645,7 @@ impl Controller {
     /// Queues every primary key; returns how many.
     fn enqueue_all(&self, priority: Priority) -> usize {
         let v = self.current();
-        let Some(d) = v.ctx.declared.get(&gvk_key(&v.for_kind)) else {
+        let Some(d) = v.ctx.declared.get(&v.for_kind) else {
             return 0;
         };
         let all = d.informer.store().all();
@@ -665,7 +663,7 @@ impl Controller {
                 let reason = e.to_string();
                 let mut last = self.held_back.lock().unwrap();
                 if *last != reason {
-                    tracing::warn!(guest = %self.name, kind = %informer.key().kind, "reconciles held back: {reason}");
+                    tracing::warn!(guest = %self.name, kind = %informer.key().gvk(), "reconciles held back: {reason}");
                     *last = reason;
                 }
                 return false;
@@ -679,7 +677,7 @@ impl Controller {
     pub fn not_ready(&self) -> Option<String> {
         self.informers().iter().find_map(|i| {
             let st = i.status();
-            (!st.state.is_synced()).then(|| format!("{}: {st}", i.key().kind))
+            (!st.state.is_synced()).then(|| format!("{}: {st}", i.key().gvk()))
         })
     }
 
@@ -869,7 +867,7 @@ async fn wait_synced(
         .await
         .map_err(|e| Error::Informer {
             guest: guest.to_string(),
-            kind: gvk_key(&k.kind),
+            kind: k.kind.to_string(),
             reason: e.to_string(),
         })
 }
@@ -896,7 +894,7 @@ fn build_version(
     module: Module,
     plan: &Plan,
     subscriptions: &[crate::informer::Subscription],
-    floors: &HashMap<String, Arc<Floors>>,
+    floors: &HashMap<Gvk, Arc<Floors>>,
     metrics: Arc<Metrics>,
 ) -> Version {
     let informers: Vec<Arc<Informer>> =
@@ -913,22 +911,21 @@ fn build_version_from(
     module: Module,
     plan: &Plan,
     informers: &[Arc<Informer>],
-    floors: &HashMap<String, Arc<Floors>>,
+    floors: &HashMap<Gvk, Arc<Floors>>,
     metrics: Arc<Metrics>,
 ) -> Version {
     let mut declared = HashMap::new();
     let mut roles = HashMap::new();
     for (k, informer) in plan.kinds.iter().zip(informers) {
-        let key = gvk_key(&k.kind);
         declared.insert(
-            key.clone(),
+            k.kind.clone(),
             Declared {
                 informer: informer.clone(),
-                floors: floors.get(&key).cloned().unwrap_or_default(),
+                floors: floors.get(&k.kind).cloned().unwrap_or_default(),
                 indexes: k.indexes.clone(),
             },
         );
-        roles.insert(key, k.roles.clone());
+        roles.insert(k.kind.clone(), k.roles.clone());
     }
     let ctx = Arc::new(GuestContext {
         name: settings.name.clone(),
@@ -956,7 +953,6 @@ async fn handle(
     kind: Gvk,
     mut sub: crate::informer::Subscription,
 ) {
-    let kind_key = gvk_key(&kind);
     while let Some(n) = sub.recv().await {
         let Some(c) = controller.upgrade() else {
             return;
@@ -966,7 +962,7 @@ async fn handle(
             continue;
         }
         let version = c.current();
-        let Some(roles) = version.roles.get(&kind_key) else {
+        let Some(roles) = version.roles.get(&kind) else {
             // A reload dropped this kind; the task is being aborted.
             continue;
         };

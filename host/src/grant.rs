@@ -114,20 +114,11 @@ pub fn validate(d: &Description) -> Result<(), names::Error> {
 pub struct Grant {
     /// Namespaces it may read and write; `None` = all, and cluster-scoped objects.
     pub namespaces: Option<BTreeSet<String>>,
-    /// Kinds it may declare, as `apiVersion/Kind` (`v1/ConfigMap`, `apps/v1/Deployment`);
-    /// `None` = any.
+    /// Kinds it may declare, as `apiVersion/Kind` (`v1/ConfigMap`, `apps/v1/Deployment`: a
+    /// [`Gvk`] as it is shown); `None` = any.
     pub kinds: Option<BTreeSet<String>>,
     /// Whether it may use the uncached `api` import.
     pub uncached_reads: bool,
-}
-
-/// `apiVersion/Kind` of a WIT gvk: `v1/ConfigMap`, `apps/v1/Deployment`.
-pub fn kind_name(g: &Gvk) -> String {
-    if g.group.is_empty() {
-        format!("{}/{}", g.version, g.kind)
-    } else {
-        format!("{}/{}/{}", g.group, g.version, g.kind)
-    }
 }
 
 impl Grant {
@@ -177,10 +168,11 @@ impl Grant {
         kinds.extend(d.watches.iter().map(|w| (&w.kind, "watches")));
         if let Some(set) = &self.kinds {
             for (k, role) in &kinds {
-                if !set.contains(&kind_name(k)) {
+                let kind = k.to_string();
+                if !set.contains(&kind) {
                     return Err(Error::Kind {
                         guest: guest.into(),
-                        kind: kind_name(k),
+                        kind,
                         role,
                     });
                 }
@@ -190,7 +182,7 @@ impl Grant {
             if !kinds.iter().any(|(k, _)| *k == &idx.kind) {
                 return Err(Error::IndexOnUndeclaredKind {
                     guest: guest.into(),
-                    kind: kind_name(&idx.kind),
+                    kind: idx.kind.to_string(),
                 });
             }
         }
@@ -205,11 +197,7 @@ mod tests {
     use crate::bindings::reconciled::runtime::declaration::{FieldIndex, Watch};
 
     fn gvk(group: &str, version: &str, kind: &str) -> Gvk {
-        Gvk {
-            group: group.into(),
-            version: version.into(),
-            kind: kind.into(),
-        }
+        Gvk::new(group, version, kind)
     }
 
     fn configmaps() -> Description {

@@ -29,6 +29,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::backoff::{Backoff, Connectivity};
+use crate::bindings::Gvk;
 use crate::delta_fifo::{DeltaFifo, DeltaType, KnownObjects};
 use crate::discovery::{self, Resource};
 use crate::object::{ObjectRef, Transform};
@@ -151,7 +152,15 @@ impl InformerKey {
         }
     }
 
-    fn gvk(&self) -> GroupVersionKind {
+    /// The kind, to show (see [`Gvk`]'s `Display`) or to look up a guest's declared kinds with.
+    ///
+    /// Where it may surprise: it builds a new `Gvk` from the key's three strings on every call;
+    /// fine for messages, not for a per-event path.
+    pub fn gvk(&self) -> Gvk {
+        Gvk::new(&self.group, &self.version, &self.kind)
+    }
+
+    fn kube_gvk(&self) -> GroupVersionKind {
         GroupVersionKind::gvk(&self.group, &self.version, &self.kind)
     }
 }
@@ -674,7 +683,7 @@ async fn drive(
     tasks: Arc<Tasks>,
     writer: Writer,
 ) {
-    let gvk = shared.key.gvk();
+    let gvk = shared.key.kube_gvk();
     let mut backoff = Backoff::new(
         Duration::from_millis(500),
         Duration::from_secs(10),
@@ -692,7 +701,7 @@ async fn drive(
                     discovery::Error::KindNotFound { .. } => State::KindNotFound,
                     discovery::Error::Request { .. } => State::Syncing,
                 };
-                tracing::warn!(kind = %discovery::gvk_string(&gvk), error = %e, "discovery failed");
+                tracing::warn!(kind = %shared.key.gvk(), error = %e, "discovery failed");
                 shared.status.send_replace(Status {
                     state,
                     message: Some(e.to_string()),
@@ -713,10 +722,10 @@ async fn drive(
         // cluster-scoped kind through its handlers and `map`.
         let message = format!(
             "{} is cluster-scoped, but this informer is confined to namespaces {:?}; a guest confined to namespaces cannot watch cluster-scoped kinds: remove the kind from describe(), or (for an operator's guest) declare no namespaces and grant none",
-            discovery::gvk_string(&gvk),
+            shared.key.gvk(),
             set
         );
-        tracing::warn!(kind = %discovery::gvk_string(&gvk), "{message}");
+        tracing::warn!(kind = %shared.key.gvk(), "{message}");
         shared.status.send_replace(Status {
             state: State::Forbidden,
             message: Some(message),
@@ -836,7 +845,7 @@ async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>, writer: Writer) {
                 shared.health_changed.notify_one();
             } else if last_progress.elapsed() > Duration::from_secs(5) {
                 last_progress = Instant::now();
-                tracing::info!(kind = %shared.key.kind, objects = shared.store.len(), elapsed = ?started.elapsed(), "informer syncing");
+                tracing::info!(kind = %shared.key.gvk(), objects = shared.store.len(), elapsed = ?started.elapsed(), "informer syncing");
             }
         }
     }
@@ -881,7 +890,7 @@ async fn health(shared: Arc<Shared>) {
         };
         if status.state == State::Synced && !reported_sync {
             reported_sync = true;
-            tracing::info!(kind = %shared.key.kind, objects = shared.store.len(), elapsed = ?started.elapsed(), "informer synced");
+            tracing::info!(kind = %shared.key.gvk(), objects = shared.store.len(), elapsed = ?started.elapsed(), "informer synced");
         }
         shared.status.send_if_modified(|cur| {
             let changed = *cur != status;

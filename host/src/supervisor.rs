@@ -698,7 +698,7 @@ impl Supervisor {
             let st = informer.status();
             if !st.state.is_synced() {
                 let k = informer.key();
-                reasons.push(format!("informer {} ({}): {st}", k.kind, k.scope));
+                reasons.push(format!("informer {} ({}): {st}", k.gvk(), k.scope));
             }
         }
         if reasons.is_empty() {
@@ -731,13 +731,8 @@ impl Supervisor {
             .iter()
             .map(|i| {
                 let k = i.key();
-                let gv = if k.group.is_empty() {
-                    k.version.clone()
-                } else {
-                    format!("{}/{}", k.group, k.version)
-                };
                 metrics::Informer {
-                    kind: format!("{gv}/{}", k.kind),
+                    kind: k.gvk().to_string(),
                     scope: k.scope.to_string(),
                     stats: i.stats(),
                     synced: i.status().state.is_synced(),

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
-use reconciled::bindings::Request;
+use reconciled::bindings::{Gvk, Request};
 use reconciled::factory::InformerFactory;
 use reconciled::grant::Grant;
 use reconciled::guest::Runtime;
@@ -110,7 +110,7 @@ async fn run(cp: &testenv::ControlPlane, wasm: &Path, n: usize) -> anyhow::Resul
         client,
         grant: Grant::default(),
         declared: HashMap::from([(
-            "/v1/ConfigMap".to_string(),
+            Gvk::new("", "v1", "ConfigMap"),
             Declared {
                 informer: informer.clone(),
                 floors: Arc::new(Floors::default()),

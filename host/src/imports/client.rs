@@ -127,7 +127,7 @@ fn collection_url<'c>(
     ctx: &'c GuestContext,
     kind: &Gvk,
     namespace: &str,
-) -> Result<(String, Resource, &'c Declared), GuestError> {
+) -> Result<(String, &'c Resource, &'c Declared), GuestError> {
     let (resource, declared) = ctx.authorize(kind, namespace, None, Access::Write)?;
     // Validated by `authorize`; encoded all the same, as every guest-made path segment is.
     let url = resource.url_path(Some(&names::segment(namespace)));
@@ -386,11 +386,11 @@ async fn record_event(
     event_reason(&reason)?;
     let message = event_message(&message);
     // Events are about the guest's own declared objects, in a namespace it may write.
-    ctx.authorize(&regarding, &namespace, Some(&name), Access::Write)?;
-    let uid = ctx
-        .declared(&regarding)
-        .ok()
-        .and_then(|d| d.informer.store().get(&object_key(Some(&namespace), &name)))
+    let (_, declared) = ctx.authorize(&regarding, &namespace, Some(&name), Access::Write)?;
+    let uid = declared
+        .informer
+        .store()
+        .get(&object_key(Some(&namespace), &name))
         .map(|o| o.uid().to_string());
     let api_version = if regarding.group.is_empty() {
         regarding.version.clone()

@@ -113,8 +113,8 @@ pub struct GuestContext {
     pub client: kube::Client,
     /// What the operator granted.
     pub grant: Grant,
-    /// Kinds from `describe`, keyed by `group/version/kind`.
-    pub declared: HashMap<String, Declared>,
+    /// Kinds from `describe`.
+    pub declared: HashMap<Gvk, Declared>,
     /// Whether cache reads honour read-your-writes (the guest's choice, unless the host
     /// config turns it off).
     pub read_your_writes: bool,
@@ -129,36 +129,39 @@ impl std::fmt::Debug for GuestContext {
         f.debug_struct("GuestContext")
             .field("name", &self.name)
             .field("grant", &self.grant)
-            .field("declared", &self.declared.keys().collect::<Vec<_>>())
+            .field(
+                "declared",
+                &self
+                    .declared
+                    .keys()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
 
-/// `group/version/kind`, the key of [`GuestContext::declared`].
-pub fn gvk_key(g: &Gvk) -> String {
-    format!("{}/{}/{}", g.group, g.version, g.kind)
-}
-
 impl GuestContext {
     /// The declared kind, or the `not-declared` error the guest should see.
+    ///
+    /// Every import calls this: it hashes the guest's `Gvk` as it is, building nothing.
     pub fn declared(&self, kind: &Gvk) -> Result<&Declared, GuestError> {
-        self.declared.get(&gvk_key(kind)).ok_or_else(|| {
+        self.declared.get(kind).ok_or_else(|| {
             GuestError::NotDeclared(format!(
-                "kind {} is not declared by guest {:?}: add it to `for`, `owns` or `watches` in describe()",
-                gvk_key(kind),
+                "kind {kind} is not declared by guest {:?}: add it to `for`, `owns` or `watches` in describe()",
                 self.name
             ))
         })
     }
 
-    /// The resolved resource of a declared kind.
-    pub fn resource(&self, kind: &Gvk) -> Result<(Resource, &Declared), GuestError> {
+    /// The resolved resource of a declared kind, borrowed from its informer (it never changes
+    /// once resolved).
+    pub fn resource(&self, kind: &Gvk) -> Result<(&Resource, &Declared), GuestError> {
         let d = self.declared(kind)?;
         match d.informer.resource() {
-            Some(r) => Ok((r.clone(), d)),
+            Some(r) => Ok((r, d)),
             None => Err(GuestError::Other(format!(
-                "kind {} is not resolved yet: {}",
-                gvk_key(kind),
+                "kind {kind} is not resolved yet: {}",
                 d.informer.status()
             ))),
         }
@@ -173,9 +176,9 @@ impl GuestContext {
         namespace: &str,
         name: Option<&str>,
         access: Access,
-    ) -> Result<(Resource, &Declared), GuestError> {
+    ) -> Result<(&Resource, &Declared), GuestError> {
         let (resource, declared) = self.resource(kind)?;
-        check_access(&self.name, &self.grant, &resource, namespace, name, access)?;
+        check_access(&self.name, &self.grant, resource, namespace, name, access)?;
         Ok((resource, declared))
     }
 
