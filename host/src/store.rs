@@ -84,39 +84,82 @@ struct Inner {
     fields: HashMap<String, FieldIndex>,
 }
 
-/// Highest resourceVersions applied, per namespace ("" for cluster-scoped objects), with a floor
-/// that every namespace is at least at (set by a [`Writer::replace`] at its list's version).
-#[derive(Debug, Default, Clone)]
-struct Applied {
-    namespaces: HashMap<Box<str>, u64>,
-    floor: u64,
+/// One namespace's resourceVersions: the highest applied, and the highest published as its
+/// watermark.
+#[derive(Debug, Default, Clone, Copy)]
+struct Mark {
+    applied: u64,
+    published: u64,
+    /// In [`Marks::dirty`]: applied past `published` since the last publish.
+    dirty: bool,
 }
 
-impl Applied {
-    fn of(&self, namespace: &str) -> u64 {
-        self.namespaces
-            .get(namespace)
-            .copied()
-            .unwrap_or(0)
-            .max(self.floor)
+/// Highest resourceVersions applied and published, per namespace ("" for cluster-scoped
+/// objects), with a floor that every namespace is at least at (set by a [`Writer::replace`] at
+/// its list's version).
+///
+/// Invariant: `dirty` holds, once each, exactly the indexes of the marks whose `dirty` is set,
+/// and a mark that is not dirty has `published == applied`. So a publish touches only what
+/// changed since the last one, whatever the number of namespaces: the informer publishes each
+/// time its delta FIFO drains, which under a light load is after every event.
+#[derive(Debug, Default)]
+struct Marks {
+    /// Namespace → index into `marks`. A namespace once seen stays until the next replace, like
+    /// client-go's indexers keep their keys.
+    index: HashMap<Box<str>, usize>,
+    marks: Vec<Mark>,
+    dirty: Vec<usize>,
+    floor: u64,
+    /// The highest `applied` of any mark, or the floor: what [`Store::resource_version`] reads,
+    /// without a pass over every namespace.
+    highest: u64,
+}
+
+impl Marks {
+    /// Empty, with every namespace at `floor`.
+    fn at(floor: u64) -> Self {
+        Self {
+            floor,
+            highest: floor,
+            ..Self::default()
+        }
     }
 
-    fn highest(&self) -> u64 {
-        self.namespaces
-            .values()
-            .copied()
-            .max()
-            .unwrap_or(0)
+    fn watermark(&self, namespace: &str) -> u64 {
+        self.index
+            .get(namespace)
+            .map_or(0, |&i| self.marks[i].published)
             .max(self.floor)
     }
 
     fn observe(&mut self, obj: &ObjectRef) {
-        if let Some(rv) = obj.resource_version_number() {
-            let mark = self
-                .namespaces
-                .entry(obj.namespace().unwrap_or("").into())
-                .or_insert(0);
-            *mark = (*mark).max(rv);
+        let Some(rv) = obj.resource_version_number() else {
+            return;
+        };
+        let namespace = obj.namespace().unwrap_or("");
+        // A namespace seen before is the common case: found without building a key.
+        let i = match self.index.get(namespace) {
+            Some(&i) => i,
+            None => {
+                self.index.insert(namespace.into(), self.marks.len());
+                self.marks.push(Mark::default());
+                self.marks.len() - 1
+            }
+        };
+        let mark = &mut self.marks[i];
+        mark.applied = mark.applied.max(rv);
+        if !mark.dirty && mark.applied != mark.published {
+            mark.dirty = true;
+            self.dirty.push(i);
+        }
+        self.highest = self.highest.max(rv);
+    }
+
+    fn publish(&mut self) {
+        for i in self.dirty.drain(..) {
+            let mark = &mut self.marks[i];
+            mark.published = mark.applied;
+            mark.dirty = false;
         }
     }
 }
@@ -127,12 +170,11 @@ struct Shared {
     touched: AtomicU64,
     index_failures: AtomicU64,
     changed: tokio::sync::Notify,
-    /// What has been applied so far.
-    applied: std::sync::Mutex<Applied>,
-    /// `applied` as of the last time the delta FIFO was empty. Only then is every event up to
-    /// it known to be in the store: the FIFO delivers per key, not in global resourceVersion
-    /// order, so while it holds deltas a higher RV may have been applied before a lower one.
-    watermarks: std::sync::Mutex<Applied>,
+    /// What has been applied so far, and, as the watermarks, what had been applied the last
+    /// time the delta FIFO was empty. Only then is every event up to it known to be in the
+    /// store: the FIFO delivers per key, not in global resourceVersion order, so while it holds
+    /// deltas a higher RV may have been applied before a lower one.
+    marks: std::sync::Mutex<Marks>,
 }
 
 /// Read access to an indexed, thread-safe object cache. Cheap to clone: clones share one cache.
@@ -383,14 +425,15 @@ impl Writer {
     /// Records that `obj`'s resourceVersion has been applied (an upsert does this itself; the
     /// informer calls it for deletes, whose event carries the deletion's resourceVersion).
     pub fn observe(&self, obj: &ObjectRef) {
-        self.shared.applied.lock().unwrap().observe(obj);
+        self.shared.marks.lock().unwrap().observe(obj);
     }
 
     /// Publishes what has been applied as the watermark. Call only when nothing is pending
     /// between the watch and the store (the informer does, when its delta FIFO is empty).
+    ///
+    /// It costs the namespaces changed since the last publish, not every namespace seen.
     pub fn publish_watermarks(&self) {
-        let applied = self.shared.applied.lock().unwrap().clone();
-        *self.shared.watermarks.lock().unwrap() = applied;
+        self.shared.marks.lock().unwrap().publish();
         self.shared.changed.notify_waiters();
     }
 
@@ -439,10 +482,7 @@ impl Writer {
     /// than the store held moves it back. Pass 0 when the version is unknown (a server older than
     /// 1.35, whose versions do not compare): then only the items' own versions count.
     pub fn replace(&self, items: Vec<ObjectRef>, resource_version: u64) {
-        let mut applied = Applied {
-            namespaces: HashMap::new(),
-            floor: resource_version,
-        };
+        let mut marks = Marks::at(resource_version);
         let mut inner = self.shared.inner.write().unwrap();
         let fields = std::mem::take(&mut inner.fields)
             .into_iter()
@@ -461,14 +501,14 @@ impl Writer {
             ..Inner::default()
         };
         for obj in items {
-            applied.observe(&obj);
+            marks.observe(&obj);
             inner.index(&obj, &self.shared.index_failures);
             inner.items.insert(obj.key_arc().clone(), obj);
         }
         // Under the content's write lock, so no reader pairs the new content with an old
         // watermark.
-        *self.shared.applied.lock().unwrap() = applied.clone();
-        *self.shared.watermarks.lock().unwrap() = applied;
+        marks.publish();
+        *self.shared.marks.lock().unwrap() = marks;
         drop(inner);
         self.shared.changed.notify_waiters();
     }
@@ -482,7 +522,7 @@ impl Store {
     /// [`Writer::replace`]), so under a steady stream of events it can trail
     /// [`resource_version`](Self::resource_version).
     pub fn watermark(&self, namespace: &str) -> u64 {
-        self.shared.watermarks.lock().unwrap().of(namespace)
+        self.shared.marks.lock().unwrap().watermark(namespace)
     }
 
     /// The highest resourceVersion applied to the store, over all namespaces (0 before the
@@ -492,7 +532,7 @@ impl Store {
     /// it stays at the last change while the cache is perfectly current; and unlike the
     /// [`watermark`](Self::watermark) it does not promise that every older event is applied.
     pub fn resource_version(&self) -> u64 {
-        self.shared.applied.lock().unwrap().highest()
+        self.shared.marks.lock().unwrap().highest
     }
 
     /// Resolves after the next change (content or watermark). To wait for a condition without
@@ -1100,6 +1140,35 @@ mod tests {
         assert_eq!(s.resource_version(), 41, "but counts as applied at once");
         w.publish_watermarks();
         assert_eq!((s.watermark("a"), s.watermark("b")), (41, 40));
+    }
+
+    #[test]
+    fn a_publish_moves_only_the_namespaces_changed_since_the_last_one() {
+        let mut marks = Marks::at(5);
+        for i in 0..1000 {
+            marks.observe(&at(&format!("ns{i}"), "x", 10 + i));
+        }
+        marks.publish();
+        assert!(marks.dirty.is_empty());
+        marks.observe(&at("ns7", "y", 2000));
+        marks.observe(&at("ns7", "z", 1500));
+        marks.observe(&at("ns8", "old", 3));
+        assert_eq!(
+            marks.dirty,
+            [7],
+            "one namespace moved, listed once; an older version moves nothing"
+        );
+        assert_eq!(marks.watermark("ns7"), 17, "not published yet");
+        marks.publish();
+        assert_eq!(
+            (
+                marks.watermark("ns7"),
+                marks.watermark("ns8"),
+                marks.watermark("never-seen")
+            ),
+            (2000, 18, 5)
+        );
+        assert_eq!(marks.highest, 2000);
     }
 
     #[test]
