@@ -9,6 +9,12 @@
 //! `data.indexed=hot`. The `probe` guest's bench behaviours call `cache.get` 1000 times or an
 //! indexed `cache.list` (100 results) 100 times per reconcile; the per-read cost is the batch time
 //! minus an empty reconcile, divided by the count. Each figure is the median over many batches.
+//!
+//! Last, the store's side of one watch event: 10 000 of those ConfigMaps, spread over 1000
+//! namespaces as a cluster-wide informer sees them, each applied to a fresh store (`upsert`) and
+//! the watermarks published, as the informer does whenever its delta FIFO drains (after every
+//! event under a light load). The peer is kube-rs' reflector store applying the same objects,
+//! typed.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -24,13 +30,19 @@ use reconciled::grant::Grant;
 use reconciled::guest::Runtime;
 use reconciled::imports::{Declared, GuestContext, Limits};
 use reconciled::informer::{InformerKey, Options, Scope};
+use reconciled::object::{Object, ObjectRef, Transform};
 use reconciled::read_your_writes::Floors;
-use reconciled::store::Query;
+use reconciled::store::{Query, Store, Writer};
 use reconciled_bench::median;
 
 const NS: &str = "bench";
 const GETS: u32 = 1000;
 const LISTS: u32 = 100;
+/// Objects and namespaces of the store-write measurement.
+const WRITES: usize = 10_000;
+const WRITE_NAMESPACES: usize = 1000;
+/// Events per timed batch of the store-write measurement.
+const WRITE_BATCH: usize = 500;
 
 fn probe_wasm() -> anyhow::Result<std::path::PathBuf> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/build.sh");
@@ -208,6 +220,8 @@ async fn run(cp: &testenv::ControlPlane, wasm: &Path, n: usize) -> anyhow::Resul
     }
     let hits = store.list(&q)?.len();
 
+    let writes = store_writes(&store)?;
+
     let (fresh_m, reused_m) = (median(&mut fresh), noop_reused);
     let (g, nc, tc) = (
         median(&mut guest_get),
@@ -238,9 +252,104 @@ async fn run(cp: &testenv::ControlPlane, wasm: &Path, n: usize) -> anyhow::Resul
         gl / nl
     );
     println!(
+        "| store write of one watch event (`upsert`, then publish the watermarks), {WRITES} objects over {WRITE_NAMESPACES} namespaces | {:.2} µs | kube-rs reflector `apply_watcher_event`, typed | {:.2} µs | {:.1}× |",
+        writes.ours,
+        writes.peer,
+        writes.ours / writes.peer
+    );
+    println!(
         "\nobjects examined per indexed list: {touched_per_list:.0} (result size {hits}); module {} bytes, compiled in {:.2?}",
         module.size(),
         module.compile_time()
     );
+    println!(
+        "store write: `upsert` alone {:.2} µs per event, so publishing the watermarks {:.2} µs",
+        writes.upsert_only,
+        writes.ours - writes.upsert_only
+    );
     Ok(())
+}
+
+/// Medians per event of [`store_writes`], in µs.
+struct Writes {
+    /// `upsert` + `publish_watermarks`.
+    ours: f64,
+    /// `upsert` alone.
+    upsert_only: f64,
+    /// kube-rs' `apply_watcher_event(&Event::Apply(_))`.
+    peer: f64,
+}
+
+/// `objects` with their namespace replaced by one of [`WRITE_NAMESPACES`] and their
+/// resourceVersion by `first_rv + i`: a watch delivers ever higher versions, so every event
+/// moves its namespace's mark, as in a live cluster.
+fn rehomed(objects: &[ObjectRef], first_rv: u64) -> anyhow::Result<Vec<ObjectRef>> {
+    objects
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let mut v = o.to_value();
+            v["metadata"]["namespace"] = format!("ns-{:04}", i % WRITE_NAMESPACES).into();
+            v["metadata"]["resourceVersion"] = (first_rv + i as u64).to_string().into();
+            Ok(Arc::new(Object::from_value(v, &Transform::none(), None)?))
+        })
+        .collect()
+}
+
+/// Times `apply` over `items` in batches of [`WRITE_BATCH`]; the median per item, in µs.
+fn per_event<T>(items: &[T], mut apply: impl FnMut(&T)) -> f64 {
+    let mut batches: Vec<f64> = items
+        .chunks(WRITE_BATCH)
+        .map(|chunk| {
+            let t = Instant::now();
+            for item in chunk {
+                apply(item);
+            }
+            t.elapsed().as_secs_f64() * 1e6 / chunk.len() as f64
+        })
+        .collect();
+    median(&mut batches)
+}
+
+/// The store's side of a watch event, ours and kube-rs', on copies of `store`'s objects. Each
+/// store first receives every object once (adds, untimed), so that the timed passes are updates
+/// of known keys in known namespaces, the steady state of a synced informer.
+fn store_writes(store: &Store) -> anyhow::Result<Writes> {
+    let sample: Vec<ObjectRef> = store.all().into_iter().take(WRITES).collect();
+    let n = sample.len() as u64;
+    let added = rehomed(&sample, 1_000_000)?;
+    let published = rehomed(&sample, 1_000_000 + n)?;
+    let unpublished = rehomed(&sample, 1_000_000 + 2 * n)?;
+    let typed: Vec<ConfigMap> = added
+        .iter()
+        .map(|o| serde_json::from_slice(o.json()))
+        .collect::<Result<_, _>>()?;
+
+    let writer = Writer::new();
+    for o in &added {
+        writer.upsert(o.clone());
+        writer.publish_watermarks();
+    }
+    let ours = per_event(&published, |o| {
+        std::hint::black_box(writer.upsert(o.clone()));
+        writer.publish_watermarks();
+    });
+    let upsert_only = per_event(&unpublished, |o| {
+        std::hint::black_box(writer.upsert(o.clone()));
+    });
+
+    let (_reader, mut peer_writer) = kube::runtime::reflector::store::<ConfigMap>();
+    let events: Vec<kube::runtime::watcher::Event<ConfigMap>> = typed
+        .into_iter()
+        .map(kube::runtime::watcher::Event::Apply)
+        .collect();
+    for e in &events {
+        peer_writer.apply_watcher_event(e);
+    }
+    let peer = per_event(&events, |e| peer_writer.apply_watcher_event(e));
+    Ok(Writes {
+        ours,
+        upsert_only,
+        peer,
+    })
 }
