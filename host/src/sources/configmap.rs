@@ -28,6 +28,11 @@
 //!   that could serve nothing never runs, and never holds the host's `/readyz` down.
 //! - Two keys naming one guest (`rec.wasm` and `rec.wasm.gz`) are rejected together; a
 //!   labelled ConfigMap with no module key gets a `NoModule` Warning Event.
+//! - An edit that leaves `binaryData` as it was (a label, an annotation, `data`) and a resync
+//!   cost one comparison of the text, once every guest of the ConfigMap has loaded from it: the
+//!   modules are not decoded, unpacked or hashed again. Until then (a load in flight, a
+//!   rejection that may pass next time, a key over the namespace's quota) the same bytes are
+//!   offered again, which is how such a load is retried.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Read;
@@ -44,7 +49,7 @@ use crate::imports::Limits;
 use crate::informer::{Event, InformerKey, Namespaces, Scope};
 use crate::object::ObjectRef;
 use crate::selector::LabelSelector;
-use crate::supervisor::{Source, Supervisor};
+use crate::supervisor::{Applied, Source, Supervisor};
 
 /// The label that makes a ConfigMap a module source (value `true`).
 pub const LABEL: &str = "reconciled.dev/reconciler";
@@ -178,19 +183,22 @@ async fn run(
         supervisor: supervisor.clone(),
         policy,
         slots: Mutex::new(HashMap::new()),
+        settled: Mutex::new(HashSet::new()),
     });
-    // Which guests each ConfigMap delivers, as this loop last saw it. Kept here rather than
-    // read back from the supervisor, whose view lags behind loads still in flight.
-    let mut owned: HashMap<(String, String), BTreeSet<String>> = HashMap::new();
-    let mut warned: HashSet<(String, String, String)> = HashSet::new();
+    let mut seen = Seen::default();
     while let Some(n) = sub.recv().await {
         match n.event {
-            Event::Added(o) => sync(&dispatch, &mut owned, &mut warned, &o).await,
-            Event::Updated { new, .. } => sync(&dispatch, &mut owned, &mut warned, &new).await,
+            Event::Added(o) => {
+                sync(&dispatch, &mut seen, &o).await;
+            }
+            Event::Updated { new, .. } => {
+                sync(&dispatch, &mut seen, &new).await;
+            }
             Event::Deleted { last_known, .. } => {
                 let id = id_of(&last_known);
+                seen.synced.remove(&id);
                 supervisor.set_source_problem(&source_id(&id), None);
-                for name in owned.remove(&id).unwrap_or_default() {
+                for name in seen.owned.remove(&id).unwrap_or_default() {
                     dispatch.submit(name, Desired::Remove);
                 }
             }
@@ -198,12 +206,14 @@ async fn run(
                 // Events were dropped: make the guests match the cache as it is now.
                 let all = informer.store().all();
                 for o in &all {
-                    sync(&dispatch, &mut owned, &mut warned, o).await;
+                    sync(&dispatch, &mut seen, o).await;
                 }
                 let live: BTreeSet<(String, String)> = all.iter().map(id_of).collect();
+                let Seen { owned, synced, .. } = &mut seen;
                 for (ns, cm) in owned.keys().filter(|id| !live.contains(*id)) {
                     supervisor.set_source_problem(&source_id(&(ns.clone(), cm.clone())), None);
                 }
+                synced.retain(|id, _| live.contains(id));
                 owned.retain(|id, names| {
                     if live.contains(id) {
                         return true;
@@ -216,6 +226,19 @@ async fn run(
             }
         }
     }
+}
+
+/// What the loop knows of the ConfigMaps it has synced. Kept here rather than read back from the
+/// supervisor, whose view lags behind loads still in flight.
+#[derive(Default)]
+struct Seen {
+    /// Which guests each ConfigMap delivers, as this loop last saw it.
+    owned: HashMap<(String, String), BTreeSet<String>>,
+    /// Labelled ConfigMaps warned about for delivering no module, by resourceVersion.
+    warned: HashSet<(String, String, String)>,
+    /// Each ConfigMap that delivers guests, as last synced: what the next event's `binaryData`
+    /// is compared with.
+    synced: HashMap<(String, String), ObjectRef>,
 }
 
 /// How `/status` names a ConfigMap that delivers no guest.
@@ -259,11 +282,16 @@ struct Dispatch {
     /// Guests with a task running, and what it should do next. A name is present exactly while
     /// its task runs.
     slots: Mutex<HashMap<String, Option<Desired>>>,
+    /// Guests whose last load settled (loaded, or the supervisor already had those bytes) with
+    /// nothing submitted since: offering the same bytes again would change nothing. Locked
+    /// after `slots` when both are.
+    settled: Mutex<HashSet<String>>,
 }
 
 impl Dispatch {
     fn submit(self: &Arc<Self>, name: String, desired: Desired) {
         let mut slots = self.slots.lock().unwrap();
+        self.settled.lock().unwrap().remove(&name);
         if let Some(next) = slots.get_mut(&name) {
             *next = Some(desired);
             return;
@@ -306,15 +334,31 @@ impl Dispatch {
             if matches!(desired, Desired::Load { .. }) {
                 last_load = Some(Instant::now());
             }
-            self.apply(&name, desired).await;
+            let settled = self.apply(&name, desired).await;
+            let slots = self.slots.lock().unwrap();
+            // A newer desired state cleared the mark when it was submitted; this outcome is
+            // not that state's.
+            let superseded = slots.get(&name).is_some_and(Option::is_some);
+            if settled && !superseded {
+                self.settled.lock().unwrap().insert(name.clone());
+            }
         }
     }
 
-    async fn apply(&self, name: &str, desired: Desired) {
+    /// Whether every guest in `names` (at least one) settled from the bytes last submitted.
+    fn all_settled(&self, names: &BTreeSet<String>) -> bool {
+        let settled = self.settled.lock().unwrap();
+        !names.is_empty() && names.iter().all(|n| settled.contains(n))
+    }
+
+    /// Makes guest `name` what `desired` says; returns whether it settled: loaded, or already
+    /// loaded or lastingly rejected with these bytes.
+    async fn apply(&self, name: &str, desired: Desired) -> bool {
         let sup = &self.supervisor;
         match desired {
             Desired::Remove => {
                 sup.remove(name).await;
+                false
             }
             Desired::Unreadable {
                 source,
@@ -324,6 +368,7 @@ impl Dispatch {
             } => {
                 sup.reject_unreadable(name, source, settings, &digest, message)
                     .await;
+                false
             }
             Desired::Load {
                 source,
@@ -336,12 +381,14 @@ impl Dispatch {
                     .await
                     .unwrap_or_else(|e| Err((String::new(), format!("unpacking failed: {e}"))));
                 match unpacked {
-                    Ok(bytes) => {
-                        sup.apply(name, source, settings, bytes).await;
-                    }
+                    Ok(bytes) => matches!(
+                        sup.apply(name, source, settings, bytes).await,
+                        Applied::Loaded { .. } | Applied::Reloaded { .. } | Applied::Unchanged
+                    ),
                     Err((digest, message)) => {
                         sup.reject_unreadable(name, source, settings, &digest, message)
                             .await;
+                        false
                     }
                 }
             }
@@ -349,24 +396,48 @@ impl Dispatch {
     }
 }
 
-/// Submits every module key of `o`, and removals for guests of keys it no longer has.
-async fn sync(
-    dispatch: &Arc<Dispatch>,
-    owned: &mut HashMap<(String, String), BTreeSet<String>>,
-    warned: &mut HashSet<(String, String, String)>,
-    o: &ObjectRef,
-) {
+/// Submits every module key of `o`, and removals for guests of keys it no longer has; returns
+/// how many guests it submitted a desired state for.
+///
+/// Nothing at all, at the cost of comparing `binaryData` as text, when `o` holds the module
+/// bytes it held when last synced and every guest it delivers has settled from them: a label or
+/// annotation edit, or a resync, must not decode, unpack and hash every module again.
+async fn sync(dispatch: &Arc<Dispatch>, seen: &mut Seen, o: &ObjectRef) -> usize {
     let id = id_of(o);
+    if let Some(previous) = seen.synced.get(&id)
+        && seen
+            .owned
+            .get(&id)
+            .is_some_and(|names| dispatch.all_settled(names))
+    {
+        // A resync hands over the very object; an edit, a new one to compare, off the async
+        // runtime like the decoding it saves (up to 1 MiB of text each).
+        let same = Arc::ptr_eq(previous, o) || {
+            let (previous, o) = (previous.clone(), o.clone());
+            tokio::task::spawn_blocking(move || same_modules(&previous, &o))
+                .await
+                .unwrap_or(false)
+        };
+        if same {
+            seen.synced.insert(id, o.clone());
+            return 0;
+        }
+    }
+    let Seen {
+        owned,
+        warned,
+        synced,
+    } = seen;
     let (namespace, cm) = id.clone();
-    let json = o.json().to_vec();
-    let parsed = tokio::task::spawn_blocking(move || modules_of(&json))
+    let object = o.clone();
+    let parsed = tokio::task::spawn_blocking(move || modules_of(object.json()))
         .await
         .unwrap_or_else(|e| Err(e.to_string()));
     let modules = match parsed {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!(configmap = %format!("{namespace}/{cm}"), "ignoring an unparseable ConfigMap: {e}");
-            return;
+            return 0;
         }
     };
     let source = |key: &str| Source::ConfigMap {
@@ -375,7 +446,8 @@ async fn sync(
         key: key.to_string(),
         uid: modules.uid.clone(),
     };
-    let nothing_to_load = modules.modules.is_empty() && modules.duplicates.is_empty();
+    let submitting = modules.modules.len() + modules.duplicates.len();
+    let nothing_to_load = submitting == 0;
     if !nothing_to_load {
         dispatch
             .supervisor
@@ -472,10 +544,43 @@ async fn sync(
             },
         );
     }
+    // Each module key and each set of duplicates was submitted once, loaded or refused.
+    let mut submitted = submitting;
+    if wanted.is_empty() {
+        synced.remove(&id);
+    } else {
+        synced.insert(id.clone(), o.clone());
+    }
     let before = owned.insert(id, wanted.clone()).unwrap_or_default();
     for gone in before.difference(&wanted) {
         dispatch.submit(gone.clone(), Desired::Remove);
+        submitted += 1;
     }
+    submitted
+}
+
+/// Whether `new` delivers the module bytes `old` did: the same object (uid) with the same
+/// `binaryData`, compared as text, without decoding.
+///
+/// Where it may surprise: JSON whose `binaryData` cannot be borrowed as it stands (an escaped
+/// character, which neither base64 nor a ConfigMap key holds) counts as changed, so the
+/// modules are read again: slower, never wrong.
+fn same_modules(old: &ObjectRef, new: &ObjectRef) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Cm<'a> {
+        #[serde(default, borrow, rename = "binaryData")]
+        binary_data: BTreeMap<&'a str, &'a str>,
+    }
+    fn binary_data(o: &ObjectRef) -> Option<BTreeMap<&str, &str>> {
+        serde_json::from_slice::<Cm<'_>>(o.json())
+            .ok()
+            .map(|cm| cm.binary_data)
+    }
+    old.uid() == new.uid()
+        && match (binary_data(old), binary_data(new)) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
 }
 
 struct Modules {
@@ -641,6 +746,107 @@ pub fn pack(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::{Object, Transform};
+
+    fn configmap(uid: &str, rv: &str, team: &str, module: &[u8]) -> ObjectRef {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(module);
+        Arc::new(
+            Object::from_value(
+                serde_json::json!({
+                    "metadata": {
+                        "name": "my-rec", "namespace": "team-a", "uid": uid, "resourceVersion": rv,
+                        "labels": {LABEL: "true", "team": team},
+                    },
+                    "binaryData": {"rec.wasm": b64},
+                }),
+                &Transform::none(),
+                None,
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn only_the_module_bytes_and_the_object_count_as_a_change_of_modules() {
+        let v1 = configmap("u-1", "1", "x", b"module");
+        assert!(
+            same_modules(&v1, &configmap("u-1", "2", "y", b"module")),
+            "a label edit"
+        );
+        assert!(
+            !same_modules(&v1, &configmap("u-1", "3", "x", b"other")),
+            "new bytes"
+        );
+        assert!(
+            !same_modules(&v1, &configmap("u-2", "4", "x", b"module")),
+            "deleted and created again under the same name"
+        );
+    }
+
+    /// A dispatcher whose supervisor has no API server behind it (and posts no Events): enough
+    /// for modules that never get as far as an informer.
+    fn offline_dispatch() -> Arc<Dispatch> {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let factory = Arc::new(InformerFactory::new(
+            client.clone(),
+            crate::informer::Options::default(),
+        ));
+        let supervisor = Supervisor::new(
+            crate::guest::Runtime::new().unwrap(),
+            factory,
+            client,
+            crate::supervisor::Options {
+                events: false,
+                ..crate::supervisor::Options::default()
+            },
+        );
+        Arc::new(Dispatch {
+            supervisor: Arc::new(supervisor),
+            policy: TenantPolicy {
+                min_reload_interval_ms: 0,
+                ..TenantPolicy::default()
+            },
+            slots: Mutex::new(HashMap::new()),
+            settled: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Waits until no guest has a load running or pending.
+    async fn idle(dispatch: &Dispatch) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !dispatch.slots.lock().unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "a load is still running");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_label_only_edit_or_a_resync_does_not_resubmit_a_settled_module() {
+        let dispatch = offline_dispatch();
+        let mut seen = Seen::default();
+        let v1 = configmap("u-1", "1", "x", b"not a component");
+        assert_eq!(sync(&dispatch, &mut seen, &v1).await, 1);
+        idle(&dispatch).await;
+        // Refused (not a component), which this source does not take as settled: a rejection
+        // may be one that passes next time, and offering the bytes again is the retry.
+        let relabelled = configmap("u-1", "2", "y", b"not a component");
+        assert_eq!(sync(&dispatch, &mut seen, &relabelled).await, 1);
+        idle(&dispatch).await;
+        // The supervisor had these bytes already (a lasting rejection): settled.
+        let again = configmap("u-1", "3", "z", b"not a component");
+        assert_eq!(
+            sync(&dispatch, &mut seen, &again).await,
+            0,
+            "a label-only edit"
+        );
+        assert_eq!(sync(&dispatch, &mut seen, &again).await, 0, "a resync");
+        let edited = configmap("u-1", "4", "z", b"another module");
+        assert_eq!(sync(&dispatch, &mut seen, &edited).await, 1, "new bytes");
+        // Until that load settles (in flight, or refused), the same bytes are offered again.
+        assert_eq!(sync(&dispatch, &mut seen, &edited).await, 1);
+        idle(&dispatch).await;
+    }
 
     fn gzip(b: &[u8]) -> Vec<u8> {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
