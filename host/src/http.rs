@@ -124,7 +124,7 @@ pub enum Error {
 /// The methods are called on the connection's task, once per request, while the server waits:
 /// they must be cheap and must not block. A panic ends only that connection.
 pub trait Endpoints: Send + Sync + 'static {
-    /// The Prometheus text for `/metrics`, as built by [`crate::metrics::Exposition`].
+    /// The Prometheus text for `/metrics`, as built by [`crate::metrics::encode`].
     fn metrics(&self) -> String;
     /// The status document for `/status`.
     fn status(&self) -> Status;

@@ -10,6 +10,7 @@ pub mod preflight;
 // Informer core.
 pub mod backoff;
 pub mod delta_fifo;
+pub mod events;
 pub mod factory;
 pub mod informer;
 pub mod object;

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::artifact_cache::Origin;
 use crate::controller::{self, Controller, Settings};
+use crate::events::Type;
 use crate::factory::InformerFactory;
 use crate::guest::{LoadError, Runtime, digest_of};
 use crate::metrics;
@@ -470,7 +471,7 @@ impl Supervisor {
             compile.as_millis(),
             timing.total.as_millis()
         );
-        self.event(&source, "Normal", "ModuleLoaded", message);
+        self.event(&source, Type::Normal, "ModuleLoaded", message);
         let mut guests = self.guests.lock().unwrap();
         let entry = guests
             .entry(name.to_string())
@@ -565,7 +566,7 @@ impl Supervisor {
         // Reason and outcome first: the API truncates long Event messages.
         self.event(
             &source,
-            "Warning",
+            Type::Warning,
             "ModuleRejected",
             format!(
                 "guest {name}: module rejected ({}; {keeps}): {message} [module sha256 {digest}]",
@@ -594,7 +595,7 @@ impl Supervisor {
         tracing::info!(guest = %name, source = %entry.source, ?digest, "guest unloaded");
         self.event(
             &entry.source,
-            "Normal",
+            Type::Normal,
             "ModuleUnloaded",
             format!("guest {name}: unloaded; its informers are released"),
         );
@@ -603,7 +604,7 @@ impl Supervisor {
 
     /// Posts an Event about a ConfigMap source, in the background: a slow or failing Event
     /// never holds up a load. Other sources have no object to attach one to, and are ignored.
-    pub fn event(&self, source: &Source, type_: &str, reason: &str, message: String) {
+    pub fn event(&self, source: &Source, type_: Type, reason: &str, message: String) {
         if self.options.events {
             post_event(&self.client, source, type_, reason, message);
         }
@@ -768,7 +769,7 @@ impl crate::http::Endpoints for Supervisor {
 }
 
 /// Posts an Event about a ConfigMap source, in the background; other sources are ignored.
-fn post_event(client: &kube::Client, source: &Source, type_: &str, reason: &str, message: String) {
+fn post_event(client: &kube::Client, source: &Source, type_: Type, reason: &str, message: String) {
     let Source::ConfigMap {
         namespace,
         name,
@@ -778,39 +779,24 @@ fn post_event(client: &kube::Client, source: &Source, type_: &str, reason: &str,
     else {
         return;
     };
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let event = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            // The API server shortens the prefix if it must and appends a random suffix.
-            "generateName": format!("{name}."),
-            "namespace": namespace,
+    let event = crate::events::Event {
+        regarding: crate::events::Regarding {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+            uid: Some(uid.clone()),
         },
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "namespace": namespace,
-            "name": name,
-            "uid": uid,
-        },
-        "type": type_,
-        "reason": reason,
-        // The API caps messages at 1 KiB.
-        "message": truncate(&message, 1000),
-        "source": { "component": "reconciled" },
-        "reportingComponent": "reconciled",
-        "reportingInstance": hostname(),
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    });
+        type_,
+        reason: reason.to_string(),
+        message,
+        component: "reconciled".into(),
+    };
     let client = client.clone();
-    let path = format!("/api/v1/namespaces/{namespace}/events");
     tokio::spawn(async move {
-        let req = http::Request::post(path)
+        let req = http::Request::post(event.path())
             .header("content-type", "application/json")
-            .body(event.to_string().into_bytes());
+            .body(event.body().to_string().into_bytes());
         let result = match req {
             Ok(req) => client
                 .request::<serde_json::Value>(req)
@@ -851,7 +837,7 @@ async fn report_failures(
                 post_event(
                     &client,
                     &source,
-                    "Warning",
+                    Type::Warning,
                     "GuestFailing",
                     format!(
                         "guest {}: failing for {} key(s) (blame: {}): {}",
@@ -867,7 +853,7 @@ async fn report_failures(
                 post_event(
                     &client,
                     &source,
-                    "Normal",
+                    Type::Normal,
                     "GuestRecovered",
                     format!("guest {}: reconciling again", c.name()),
                 );
@@ -877,28 +863,6 @@ async fn report_failures(
         drop(c);
         tokio::time::sleep(FAILURE_EVENT_INTERVAL).await;
     }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
-
-fn hostname() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "reconciled".into())
 }
 
 /// One guest's line of the status document.

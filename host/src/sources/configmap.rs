@@ -474,9 +474,12 @@ async fn sync(dispatch: &Arc<Dispatch>, seen: &mut Seen, o: &ObjectRef) -> usize
             dispatch
                 .supervisor
                 .set_source_problem(&source_id(&id), Some(message.clone()));
-            dispatch
-                .supervisor
-                .event(&source(""), "Warning", "NoModule", message);
+            dispatch.supervisor.event(
+                &source(""),
+                crate::events::Type::Warning,
+                "NoModule",
+                message,
+            );
         }
     }
     // The namespace's quota: what its other ConfigMaps run first, then this one's keys in
