@@ -394,7 +394,8 @@ impl Module {
         store
     }
 
-    /// An instance kept across calls. **For benchmarks only**: the host never reuses instances,
+    #[cfg(feature = "bench")]
+    /// An instance kept across calls. **For benchmarks only** (the `bench` feature): the host never reuses instances,
     /// since a guest's globals, heap growth and leaks would carry from one reconcile into the
     /// next. `bench/` uses this to measure what a fresh store per call costs.
     pub async fn reused_instance(
@@ -497,18 +498,21 @@ fn arm_deadline(store: &mut Store<HostState>, after: Duration) {
 }
 
 /// A guest instance reused across calls; see [`Module::reused_instance`].
+#[cfg(feature = "bench")]
 pub struct ReusedInstance {
     store: Store<HostState>,
     instance: Reconciler,
     limits: Limits,
 }
 
+#[cfg(feature = "bench")]
 impl std::fmt::Debug for ReusedInstance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReusedInstance").finish_non_exhaustive()
     }
 }
 
+#[cfg(feature = "bench")]
 impl ReusedInstance {
     /// Calls `reconcile` on the kept instance, with fresh per-call budgets and deadline.
     pub async fn reconcile(

@@ -149,9 +149,14 @@ fn main() -> ExitCode {
     }
 }
 
-async fn client(
-    args: &ClusterArgs,
-) -> anyhow::Result<(kube::Client, Option<testenv::ControlPlane>)> {
+/// The embedded loopback control plane, in builds that have one.
+#[cfg(feature = "embedded-control-plane")]
+type Embedded = testenv::ControlPlane;
+/// This build has no embedded control plane (`--no-default-features`): there is never one.
+#[cfg(not(feature = "embedded-control-plane"))]
+type Embedded = std::convert::Infallible;
+
+async fn client(args: &ClusterArgs) -> anyhow::Result<(kube::Client, Option<Embedded>)> {
     if let Some(path) = &args.kubeconfig {
         let kc = kube::config::Kubeconfig::read_from(path)?;
         let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
@@ -162,6 +167,16 @@ async fn client(
     {
         return Ok((kube::Client::try_default().await?, None));
     }
+    #[cfg(not(feature = "embedded-control-plane"))]
+    anyhow::bail!(
+        "no kubeconfig: pass --kubeconfig <file> or set KUBECONFIG (this build has no embedded control plane; build with the embedded-control-plane feature to try things out without a cluster)"
+    );
+    #[cfg(feature = "embedded-control-plane")]
+    embedded(args).await
+}
+
+#[cfg(feature = "embedded-control-plane")]
+async fn embedded(args: &ClusterArgs) -> anyhow::Result<(kube::Client, Option<Embedded>)> {
     tracing::info!("no kubeconfig given: starting an embedded control plane on loopback");
     let cp = tokio::task::spawn_blocking(testenv::ControlPlane::start).await??;
     if let Some(out) = &args.write_kubeconfig {
@@ -175,7 +190,9 @@ async fn client(
 struct Host {
     supervisor: Arc<Supervisor>,
     endpoints: Option<tokio::task::AbortHandle>,
-    embedded: Option<testenv::ControlPlane>,
+    // Never `Some` in a build without the embedded control plane.
+    #[cfg_attr(not(feature = "embedded-control-plane"), allow(dead_code))]
+    embedded: Option<Embedded>,
 }
 
 async fn host(args: &ClusterArgs) -> anyhow::Result<Host> {
@@ -235,6 +252,7 @@ impl Host {
         while !factory.active().is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+        #[cfg(feature = "embedded-control-plane")]
         if let Some(cp) = self.embedded.take() {
             // Stopping waits for the processes to exit: off the async runtime.
             let _ = tokio::task::spawn_blocking(move || drop(cp)).await;
