@@ -15,10 +15,24 @@ cd "$(dirname "$0")/.."
 
 command -v go >/dev/null 2>&1 || { echo "demo: \`go\` is not on PATH; install Go 1.26+: kube-apiserver is built from Go modules" >&2; exit 1; }
 step() { printf '\n==> %s\n' "$*" >&2; }
+fail() { echo "demo: $*" >&2; exit 1; }
+# until SECONDS WHAT CMD...: runs CMD every 0.2 s until it succeeds; fails the demo, naming WHAT,
+# if it has not after SECONDS.
+until_ok() {
+  local seconds=$1 what=$2
+  shift 2
+  local deadline=$((SECONDS + seconds))
+  until "$@"; do
+    ((SECONDS < deadline)) || fail "$what: not within ${seconds}s"
+    kill -0 "$host" 2>/dev/null || fail "$what: reconciled exited; its log is above"
+    sleep 0.2
+  done
+}
 
 step "building the control-plane binaries (once per machine) and the host"
-kubectl=$(cargo run --quiet -p testenv -- prepare | awk '$1 == "kubectl" {print $2}')
-cargo build --quiet -p reconciled --bin reconciled
+# Cargo's progress goes to stderr: a fresh machine compiles for several minutes.
+kubectl=$(cargo run -p testenv -- prepare | awk '$1 == "kubectl" {print $2}')
+cargo build -p reconciled --bin reconciled
 
 step "building the example reconciler (and the stamp guest) for wasm32-wasip2"
 built=$(guests/build.sh)
@@ -38,11 +52,7 @@ env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST target/debug/reconciled run --guest
   --listen "127.0.0.1:$port" --write-kubeconfig "$kubeconfig" &
 host=$!
 trap 'kill -INT $host 2>/dev/null; wait $host 2>/dev/null; rm -rf "$workdir"' EXIT
-for _ in $(seq 1 300); do
-  [[ -s "$kubeconfig" ]] && break
-  kill -0 "$host" 2>/dev/null || { echo "demo: reconciled exited before the control plane was ready" >&2; exit 1; }
-  sleep 0.2
-done
+until_ok 120 "the embedded control plane" test -s "$kubeconfig"
 k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
 step "installing the ConfigMapGenerator CRD and a sample object"
@@ -51,10 +61,8 @@ k wait --for=condition=established --timeout=60s crd/configmapgenerators.example
 k apply -f examples/configmap-generator/sample.yaml
 
 step "waiting for the guest to converge"
-for _ in $(seq 1 100); do
-  [[ "$(k get configmapgenerator greeting -o jsonpath='{.status.generated}' 2>/dev/null)" == "3" ]] && break
-  sleep 0.3
-done
+generated() { [[ "$(k get configmapgenerator greeting -o jsonpath='{.status.generated}' 2>/dev/null)" == "3" ]]; }
+until_ok 60 "the guest generating 3 ConfigMaps" generated
 k get configmapgenerators
 k get configmaps -l example.reconciled.dev/generator=greeting
 
@@ -64,12 +72,13 @@ k -n team-a create configmap work --from-literal=v=1 --dry-run=client -o yaml \
   | k label --local -f - stamp.reconciled.dev/enabled=true -o yaml | k apply -f -
 target/debug/reconciled pack "$stamp_v1" --name my-rec -n team-a --key rec | k apply --server-side -f -
 stamped() { k -n team-a get configmap work -o jsonpath='{.metadata.annotations.stamp\.reconciled\.dev/seen}'; }
-for _ in $(seq 1 50); do [[ "$(stamped)" == v1:* ]] && break; sleep 0.2; done
+stamped_by() { [[ "$(stamped)" == "$1":* ]]; }
+until_ok 30 "the tenant's guest (v1) stamping work" stamped_by v1
 echo "work is stamped: $(stamped)" >&2
 
 step "the tenant edits the ConfigMap: version 2 is swapped in between reconciles"
 target/debug/reconciled pack "$stamp_v2" --name my-rec -n team-a --key rec | k apply --server-side -f -
-for _ in $(seq 1 50); do [[ "$(stamped)" == v2:* ]] && break; sleep 0.2; done
+until_ok 30 "version 2 stamping work" stamped_by v2
 echo "work is stamped: $(stamped)" >&2
 k -n team-a get events --field-selector involvedObject.name=my-rec
 target/debug/reconciled status --addr "127.0.0.1:$port"

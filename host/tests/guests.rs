@@ -247,18 +247,7 @@ async fn a_write_the_hosts_rbac_forbids_is_a_forbidden_error() {
     .unwrap();
     let host_client = kube::Client::try_from(user.config.clone()).unwrap();
     let (c, _f, _r) = start(host_client, "probe", probe_settings("probe-fw", &[ns])).await;
-    let got = tokio::time::timeout(
-        Duration::from_secs(30),
-        wait_result(&api, "forbidden-1", Duration::from_secs(60)),
-    )
-    .await;
-    let got = got.unwrap_or_else(|_| {
-        panic!(
-            "no result on forbidden-1 after 30 s: {:?}, last error {:?}",
-            c.snapshot(),
-            c.last_error(&format!("{ns}/forbidden-1"))
-        )
-    });
+    let got = wait_result(&api, "forbidden-1", Duration::from_secs(30)).await;
     assert_eq!(got, "forbidden");
     assert_eq!(
         c.snapshot().traps,
@@ -281,7 +270,8 @@ async fn run_ryw(ns: &str, read_your_writes: Option<bool>) -> (String, Duration,
         .await
         .unwrap();
     let result = wait_result(&api, "ryw-1", Duration::from_secs(150)).await;
-    let floors = &c.context().declared["/v1/ConfigMap"].floors;
+    let floors =
+        &c.context().declared[&reconciled::bindings::Gvk::new("", "v1", "ConfigMap")].floors;
     (result, started.elapsed(), floors.wait_stats())
 }
 

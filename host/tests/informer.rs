@@ -486,7 +486,17 @@ async fn scopes_select_on_the_server_by_label_field_and_namespace_set() {
     assert_eq!(
         names(&both),
         ["scope-a/db", "scope-a/web", "scope-b/db", "scope-b/web"],
-        "one watch per namespace, one store"
+        "one store holds both namespaces"
+    );
+    let stats = both.stats();
+    assert_eq!(
+        stats.lists + stats.watch_list_syncs,
+        2,
+        "one initial sync per namespace: {stats:?}"
+    );
+    assert!(
+        stats.watches >= 2,
+        "one watch per namespace, so at least two: {stats:?}"
     );
 
     let labels = reconciled::selector::LabelSelector::parse("app=web").unwrap();
