@@ -161,7 +161,7 @@ impl Drop for Shared {
 }
 
 /// Whether the API server can be reached, shared by everything that talks to it through one
-/// client (an [`InformerFactory`](crate::factory::InformerFactory) holds one for all its
+/// client (an [`InformerFactory`](crate::informer::factory::InformerFactory) holds one for all its
 /// informers), so that one success wakes every waiter.
 ///
 /// Requests report [`failed`](Self::failed) or [`reached`](Self::reached); waiters sleep in

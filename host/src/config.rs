@@ -35,8 +35,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::controller::Settings;
-use crate::grant::Grant;
-use crate::imports::Limits;
+use crate::guest::grant::Grant;
+use crate::guest::imports::Limits;
 
 /// Errors reading the config file.
 #[derive(Debug, thiserror::Error)]

@@ -1,42 +1,57 @@
 //! reconciled: a WebAssembly-hosted reconciler runtime for Kubernetes.
 //!
-//! The modules follow the data path:
-//! reflector → delta FIFO → store/indexes → handlers → work queue → worker → guest → host imports.
+//! The data path, and the folder each stage lives in:
+//!
+//! ```text
+//! kube-apiserver
+//!   │  informer/discovery, informer/preflight   resolve the kind, check list/watch RBAC
+//!   ▼
+//! informer/reflector     list (or WatchList), then watch from that resourceVersion
+//!   ▼
+//! informer/delta_fifo    per-key ordered deltas; Replace tombstones what vanished
+//!   ▼
+//! informer/store         compact JSON shared by Arc, with namespace/label/owner/field indexes
+//!   ▼
+//! controller/handlers    for / owns / watches → primary keys
+//!   ▼
+//! controller/work_queue  dedupe, never two runs of one key, backoff, priority
+//!   ▼
+//! controller/worker      a supervised worker per slot: one reconcile at a time
+//!   ▼
+//! guest                  a fresh wasm store per call, bounded by limits
+//!   ▼
+//! guest/imports          cache get/list, client writes, api reads, log
+//! ```
+//!
+//! Around it: `sources/` offer modules (a dev folder, tenants' ConfigMaps), `supervisor/` loads,
+//! swaps and unloads them, `ops/` serves the endpoints, and `config` reads the host config.
+//! Each stage uses only itself and the stages above it in the list of modules below
+//! (`tests/layout.rs` checks it).
 
-// Resolving kinds and checking access, before anything is watched.
-pub mod discovery;
-pub mod preflight;
-
-// Informer core.
+// Shared nouns and helpers, used by every stage.
 pub mod backoff;
-pub mod delta_fifo;
 pub mod events;
-pub mod factory;
-pub mod informer;
 pub mod object;
-pub mod reflector;
 pub mod selector;
-pub mod store;
+pub mod text;
 
-// Controller: events to keys to reconciles.
-pub mod controller;
-pub mod handlers;
-pub mod work_queue;
+// The informer: discovery and preflight, reflector, delta FIFO, store, shared informers.
+pub mod informer;
 
-// The guest: runtime, bindings, what it may call, and under which rules.
-pub mod bindings;
-pub mod grant;
+// The guest: runtime, bindings, grant, read-your-writes, and the imports it may call.
 pub mod guest;
-pub mod imports;
-pub mod read_your_writes;
 
-// Where modules come from, and the supervisor that loads, swaps and unloads them.
-pub mod artifact_cache;
-pub mod sources;
+// The controller: handlers, work queue, workers; one per loaded guest.
+pub mod controller;
+
+// Operating the host: endpoints, metrics exposition, the typed status document.
+pub mod ops;
+
+// The supervisor: loading, swapping and unloading guests; what it reports.
 pub mod supervisor;
 
-// Operating the host: the config file, status, metrics and probes.
+// Where modules come from.
+pub mod sources;
+
+// The host config file.
 pub mod config;
-pub mod http;
-pub mod metrics;
-pub mod status;

@@ -6,12 +6,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use reconciled::artifact_cache::ArtifactCache;
 use reconciled::config::{Config, GuestConfig};
 use reconciled::controller::Settings;
-use reconciled::factory::InformerFactory;
 use reconciled::guest::Runtime;
+use reconciled::guest::artifact_cache::ArtifactCache;
 use reconciled::informer::Options;
+use reconciled::informer::factory::InformerFactory;
 use reconciled::sources::configmap::{self, ConfigMapSource, TenantPolicy};
 use reconciled::sources::dir::{Change, DirSource, Settle};
 use reconciled::supervisor::{self, Source, Supervisor};
@@ -230,8 +230,8 @@ impl Host {
             anyhow::anyhow!("cannot listen on {addr} for /healthz, /readyz, /metrics and /status: {e}; pick another with --listen, or --listen off")
         })?;
         tracing::info!(%addr, "serving /healthz /readyz /metrics /status");
-        let endpoints: Arc<dyn reconciled::http::Endpoints> = self.supervisor.clone();
-        let task = tokio::spawn(reconciled::http::serve(listener, endpoints));
+        let endpoints: Arc<dyn reconciled::ops::http::Endpoints> = self.supervisor.clone();
+        let task = tokio::spawn(reconciled::ops::http::serve(listener, endpoints));
         self.endpoints = Some(task.abort_handle());
         Ok(())
     }
@@ -385,14 +385,17 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     if args.json {
         // As served, unparsed: it also works against a host whose document this version
         // cannot read.
-        let (code, body) = reconciled::http::get(args.addr, "/status").await?;
+        let (code, body) = reconciled::ops::http::get(args.addr, "/status").await?;
         if code != 200 {
             anyhow::bail!("{} answered /status with {code}: {body}", args.addr);
         }
         print!("{body}");
         return Ok(());
     }
-    print!("{}", reconciled::http::get_status(args.addr).await?.table());
+    print!(
+        "{}",
+        reconciled::ops::http::get_status(args.addr).await?.table()
+    );
     Ok(())
 }
 

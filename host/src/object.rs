@@ -8,6 +8,34 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+/// How every log line, status page, error and reload report shows a kind, and how grants spell
+/// it: `apiVersion/Kind`, so `v1/ConfigMap` for a core kind and `apps/v1/Deployment` otherwise.
+/// The guest's `Gvk`, an informer's key and discovery all show kinds through this one type.
+///
+/// Where it may surprise: a core kind has two parts and any other three, so the text is not
+/// `group/version/kind` with an empty group (never `/v1/ConfigMap`). It is unambiguous all the
+/// same for a valid kind, since no group, version or kind name holds a `/`. Key maps by the kind
+/// itself, never by this text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KindName<'a> {
+    /// The API group, `""` for core.
+    pub group: &'a str,
+    /// The version.
+    pub version: &'a str,
+    /// The kind.
+    pub kind: &'a str,
+}
+
+impl std::fmt::Display for KindName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.group.is_empty() {
+            write!(f, "{}/{}", self.version, self.kind)
+        } else {
+            write!(f, "{}/{}/{}", self.group, self.version, self.kind)
+        }
+    }
+}
+
 /// Errors from turning an API object into a cached [`Object`].
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

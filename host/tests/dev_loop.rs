@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reconciled::guest::digest_of;
-use reconciled::status::{GuestState, GuestStatus};
+use reconciled::ops::status::{GuestState, GuestStatus};
 use testenv::ControlPlane;
 
 struct Dev {
@@ -66,15 +66,15 @@ fn start(cp: &ControlPlane) -> Dev {
 }
 
 async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    reconciled::http::get(addr, path).await.ok()
+    reconciled::ops::http::get(addr, path).await.ok()
 }
 
 /// Guest `name` in `/status`; `None` while the host is not answering (still starting).
 async fn guest(addr: SocketAddr, name: &str) -> Option<GuestStatus> {
-    match reconciled::http::get_status(addr).await {
+    match reconciled::ops::http::get_status(addr).await {
         Ok(doc) => doc.guest(name).cloned(),
         // Waiting would only hide a schema the test and the host disagree on.
-        Err(e @ reconciled::http::Error::Document { .. }) => panic!("{e}"),
+        Err(e @ reconciled::ops::http::Error::Document { .. }) => panic!("{e}"),
         Err(_) => None,
     }
 }

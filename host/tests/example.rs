@@ -14,10 +14,10 @@ use kube::api::{
     PostParams,
 };
 use reconciled::controller::{Controller, Settings};
-use reconciled::factory::InformerFactory;
-use reconciled::grant::Grant;
 use reconciled::guest::Runtime;
+use reconciled::guest::grant::Grant;
 use reconciled::informer::Options;
+use reconciled::informer::factory::InformerFactory;
 use testenv::ControlPlane;
 
 const LABEL: &str = "example.reconciled.dev/generator";

@@ -13,10 +13,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use reconciled::controller::{Controller, Settings};
-use reconciled::factory::InformerFactory;
-use reconciled::grant::Grant;
 use reconciled::guest::Runtime;
+use reconciled::guest::grant::Grant;
 use reconciled::informer::Options;
+use reconciled::informer::factory::InformerFactory;
 use testenv::ControlPlane;
 
 const RESULT: &str = "probe.reconciled.dev/result";
@@ -271,7 +271,7 @@ async fn run_ryw(ns: &str, read_your_writes: Option<bool>) -> (String, Duration,
         .unwrap();
     let result = wait_result(&api, "ryw-1", Duration::from_secs(150)).await;
     let floors =
-        &c.context().declared[&reconciled::bindings::Gvk::new("", "v1", "ConfigMap")].floors;
+        &c.context().declared[&reconciled::guest::bindings::Gvk::new("", "v1", "ConfigMap")].floors;
     (result, started.elapsed(), floors.wait_stats())
 }
 

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use reconciled::controller::{self, Settings};
-use reconciled::grant::Grant;
+use reconciled::guest::grant::Grant;
 use testenv::ControlPlane;
 
 const RESULT: &str = "hostile.reconciled.dev/result";

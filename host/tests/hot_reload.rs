@@ -18,12 +18,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use reconciled::controller::Settings;
-use reconciled::factory::InformerFactory;
-use reconciled::grant::Grant;
+use reconciled::guest::grant::Grant;
 use reconciled::guest::{Runtime, digest_of};
 use reconciled::informer::Options;
+use reconciled::informer::factory::InformerFactory;
+use reconciled::ops::status::GuestState;
 use reconciled::sources::configmap::{ConfigMapSource, LABEL, TenantPolicy};
-use reconciled::status::GuestState;
 use reconciled::supervisor::{self, Applied, Reason, Source, Supervisor};
 use testenv::ControlPlane;
 

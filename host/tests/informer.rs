@@ -14,9 +14,9 @@ use k8s_openapi::api::rbac::v1::Role;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use reconciled::factory::InformerFactory;
+use reconciled::informer::factory::InformerFactory;
+use reconciled::informer::store::Query;
 use reconciled::informer::{Event, Informer, InformerKey, Options, Scope, State, SyncError};
-use reconciled::store::Query;
 use testenv::ControlPlane;
 
 fn configmaps(ns: &str) -> InformerKey {
@@ -648,6 +648,8 @@ async fn a_field_index_added_to_a_running_informer_indexes_what_it_already_holds
     assert_eq!(names, ["a", "c"]);
     assert_eq!(
         informer.add_field_index("data.role"),
-        Err(reconciled::store::Error::DuplicateIndex("data.role".into()))
+        Err(reconciled::informer::store::Error::DuplicateIndex(
+            "data.role".into()
+        ))
     );
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use reconciled::status::{GuestState, Status};
+use reconciled::ops::status::{GuestState, Status};
 use testenv::ControlPlane;
 
 fn free_port() -> SocketAddr {
@@ -79,9 +79,9 @@ async fn probe(addr: SocketAddr, span: Duration, stop: impl Fn(&Probe) -> bool) 
     let started = Instant::now();
     let mut probes = Vec::new();
     while started.elapsed() < span {
-        let readyz = reconciled::http::get(addr, "/readyz").await.ok();
+        let readyz = reconciled::ops::http::get(addr, "/readyz").await.ok();
         let status = match &readyz {
-            Some(_) => reconciled::http::get_status(addr).await.ok(),
+            Some(_) => reconciled::ops::http::get_status(addr).await.ok(),
             None => None,
         };
         let p = Probe {

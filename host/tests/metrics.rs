@@ -17,10 +17,10 @@ use openmetrics_parser::{
     HistogramValue, MetricsExposition, OpenMetricsType, OpenMetricsValue, Sample,
 };
 use reconciled::controller::{Settings, fault};
-use reconciled::factory::InformerFactory;
-use reconciled::grant::Grant;
 use reconciled::guest::Runtime;
+use reconciled::guest::grant::Grant;
 use reconciled::informer::Options;
+use reconciled::informer::factory::InformerFactory;
 use reconciled::supervisor::{self, Applied, Source, Supervisor};
 use testenv::ControlPlane;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -200,8 +200,8 @@ async fn metrics_parse_as_openmetrics_and_agree_with_the_reconciles_done() {
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let endpoints: Arc<dyn reconciled::http::Endpoints> = sup.clone();
-    tokio::spawn(reconciled::http::serve(listener, endpoints));
+    let endpoints: Arc<dyn reconciled::ops::http::Endpoints> = sup.clone();
+    tokio::spawn(reconciled::ops::http::serve(listener, endpoints));
 
     let settings = Settings {
         grant: Grant {

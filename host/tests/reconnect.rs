@@ -14,7 +14,7 @@ use common::{cm, namespace};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
-use reconciled::factory::InformerFactory;
+use reconciled::informer::factory::InformerFactory;
 use reconciled::informer::{
     Informer, InformerKey, Namespaces, Options, Scope, State, Subscription,
 };

@@ -16,11 +16,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use reconciled::controller::fault;
-use reconciled::factory::InformerFactory;
 use reconciled::guest::{Blame, Runtime};
 use reconciled::informer::Options;
+use reconciled::informer::factory::InformerFactory;
+use reconciled::ops::status::{GuestState, GuestStatus, Status};
 use reconciled::sources::configmap::{ConfigMapSource, LABEL, TenantPolicy};
-use reconciled::status::{GuestState, GuestStatus, Status};
 use reconciled::supervisor::{self, Supervisor};
 use testenv::ControlPlane;
 
@@ -57,7 +57,7 @@ async fn wait_status(
 ) -> (GuestStatus, Status) {
     let deadline = std::time::Instant::now() + timeout;
     loop {
-        let doc = reconciled::http::get_status(addr).await.unwrap();
+        let doc = reconciled::ops::http::get_status(addr).await.unwrap();
         if let Some(g) = doc.guest(name).filter(|g| want(g)) {
             return (g.clone(), doc);
         }
@@ -101,8 +101,8 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let endpoints: Arc<dyn reconciled::http::Endpoints> = sup.clone();
-    tokio::spawn(reconciled::http::serve(listener, endpoints));
+    let endpoints: Arc<dyn reconciled::ops::http::Endpoints> = sup.clone();
+    tokio::spawn(reconciled::ops::http::serve(listener, endpoints));
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
 
@@ -141,7 +141,7 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
     );
 
     // …in /metrics…
-    let (_, metrics) = reconciled::http::get(addr, "/metrics").await.unwrap();
+    let (_, metrics) = reconciled::ops::http::get(addr, "/metrics").await.unwrap();
     let panics = sample(
         &metrics,
         &format!("reconciled_worker_panics_total{{guest=\"{guest}\"}}"),

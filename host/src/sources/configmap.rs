@@ -43,9 +43,9 @@ use base64::Engine as _;
 use tokio::task::AbortHandle;
 
 use crate::controller::Settings;
-use crate::factory::InformerFactory;
-use crate::grant::Grant;
-use crate::imports::Limits;
+use crate::guest::grant::Grant;
+use crate::guest::imports::Limits;
+use crate::informer::factory::InformerFactory;
 use crate::informer::{Event, InformerKey, Namespaces, Scope};
 use crate::object::ObjectRef;
 use crate::selector::LabelSelector;

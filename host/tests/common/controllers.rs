@@ -7,9 +7,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use reconciled::controller::{self, Controller, Settings};
-use reconciled::factory::InformerFactory;
 use reconciled::guest::Runtime;
 use reconciled::informer::Options;
+use reconciled::informer::factory::InformerFactory;
 
 /// A controller running guest `wasm` (a file stem from guests/build.sh), with its factory and
 /// runtime, which must outlive it. A declaration the host refuses is the `Err`.

@@ -27,13 +27,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::artifact_cache::Origin;
 use crate::controller::{self, Controller, Settings};
 use crate::events::Type;
-use crate::factory::InformerFactory;
+use crate::guest::artifact_cache::Origin;
 use crate::guest::{LoadError, Runtime, digest_of};
-use crate::metrics;
-use crate::status::{
+use crate::informer::factory::InformerFactory;
+use crate::ops::metrics;
+use crate::ops::status::{
     GuestInformer, GuestState, GuestStatus, InformerStatus, Reconciles, SourceProblem, Status,
 };
 
@@ -250,7 +250,7 @@ impl Supervisor {
     pub fn set_source_problem(&self, source: &str, problem: Option<String>) {
         let mut problems = self.source_problems.lock().unwrap();
         match problem {
-            Some(p) => problems.insert(source.to_string(), crate::imports::one_line(&p)),
+            Some(p) => problems.insert(source.to_string(), crate::text::one_line(&p)),
             None => problems.remove(source),
         };
     }
@@ -547,7 +547,7 @@ impl Supervisor {
         lasting: bool,
     ) -> Applied {
         // Guest-made text (a panic message, stderr) must not forge log lines or Event layout.
-        let message = crate::imports::one_line(&message);
+        let message = crate::text::one_line(&message);
         let mut guests = self.guests.lock().unwrap();
         let entry = guests
             .entry(name.to_string())
@@ -621,7 +621,7 @@ impl Supervisor {
             .map(|t| (t.compile, t.total, t.origin))
     }
 
-    /// The status document (`/status`, `reconciled status`); see [`crate::status`] for what
+    /// The status document (`/status`, `reconciled status`); see [`crate::ops::status`] for what
     /// each field means.
     ///
     /// The guests are read under one lock, the informers after it: the two lists may disagree
@@ -699,7 +699,7 @@ impl Supervisor {
             let st = informer.status();
             if !st.state.is_synced() {
                 let k = informer.key();
-                reasons.push(format!("informer {} ({}): {st}", k.gvk(), k.scope));
+                reasons.push(format!("informer {} ({}): {st}", k.name(), k.scope));
             }
         }
         if reasons.is_empty() {
@@ -733,7 +733,7 @@ impl Supervisor {
             .map(|i| {
                 let k = i.key();
                 metrics::Informer {
-                    kind: k.gvk().to_string(),
+                    kind: k.name().to_string(),
                     scope: k.scope.to_string(),
                     stats: i.stats(),
                     synced: i.status().state.is_synced(),
@@ -754,7 +754,7 @@ impl Supervisor {
     }
 }
 
-impl crate::http::Endpoints for Supervisor {
+impl crate::ops::http::Endpoints for Supervisor {
     fn metrics(&self) -> String {
         Supervisor::metrics(self)
     }

@@ -23,14 +23,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tower_service::Service as _;
 
-use crate::status::Status;
+use crate::ops::status::Status;
 
 /// The paths served, in the order a 404 lists them.
 const PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/status"];
 
-/// The content type of what [`crate::metrics::encode`] writes: OpenMetrics text, which
+/// The content type of what [`crate::ops::metrics::encode`] writes: OpenMetrics text, which
 /// Prometheus must be told it is.
-const METRICS_CONTENT_TYPE: &str = crate::metrics::CONTENT_TYPE;
+const METRICS_CONTENT_TYPE: &str = crate::ops::metrics::CONTENT_TYPE;
 
 /// How long a connection may take to send a request's headers, and how long a kept-alive one
 /// may sit idle: a client that connects and sends nothing would otherwise hold its task forever.
@@ -124,7 +124,7 @@ pub enum Error {
 /// The methods are called on the connection's task, once per request, while the server waits:
 /// they must be cheap and must not block. A panic ends only that connection.
 pub trait Endpoints: Send + Sync + 'static {
-    /// The Prometheus text for `/metrics`, as built by [`crate::metrics::encode`].
+    /// The Prometheus text for `/metrics`, as built by [`crate::ops::metrics::encode`].
     fn metrics(&self) -> String;
     /// The status document for `/status`.
     fn status(&self) -> Status;
@@ -273,7 +273,7 @@ pub async fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), Error> {
 pub async fn get_status(addr: SocketAddr) -> Result<Status, Error> {
     let (code, body) = get(addr, "/status").await?;
     if code != 200 {
-        let body = crate::imports::one_line(body.trim_end());
+        let body = crate::text::one_line(body.trim_end());
         return Err(Error::Unexpected { addr, code, body });
     }
     serde_json::from_str(&body).map_err(|source| Error::Document { addr, source })
@@ -324,7 +324,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-    use crate::status::{GuestState, GuestStatus, Reconciles};
+    use crate::ops::status::{GuestState, GuestStatus, Reconciles};
 
     struct Fake {
         readiness: Mutex<Result<(), Vec<String>>>,

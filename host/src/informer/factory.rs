@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::backoff::Connectivity;
+use crate::informer::store;
 use crate::informer::{Informer, InformerKey, Options, Subscription};
-use crate::store;
 
 /// Hands out shared informers.
 ///

@@ -9,10 +9,10 @@
 //! - `watches` with the guest mapping: the guest's exported `map` decides (called by the
 //!   controller, since it runs guest code).
 
-use crate::bindings::Gvk;
+use crate::controller::work_queue::Priority;
+use crate::guest::bindings::Gvk;
 use crate::informer::{Event, Notification};
 use crate::object::{ObjectRef, object_key};
-use crate::work_queue::Priority;
 
 /// How a subscription's objects relate to the primaries.
 #[derive(Debug, Clone, PartialEq, Eq)]

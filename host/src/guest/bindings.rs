@@ -4,6 +4,8 @@
 //! `Err` from a host function traps the guest (a broken limit, a host bug), while the inner WIT
 //! `result` is an answer the guest can handle. Each host function chooses on purpose.
 
+use crate::object::KindName;
+
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "reconciler",
@@ -18,24 +20,24 @@ pub use self::reconciled::runtime::declaration::{Consistency, Mapping};
 /// The WIT `error` variant, named for what it is on the host side: an answer for the guest.
 pub type GuestError = Error;
 
-/// How every log line, status page, error and reload report shows a kind, and how grants spell
-/// it: `apiVersion/Kind`, so `v1/ConfigMap` for a core kind and `apps/v1/Deployment` otherwise.
-///
-/// Where it may surprise: a core kind has two parts and any other three, so the text is not
-/// `group/version/kind` with an empty group (never `/v1/ConfigMap`). It is unambiguous all the
-/// same for a valid kind, since no group, version or kind name holds a `/`. Maps key by the
+/// Shown as [`KindName`] shows a kind: `v1/ConfigMap`, `apps/v1/Deployment`. Maps key by the
 /// `Gvk` itself (it is `Hash` and `Eq`), never by this text.
 impl std::fmt::Display for Gvk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.group.is_empty() {
-            write!(f, "{}/{}", self.version, self.kind)
-        } else {
-            write!(f, "{}/{}/{}", self.group, self.version, self.kind)
-        }
+        self.name().fmt(f)
     }
 }
 
 impl Gvk {
+    /// The kind as shown to people.
+    pub fn name(&self) -> KindName<'_> {
+        KindName {
+            group: &self.group,
+            version: &self.version,
+            kind: &self.kind,
+        }
+    }
+
     /// The kind `kind` of `group/version` (`""` for the core group).
     pub fn new(group: &str, version: &str, kind: &str) -> Self {
         Self {
@@ -48,8 +50,8 @@ impl Gvk {
 
 // `types` and `declaration` hold only types, but bindgen still generates a `Host` trait for
 // every imported interface.
-impl self::reconciled::runtime::types::Host for crate::imports::HostState {}
-impl self::reconciled::runtime::declaration::Host for crate::imports::HostState {}
+impl self::reconciled::runtime::types::Host for crate::guest::imports::HostState {}
+impl self::reconciled::runtime::declaration::Host for crate::guest::imports::HostState {}
 
 #[cfg(test)]
 mod tests {

@@ -25,10 +25,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backoff::{Backoff, Connectivity, Failure};
-use crate::delta_fifo::{DeltaFifo, KnownObjects};
-use crate::discovery::Resource;
+use crate::informer::delta_fifo::{DeltaFifo, KnownObjects};
+use crate::informer::discovery::Resource;
+use crate::informer::preflight;
 use crate::object::{Object, ObjectRef, Transform, object_key};
-use crate::preflight;
 
 /// Why a list or watch attempt ended badly.
 #[derive(Debug, thiserror::Error)]

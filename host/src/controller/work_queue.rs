@@ -20,7 +20,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::metrics::WORK_QUEUE_BUCKETS;
+use crate::controller::reconciles::WORK_QUEUE_BUCKETS;
 
 /// How urgent a key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use serde::Deserialize;
 
-use crate::bindings::{Description, Gvk, Mapping};
-use crate::imports::names;
+use crate::guest::bindings::{Description, Gvk, Mapping};
+use crate::guest::imports::names;
 
 /// A declaration that exceeds its grant, or that no grant could allow.
 ///
@@ -193,8 +193,8 @@ impl Grant {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::Consistency;
-    use crate::bindings::reconciled::runtime::declaration::{FieldIndex, Watch};
+    use crate::guest::bindings::Consistency;
+    use crate::guest::bindings::reconciled::runtime::declaration::{FieldIndex, Watch};
 
     fn gvk(group: &str, version: &str, kind: &str) -> Gvk {
         Gvk::new(group, version, kind)

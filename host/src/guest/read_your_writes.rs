@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::informer::store::Store;
 use crate::object::ObjectRef;
-use crate::store::Store;
 
 /// Errors from waiting for the cache.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -199,8 +199,8 @@ impl Floors {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::informer::store::Writer;
     use crate::object::{Object, Transform};
-    use crate::store::Writer;
     use std::sync::Arc;
 
     fn cm(name: &str, uid: &str, rv: u64) -> ObjectRef {
@@ -281,8 +281,8 @@ mod tests {
 #[cfg(test)]
 mod watermark_tests {
     use super::*;
+    use crate::informer::store::Writer;
     use crate::object::{Object, Transform};
-    use crate::store::Writer;
     use std::sync::Arc;
 
     fn cm(name: &str, rv: u64) -> ObjectRef {
@@ -329,8 +329,8 @@ mod watermark_tests {
 #[cfg(test)]
 mod unpublished {
     use super::*;
+    use crate::informer::store::Writer;
     use crate::object::{Object, Transform};
-    use crate::store::Writer;
     use std::sync::Arc;
 
     #[tokio::test(start_paused = true)]

@@ -20,7 +20,7 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
-use crate::delta_fifo::KnownObjects;
+use crate::informer::delta_fifo::KnownObjects;
 use crate::object::ObjectRef;
 use crate::selector::{LabelSelector, Operator};
 
@@ -184,13 +184,13 @@ struct Shared {
 /// by how much). It has no way to change the content; only the [`Writer`] it came from does:
 ///
 /// ```compile_fail
-/// fn write_through_a_reader(store: &reconciled::store::Store, obj: reconciled::object::ObjectRef) {
+/// fn write_through_a_reader(store: &reconciled::informer::store::Store, obj: reconciled::object::ObjectRef) {
 ///     store.upsert(obj); // no such method on a reader
 /// }
 /// ```
 ///
 /// ```compile_fail
-/// fn declare_through_a_reader(store: &reconciled::store::Store) {
+/// fn declare_through_a_reader(store: &reconciled::informer::store::Store) {
 ///     store.add_field_index("spec.nodeName"); // declared through the informer instead
 /// }
 /// ```

@@ -26,12 +26,12 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::bindings::{GuestError, Gvk, Request};
-use crate::discovery::Resource;
-use crate::grant::Grant;
+use crate::guest::bindings::{GuestError, Gvk, Request};
+use crate::guest::grant::Grant;
+use crate::guest::read_your_writes::Floors;
+use crate::informer::discovery::Resource;
 use crate::informer::{Informer, Namespaces};
 use crate::object::object_key;
-use crate::read_your_writes::Floors;
 
 /// Limits for one reconcile (or describe, or map) call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -653,14 +653,6 @@ impl HostState {
     pub fn call_limits(&self) -> &Limits {
         &self.call_limits
     }
-}
-
-/// `text` with every control character (newlines included) replaced by a space: guest-made
-/// text goes into the host's log lines, Events and status one line each, never forging more.
-pub fn one_line(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
 }
 
 /// Whether an API request failed because of the cluster rather than because of what was asked:

@@ -18,6 +18,13 @@
 //! [`Writer`]; everyone else, guests included, gets a read-only [`Store`]. Field indexes are
 //! declared through [`Informer::add_field_index`], which is the host's to call, not a guest's.
 
+pub mod delta_fifo;
+pub mod discovery;
+pub mod factory;
+pub mod preflight;
+pub mod reflector;
+pub mod store;
+
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -29,13 +36,12 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::backoff::{Backoff, Connectivity};
-use crate::bindings::Gvk;
-use crate::delta_fifo::{DeltaFifo, DeltaType, KnownObjects};
-use crate::discovery::{self, Resource};
-use crate::object::{ObjectRef, Transform};
-use crate::reflector::{self, Condition, Reflector};
+use crate::informer::delta_fifo::{DeltaFifo, DeltaType, KnownObjects};
+use crate::informer::discovery::Resource;
+use crate::informer::reflector::{Condition, Reflector};
+use crate::informer::store::{Indexes, Store, Writer};
+use crate::object::{KindName, ObjectRef, Transform};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{self, Indexes, Store, Writer};
 
 /// Why an informer is not (yet) usable.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -152,12 +158,14 @@ impl InformerKey {
         }
     }
 
-    /// The kind, to show (see [`Gvk`]'s `Display`) or to look up a guest's declared kinds with.
-    ///
-    /// Where it may surprise: it builds a new `Gvk` from the key's three strings on every call;
-    /// fine for messages, not for a per-event path.
-    pub fn gvk(&self) -> Gvk {
-        Gvk::new(&self.group, &self.version, &self.kind)
+    /// The kind, as people see it (see [`KindName`]); the scope shows through [`Scope`]'s
+    /// `Display`.
+    pub fn name(&self) -> KindName<'_> {
+        KindName {
+            group: &self.group,
+            version: &self.version,
+            kind: &self.kind,
+        }
     }
 
     fn kube_gvk(&self) -> GroupVersionKind {
@@ -476,7 +484,7 @@ impl Informer {
     /// Where it may surprise: the informer watches connectivity to the server on its own; several
     /// informers on one client should share that through
     /// [`start_with_connectivity`](Self::start_with_connectivity) (the
-    /// [`InformerFactory`](crate::factory::InformerFactory) does), so that one of them reaching
+    /// [`InformerFactory`](crate::informer::factory::InformerFactory) does), so that one of them reaching
     /// the server again wakes them all.
     pub fn start(client: kube::Client, key: InformerKey, options: Options) -> Arc<Self> {
         let connectivity = Connectivity::new(client.clone());
@@ -701,7 +709,7 @@ async fn drive(
                     discovery::Error::KindNotFound { .. } => State::KindNotFound,
                     discovery::Error::Request { .. } => State::Syncing,
                 };
-                tracing::warn!(kind = %shared.key.gvk(), error = %e, "discovery failed");
+                tracing::warn!(kind = %shared.key.name(), error = %e, "discovery failed");
                 shared.status.send_replace(Status {
                     state,
                     message: Some(e.to_string()),
@@ -722,10 +730,10 @@ async fn drive(
         // cluster-scoped kind through its handlers and `map`.
         let message = format!(
             "{} is cluster-scoped, but this informer is confined to namespaces {:?}; a guest confined to namespaces cannot watch cluster-scoped kinds: remove the kind from describe(), or (for an operator's guest) declare no namespaces and grant none",
-            shared.key.gvk(),
+            shared.key.name(),
             set
         );
-        tracing::warn!(kind = %shared.key.gvk(), "{message}");
+        tracing::warn!(kind = %shared.key.name(), "{message}");
         shared.status.send_replace(Status {
             state: State::Forbidden,
             message: Some(message),
@@ -845,7 +853,7 @@ async fn process(shared: Arc<Shared>, fifo: Arc<DeltaFifo>, writer: Writer) {
                 shared.health_changed.notify_one();
             } else if last_progress.elapsed() > Duration::from_secs(5) {
                 last_progress = Instant::now();
-                tracing::info!(kind = %shared.key.gvk(), objects = shared.store.len(), elapsed = ?started.elapsed(), "informer syncing");
+                tracing::info!(kind = %shared.key.name(), objects = shared.store.len(), elapsed = ?started.elapsed(), "informer syncing");
             }
         }
     }
@@ -890,7 +898,7 @@ async fn health(shared: Arc<Shared>) {
         };
         if status.state == State::Synced && !reported_sync {
             reported_sync = true;
-            tracing::info!(kind = %shared.key.gvk(), objects = shared.store.len(), elapsed = ?started.elapsed(), "informer synced");
+            tracing::info!(kind = %shared.key.name(), objects = shared.store.len(), elapsed = ?started.elapsed(), "informer synced");
         }
         shared.status.send_if_modified(|cur| {
             let changed = *cur != status;

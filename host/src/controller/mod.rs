@@ -5,6 +5,10 @@
 //! No reconcile runs before every informer the guest depends on has synced; until then the
 //! controller's status says why (syncing, forbidden with the rule to add, kind not found).
 
+pub mod handlers;
+pub mod reconciles;
+pub mod work_queue;
+
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,17 +19,17 @@ use futures::FutureExt;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
-use crate::bindings::{Consistency, Gvk, Mapping, Outcome, Request};
-use crate::factory::InformerFactory;
-use crate::grant::{self, Grant};
+use crate::controller::handlers::Role;
+use crate::controller::reconciles::{ReconcileResult, ReconcileStats, Reconciles};
+use crate::controller::work_queue::{Priority, WorkQueue};
+use crate::guest::bindings::{Consistency, Gvk, Mapping, Outcome, Request};
+use crate::guest::grant::{self, Grant};
+use crate::guest::imports::{Declared, GuestContext, Limits, Metrics};
+use crate::guest::read_your_writes::Floors;
 use crate::guest::{Blame, CallError, Module};
-use crate::handlers::{self, Role};
-use crate::imports::{Declared, GuestContext, Limits, Metrics};
+use crate::informer::factory::InformerFactory;
 use crate::informer::{Event, Informer, InformerKey, Namespaces, Scope, Staleness, Status};
-use crate::metrics::{ReconcileResult, ReconcileStats, Reconciles};
-use crate::read_your_writes::Floors;
 use crate::selector::LabelSelector;
-use crate::work_queue::{Priority, WorkQueue};
 
 /// Why a guest could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -277,7 +281,7 @@ pub struct Snapshot {
     /// Reconcile results, time, panics and busy workers (all versions).
     pub reconciles: ReconcileStats,
     /// The work queue's client-go metrics.
-    pub queue: crate::work_queue::Stats,
+    pub queue: crate::controller::work_queue::Stats,
     /// Workers: the most reconciles run at once.
     pub workers: usize,
 }
@@ -356,7 +360,7 @@ impl Controller {
                 let k = informer.key();
                 return Err(Error::Informer {
                     guest: controller.name.clone(),
-                    kind: k.gvk().to_string(),
+                    kind: k.name().to_string(),
                     reason: e.to_string(),
                 });
             }
@@ -445,7 +449,7 @@ impl Controller {
                 let keep = plan.kinds.iter().any(|p| p.key == *key);
                 if !keep {
                     link.task.abort();
-                    report.released.push(key.gvk().to_string());
+                    report.released.push(key.name().to_string());
                 }
                 keep
             });
@@ -552,7 +556,7 @@ impl Controller {
             informers: v
                 .informers
                 .iter()
-                .map(|i| (i.key().gvk().to_string(), i.status(), i.staleness()))
+                .map(|i| (i.key().name().to_string(), i.status(), i.staleness()))
                 .collect(),
             reconciles_ok: m.reconciles_ok.load(Ordering::Relaxed),
             reconciles_failed: m.reconciles_failed.load(Ordering::Relaxed),
@@ -663,7 +667,7 @@ impl Controller {
                 let reason = e.to_string();
                 let mut last = self.held_back.lock().unwrap();
                 if *last != reason {
-                    tracing::warn!(guest = %self.name, kind = %informer.key().gvk(), "reconciles held back: {reason}");
+                    tracing::warn!(guest = %self.name, kind = %informer.key().name(), "reconciles held back: {reason}");
                     *last = reason;
                 }
                 return false;
@@ -677,7 +681,7 @@ impl Controller {
     pub fn not_ready(&self) -> Option<String> {
         self.informers().iter().find_map(|i| {
             let st = i.status();
-            (!st.state.is_synced()).then(|| format!("{}: {st}", i.key().gvk()))
+            (!st.state.is_synced()).then(|| format!("{}: {st}", i.key().name()))
         })
     }
 
@@ -876,7 +880,7 @@ async fn wait_synced(
 fn add_indexes(informer: &Informer, guest: &str, k: &PlannedKind) -> Result<(), Error> {
     for idx in &k.indexes {
         match informer.add_field_index(idx) {
-            Ok(()) | Err(crate::store::Error::DuplicateIndex(_)) => {}
+            Ok(()) | Err(crate::informer::store::Error::DuplicateIndex(_)) => {}
             Err(e) => {
                 return Err(Error::Invalid {
                     guest: guest.to_string(),

@@ -7,6 +7,12 @@
 //! cap and a byte budget (see [`Limits`]). Whatever goes wrong inside a call (trap, panic,
 //! deadline, out of memory) is a [`CallError`] for that call only.
 
+pub mod artifact_cache;
+pub mod bindings;
+pub mod grant;
+pub mod imports;
+pub mod read_your_writes;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,9 +23,11 @@ use sha2::Digest;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
-use crate::artifact_cache::{self, ArtifactCache, Origin};
-use crate::bindings::{Description, GuestError, Gvk, Outcome, Reconciler, ReconcilerPre, Request};
-use crate::imports::{GuestContext, HostState, Limits};
+use crate::guest::artifact_cache::{ArtifactCache, Origin};
+use crate::guest::bindings::{
+    Description, GuestError, Gvk, Outcome, Reconciler, ReconcilerPre, Request,
+};
+use crate::guest::imports::{GuestContext, HostState, Limits};
 
 /// Errors from loading a module.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@ use kube::Api;
 use kube::api::PostParams;
 
 use crate::backoff::Failure;
-use crate::discovery::Resource;
+use crate::informer::discovery::Resource;
 
 /// Errors from the preflight check.
 #[derive(Debug, thiserror::Error)]

@@ -4,13 +4,13 @@
 //! by key and paged by key: the continue token is the last key returned, so a page never
 //! repeats or skips an object that stayed put between pages.
 
-use crate::bindings::reconciled::runtime::cache::{Host, ListOptions, ListPage};
-use crate::bindings::{GuestError, Gvk};
-use crate::imports::{Access, Declared, GuestContext, HostState, names};
+use crate::guest::bindings::reconciled::runtime::cache::{Host, ListOptions, ListPage};
+use crate::guest::bindings::{GuestError, Gvk};
+use crate::guest::imports::{Access, Declared, GuestContext, HostState, names};
 use crate::informer::State;
+use crate::informer::store::{self, Query};
 use crate::object::object_key;
 use crate::selector::LabelSelector;
-use crate::store::{self, Query};
 
 fn check_synced(d: &Declared) -> Result<(), GuestError> {
     let st = d.informer.status();

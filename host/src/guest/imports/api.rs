@@ -5,10 +5,10 @@
 
 use serde_json::Value;
 
-use crate::bindings::reconciled::runtime::api::Host;
-use crate::bindings::reconciled::runtime::cache::{ListOptions, ListPage};
-use crate::bindings::{GuestError, Gvk};
-use crate::imports::{Access, GuestContext, HostState, Metrics, names, request};
+use crate::guest::bindings::reconciled::runtime::api::Host;
+use crate::guest::bindings::reconciled::runtime::cache::{ListOptions, ListPage};
+use crate::guest::bindings::{GuestError, Gvk};
+use crate::guest::imports::{Access, GuestContext, HostState, Metrics, names, request};
 use crate::selector::LabelSelector;
 
 fn granted(ctx: &GuestContext) -> Result<(), GuestError> {

@@ -79,11 +79,12 @@ impl Resource {
 
 /// Formats a GVK the way error messages show it.
 pub fn gvk_string(gvk: &GroupVersionKind) -> String {
-    if gvk.group.is_empty() {
-        format!("{}/{}", gvk.version, gvk.kind)
-    } else {
-        format!("{}/{}/{}", gvk.group, gvk.version, gvk.kind)
+    crate::object::KindName {
+        group: &gvk.group,
+        version: &gvk.version,
+        kind: &gvk.kind,
     }
+    .to_string()
 }
 
 /// Asks the API server which resource serves `gvk`.

@@ -236,7 +236,7 @@ impl InformerStatus {
         let (key, status, stale) = (informer.key(), informer.status(), informer.staleness());
         let gvk = kube::core::GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
         Self {
-            kind: crate::discovery::gvk_string(&gvk),
+            kind: crate::informer::discovery::gvk_string(&gvk),
             scope: key.scope.to_string(),
             state: (&status.state).into(),
             message: status.message,
@@ -434,7 +434,7 @@ fn unsynced_informers(guest: &GuestStatus) -> impl Iterator<Item = String> + '_ 
 fn cell(text: Option<&str>) -> String {
     match text {
         None | Some("") => "-".into(),
-        Some(text) => crate::imports::one_line(text),
+        Some(text) => crate::text::one_line(text),
     }
 }
 

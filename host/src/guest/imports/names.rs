@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use crate::bindings::Gvk;
+use crate::guest::bindings::Gvk;
 use crate::selector::{LabelSelector, Operator};
 
 /// A guest-supplied name that Kubernetes (or, where said, the host) refuses, with what a valid

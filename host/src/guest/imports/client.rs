@@ -3,11 +3,11 @@
 
 use serde_json::Value;
 
-use crate::bindings::reconciled::runtime::client::{EventType, Host, PatchBody as Patch};
-use crate::bindings::{GuestError, Gvk};
-use crate::discovery::Resource;
-use crate::imports::{Access, Declared, GuestContext, HostState, Metrics, names, request};
+use crate::guest::bindings::reconciled::runtime::client::{EventType, Host, PatchBody as Patch};
+use crate::guest::bindings::{GuestError, Gvk};
+use crate::guest::imports::{Access, Declared, GuestContext, HostState, Metrics, names, request};
 use crate::informer::Namespaces;
+use crate::informer::discovery::Resource;
 use crate::object::{kind_of, object_key};
 
 /// The API server refuses request bodies above about 3 MiB; refuse them here with a clearer
