@@ -9,6 +9,7 @@
 //! - `watches` with the guest mapping: the guest's exported `map` decides (called by the
 //!   controller, since it runs guest code).
 
+use crate::controller::Controller;
 use crate::controller::work_queue::Priority;
 use crate::guest::bindings::Gvk;
 use crate::informer::{Event, Notification};
@@ -71,6 +72,61 @@ pub fn primaries(role: &Role, for_kind: &Gvk, obj: &ObjectRef) -> Vec<String> {
 /// The group part of an `apiVersion` (`apps/v1` → `apps`, `v1` → ``).
 fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// Maps one subscription's notifications to primary keys, with the roles the serving version
+/// gives this kind.
+pub(super) async fn handle(
+    controller: std::sync::Weak<Controller>,
+    kind: Gvk,
+    mut sub: crate::informer::Subscription,
+) {
+    while let Some(n) = sub.recv().await {
+        let Some(c) = controller.upgrade() else {
+            return;
+        };
+        if matches!(n.event, Event::Resync) {
+            c.enqueue_all(Priority::Low);
+            continue;
+        }
+        let version = c.current();
+        let Some(roles) = version.roles.get(&kind) else {
+            // A reload dropped this kind; the task is being aborted.
+            continue;
+        };
+        let priority = priority(&n);
+        for role in roles {
+            for obj in objects(&n) {
+                if *role == Role::GuestMap {
+                    let json = String::from_utf8_lossy(obj.json()).into_owned();
+                    match version
+                        .module
+                        .map(version.ctx.clone(), kind.clone(), json)
+                        .await
+                    {
+                        Ok(requests) => {
+                            // Guest-controlled: only keys that could name a primary are
+                            // queued; the rest are dropped with one bounded warning per call.
+                            let mapped = version.ctx.map_keys(&version.for_kind, &requests);
+                            if let Some(dropped) = &mapped.dropped {
+                                tracing::warn!(guest = %c.name, key = obj.key(), "{dropped}");
+                            }
+                            for key in mapped.keys {
+                                c.queue.add(key, priority);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(guest = %c.name, key = obj.key(), error = %e, "map() failed; object not mapped")
+                        }
+                    }
+                    continue;
+                }
+                for key in primaries(role, &version.for_kind, obj) {
+                    c.queue.add(key, priority);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,30 +6,34 @@
 //! controller's status says why (syncing, forbidden with the rule to add, kind not found).
 
 pub mod handlers;
+mod plan;
 pub mod reconciles;
 pub mod work_queue;
+mod worker;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::panic::AssertUnwindSafe;
+#[cfg(feature = "fault-injection")]
+pub use worker::fault;
+
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use futures::FutureExt;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
-use crate::controller::handlers::Role;
-use crate::controller::reconciles::{ReconcileResult, ReconcileStats, Reconciles};
+use crate::controller::handlers::{Role, handle};
+use crate::controller::plan::{Plan, PlannedKind, add_indexes, describe, subscribe, wait_synced};
+use crate::controller::reconciles::{ReconcileStats, Reconciles};
 use crate::controller::work_queue::{Priority, WorkQueue};
-use crate::guest::bindings::{Consistency, Gvk, Mapping, Outcome, Request};
+use crate::controller::worker::{Failures, supervise};
+use crate::guest::bindings::Gvk;
 use crate::guest::grant::{self, Grant};
 use crate::guest::imports::{Declared, GuestContext, Limits, Metrics};
 use crate::guest::read_your_writes::Floors;
 use crate::guest::{Blame, CallError, Module};
 use crate::informer::factory::InformerFactory;
-use crate::informer::{Event, Informer, InformerKey, Namespaces, Scope, Staleness, Status};
-use crate::selector::LabelSelector;
+use crate::informer::{Informer, InformerKey, Staleness, Status};
 
 /// Why a guest could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -140,25 +144,6 @@ pub struct Failing {
     pub since: SystemTime,
 }
 
-/// Failing keys, each with its failure; the summary is what [`Controller::failing`] shows.
-#[derive(Debug, Default)]
-struct Failures {
-    keys: HashMap<String, (String, Blame, SystemTime)>,
-    latest: Option<String>,
-}
-
-impl Failures {
-    fn summary(&self) -> Option<Failing> {
-        let latest = self.latest.as_ref().and_then(|k| self.keys.get(k))?;
-        Some(Failing {
-            reason: latest.0.clone(),
-            blame: latest.1,
-            keys: self.keys.len(),
-            since: self.keys.values().map(|f| f.2).min().unwrap_or(latest.2),
-        })
-    }
-}
-
 /// A running guest: the queue, workers and counters that outlive any one version of its module,
 /// and the version serving now.
 pub struct Controller {
@@ -201,20 +186,6 @@ struct Version {
 struct Link {
     informer: Arc<Informer>,
     task: AbortHandle,
-}
-
-/// What a declaration needs: each kind once, with its informer key, indexes and roles.
-struct Plan {
-    kinds: Vec<PlannedKind>,
-    for_kind: Gvk,
-    read_your_writes: bool,
-}
-
-struct PlannedKind {
-    kind: Gvk,
-    key: InformerKey,
-    indexes: Vec<String>,
-    roles: Vec<Role>,
 }
 
 /// What a reload changed.
@@ -582,70 +553,6 @@ impl Controller {
         self.failing.subscribe()
     }
 
-    /// Marks `key` failing (an empty key: a worker, outside any reconcile).
-    fn set_failing(&self, key: &str, reason: String, blame: Blame) {
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let since = failures.keys.get(key).map_or_else(SystemTime::now, |f| f.2);
-        failures
-            .keys
-            .insert(key.to_string(), (reason, blame, since));
-        failures.latest = Some(key.to_string());
-        self.publish_failing(&failures);
-    }
-
-    /// `key` completed: it no longer fails, and neither does a worker (it ran this).
-    fn clear_failing(&self, key: &str) {
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let before = failures.keys.len();
-        failures.keys.remove(key);
-        failures.keys.remove("");
-        if failures.keys.len() == before {
-            return;
-        }
-        if failures
-            .latest
-            .as_ref()
-            .is_some_and(|k| !failures.keys.contains_key(k))
-        {
-            failures.latest = failures
-                .keys
-                .iter()
-                .max_by_key(|(_, f)| f.2)
-                .map(|(k, _)| k.clone());
-        }
-        self.publish_failing(&failures);
-    }
-
-    fn publish_failing(&self, failures: &Failures) {
-        let next = failures.summary();
-        self.failing.send_if_modified(|f| {
-            let changed = *f != next;
-            *f = next;
-            changed
-        });
-    }
-
-    /// Records a worker that panicked while reconciling `key`: logged and counted, the key
-    /// retried with backoff, and the guest shown failing until a reconcile next completes.
-    fn worker_panicked(&self, key: &str, message: &str) {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
-        self.counters.worker_panics.fetch_add(1, Ordering::Relaxed);
-        self.counters.count_error(Blame::Host);
-        let reason = format!(
-            "a worker panicked reconciling {key}: {message}; the worker was restarted and the key will be retried"
-        );
-        let retry = self.queue.add_rate_limited(key.to_string());
-        tracing::error!(guest = %self.name, %key, panic = %message, ?retry, blame = %Blame::Host, "worker panicked; restarted, key requeued");
-        self.last_errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.to_string(), reason.clone());
-        self.set_failing(key, reason, Blame::Host);
-    }
-
     /// Queues every primary key; returns how many.
     fn enqueue_all(&self, priority: Priority) -> usize {
         let v = self.current();
@@ -684,212 +591,6 @@ impl Controller {
             (!st.state.is_synced()).then(|| format!("{}: {st}", i.key().name()))
         })
     }
-
-    async fn reconcile_one(&self, key: &str) -> ReconcileResult {
-        let (namespace, name) = key.split_once('/').map_or(("", key), |(n, m)| (n, m));
-        let request = Request {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        };
-        if !self.in_flight.lock().unwrap().insert(key.to_string()) {
-            self.counters
-                .concurrent_same_key
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        self.counters.started.fetch_add(1, Ordering::Relaxed);
-        #[cfg(feature = "fault-injection")]
-        if fault::take_worker_panic(&self.name, key) {
-            panic!("injected worker panic (fault-injection feature)");
-        }
-        // The whole call runs on the version current at its start, even if a reload swaps
-        // another in meanwhile.
-        let version = self.current();
-        let started = Instant::now();
-        let reconciled = version.module.reconcile(version.ctx.clone(), request).await;
-        drop(version);
-        self.in_flight.lock().unwrap().remove(key);
-        let m = &self.metrics;
-        let blame = reconciled.blame();
-        if let Some(blame) = blame {
-            self.counters.count_error(blame);
-        }
-        let error = match &reconciled.result {
-            Ok(Ok(_)) => None,
-            Ok(Err(e)) => Some(format!("{e:?} (blame: {})", blame.unwrap_or(Blame::Guest))),
-            Err(e) => Some(e.to_string()),
-        };
-        match error {
-            Some(e) => self.last_errors.lock().unwrap().insert(key.to_string(), e),
-            None => self.last_errors.lock().unwrap().remove(key),
-        };
-        let took = started.elapsed();
-        let usage = reconciled.usage;
-        match reconciled.result {
-            Ok(Ok(outcome)) => {
-                Metrics::bump(&m.reconciles_ok);
-                self.queue.forget(&key.to_string());
-                self.clear_failing(key);
-                if let Outcome::RequeueAfter(ms) = outcome {
-                    self.queue.add_after(
-                        key.to_string(),
-                        Duration::from_millis(ms),
-                        Priority::High,
-                    );
-                }
-                tracing::debug!(guest = %self.name, %key, ?took, ?outcome, "reconciled");
-                match outcome {
-                    Outcome::RequeueAfter(0) => ReconcileResult::Requeue,
-                    Outcome::RequeueAfter(_) => ReconcileResult::RequeueAfter,
-                    Outcome::Done => ReconcileResult::Success,
-                }
-            }
-            Ok(Err(e)) => {
-                Metrics::bump(&m.reconciles_failed);
-                // The guest ran and answered: it is not failing, whatever the error says.
-                self.clear_failing(key);
-                let retry = self.queue.add_rate_limited(key.to_string());
-                let blame = blame.unwrap_or(Blame::Guest);
-                tracing::warn!(guest = %self.name, %key, error = ?e, ?retry, %blame, api_wait = ?usage.api_wait, "reconcile failed");
-                ReconcileResult::Error
-            }
-            Err(e) => {
-                Metrics::bump(&m.traps);
-                let retry = self.queue.add_rate_limited(key.to_string());
-                let blame = e.blame();
-                tracing::warn!(guest = %self.name, %key, error = %e, ?retry, %blame, guest_time = ?usage.guest_time(), api_wait = ?usage.api_wait, host_wait = ?usage.host_wait, "reconcile trapped");
-                self.set_failing(key, format!("reconciling {key}: {e}"), blame);
-                ReconcileResult::Error
-            }
-        }
-    }
-}
-
-/// Describes `module`, checks the declaration against the grant and plans its informers.
-async fn describe(module: &Module, settings: &Settings) -> Result<Plan, Error> {
-    let name = &settings.name;
-    let desc = module
-        .describe(settings.limits)
-        .await
-        .map_err(|source| Error::Describe {
-            guest: name.clone(),
-            source,
-        })?;
-    // The declaration is guest-controlled: a value Kubernetes would refuse is rejected here,
-    // named, before the grant check advises granting it or an informer is built from it.
-    grant::validate(&desc).map_err(|e| Error::Invalid {
-        guest: name.clone(),
-        reason: format!("describe() declares an invalid value: {e}"),
-    })?;
-    settings.grant.check(name, &desc)?;
-    let invalid = |reason: String| Error::Invalid {
-        guest: name.clone(),
-        reason,
-    };
-
-    // Declared namespaces, else the granted ones, else all.
-    let namespaces = if !desc.namespaces.is_empty() {
-        Namespaces::Only(desc.namespaces.iter().cloned().collect())
-    } else if let Some(set) = &settings.grant.namespaces {
-        Namespaces::Only(set.iter().cloned().collect::<BTreeSet<_>>())
-    } else {
-        Namespaces::All
-    };
-    let for_labels = LabelSelector::parse(&desc.label_selector)
-        .map_err(|e| invalid(format!("label selector {:?}: {e}", desc.label_selector)))?;
-
-    // Each kind once, with every role it plays.
-    let mut roles: Vec<(Gvk, Role)> = vec![(desc.for_.clone(), Role::For)];
-    roles.extend(desc.owns.iter().map(|k| (k.clone(), Role::Owner)));
-    for w in &desc.watches {
-        let role = match &w.mapping {
-            Mapping::Owner => Role::Owner,
-            Mapping::Label(l) => Role::Label(l.clone()),
-            Mapping::GuestMap => Role::GuestMap,
-        };
-        roles.push((w.kind.clone(), role));
-    }
-    let mut kinds: Vec<PlannedKind> = Vec::new();
-    for (kind, _) in &roles {
-        if kinds.iter().any(|k| k.kind == *kind) {
-            continue;
-        }
-        let scope = Scope {
-            namespaces: namespaces.clone(),
-            labels: if *kind == desc.for_ {
-                for_labels.clone()
-            } else {
-                LabelSelector::default()
-            },
-            ..Scope::default()
-        };
-        kinds.push(PlannedKind {
-            kind: kind.clone(),
-            key: InformerKey::new(&kind.group, &kind.version, &kind.kind, scope),
-            indexes: desc
-                .field_indexes
-                .iter()
-                .filter(|i| i.kind == *kind)
-                .map(|i| i.path.clone())
-                .collect(),
-            roles: roles
-                .iter()
-                .filter(|(k, _)| k == kind)
-                .map(|(_, r)| r.clone())
-                .collect(),
-        });
-    }
-    Ok(Plan {
-        kinds,
-        for_kind: desc.for_.clone(),
-        read_your_writes: settings.read_your_writes.unwrap_or(true)
-            && desc.consistency == Consistency::ReadYourWrites,
-    })
-}
-
-fn subscribe(
-    factory: &InformerFactory,
-    guest: &str,
-    k: &PlannedKind,
-) -> Result<crate::informer::Subscription, Error> {
-    let indexes: Vec<&str> = k.indexes.iter().map(String::as_str).collect();
-    factory
-        .subscribe(k.key.clone(), &indexes)
-        .map_err(|e| Error::Invalid {
-            guest: guest.to_string(),
-            reason: e.to_string(),
-        })
-}
-
-async fn wait_synced(
-    guest: &str,
-    k: &PlannedKind,
-    informer: &Informer,
-    timeout: Duration,
-) -> Result<(), Error> {
-    informer
-        .wait_synced(timeout)
-        .await
-        .map_err(|e| Error::Informer {
-            guest: guest.to_string(),
-            kind: k.kind.to_string(),
-            reason: e.to_string(),
-        })
-}
-
-/// Adds the indexes a new version declares to an informer it keeps.
-fn add_indexes(informer: &Informer, guest: &str, k: &PlannedKind) -> Result<(), Error> {
-    for idx in &k.indexes {
-        match informer.add_field_index(idx) {
-            Ok(()) | Err(crate::informer::store::Error::DuplicateIndex(_)) => {}
-            Err(e) => {
-                return Err(Error::Invalid {
-                    guest: guest.to_string(),
-                    reason: e.to_string(),
-                });
-            }
-        }
-    }
-    Ok(())
 }
 
 fn build_version(
@@ -947,206 +648,5 @@ fn build_version_from(
         roles,
         for_kind: plan.for_kind.clone(),
         loaded_at: std::time::SystemTime::now(),
-    }
-}
-
-/// Maps one subscription's notifications to primary keys, with the roles the serving version
-/// gives this kind.
-async fn handle(
-    controller: std::sync::Weak<Controller>,
-    kind: Gvk,
-    mut sub: crate::informer::Subscription,
-) {
-    while let Some(n) = sub.recv().await {
-        let Some(c) = controller.upgrade() else {
-            return;
-        };
-        if matches!(n.event, Event::Resync) {
-            c.enqueue_all(Priority::Low);
-            continue;
-        }
-        let version = c.current();
-        let Some(roles) = version.roles.get(&kind) else {
-            // A reload dropped this kind; the task is being aborted.
-            continue;
-        };
-        let priority = handlers::priority(&n);
-        for role in roles {
-            for obj in handlers::objects(&n) {
-                if *role == Role::GuestMap {
-                    let json = String::from_utf8_lossy(obj.json()).into_owned();
-                    match version
-                        .module
-                        .map(version.ctx.clone(), kind.clone(), json)
-                        .await
-                    {
-                        Ok(requests) => {
-                            // Guest-controlled: only keys that could name a primary are
-                            // queued; the rest are dropped with one bounded warning per call.
-                            let mapped = version.ctx.map_keys(&version.for_kind, &requests);
-                            if let Some(dropped) = &mapped.dropped {
-                                tracing::warn!(guest = %c.name, key = obj.key(), "{dropped}");
-                            }
-                            for key in mapped.keys {
-                                c.queue.add(key, priority);
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(guest = %c.name, key = obj.key(), error = %e, "map() failed; object not mapped")
-                        }
-                    }
-                    continue;
-                }
-                for key in handlers::primaries(role, &version.for_kind, obj) {
-                    c.queue.add(key, priority);
-                }
-            }
-        }
-    }
-}
-
-/// One worker, restarted whenever it panics, until the controller stops.
-///
-/// A panic while reconciling a key is caught around that key (in [`work`]), so the key is
-/// known, retried and reported; this loop catches whatever else might panic in a worker, so
-/// that a guest never silently loses a worker.
-async fn supervise(controller: std::sync::Weak<Controller>) {
-    loop {
-        match AssertUnwindSafe(work(controller.clone()))
-            .catch_unwind()
-            .await
-        {
-            Ok(()) => return,
-            Err(panic) => {
-                let Some(c) = controller.upgrade() else {
-                    return;
-                };
-                let message = panic_message(&*panic);
-                c.counters.worker_panics.fetch_add(1, Ordering::Relaxed);
-                c.counters.count_error(Blame::Host);
-                tracing::error!(guest = %c.name, panic = %message, "worker panicked outside a reconcile; restarted");
-                c.set_failing(
-                    "",
-                    format!("a worker panicked: {message}; it was restarted"),
-                    Blame::Host,
-                );
-            }
-        }
-    }
-}
-
-/// The text of a panic's payload.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(a panic without a message)".into())
-}
-
-/// One worker: waits for sync, then reconciles keys until the controller stops.
-///
-/// Holds the controller only for one step at a time, so that dropping it (unloading the guest)
-/// is never blocked by a worker waiting for an informer that will not sync.
-async fn work(controller: std::sync::Weak<Controller>) {
-    let queue = loop {
-        let Some(c) = controller.upgrade() else {
-            return;
-        };
-        if c.synced(Duration::from_secs(1)).await {
-            tracing::info!(guest = %c.name, "informers synced; reconciling");
-            break c.queue.clone();
-        }
-        drop(c);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
-    while let Some(key) = queue.get().await {
-        let Some(c) = controller.upgrade() else {
-            return;
-        };
-        let _active = c.counters.reconciles.active();
-        let started = Instant::now();
-        let result = match AssertUnwindSafe(c.reconcile_one(&key)).catch_unwind().await {
-            Ok(result) => result,
-            Err(panic) => {
-                c.worker_panicked(&key, &panic_message(&*panic));
-                c.counters.reconciles.panicked();
-                ReconcileResult::Error
-            }
-        };
-        c.counters.reconciles.finished(result, started.elapsed());
-        queue.done(&key);
-    }
-}
-
-/// Fault injection for tests of the worker supervision: nothing a guest can reach.
-#[cfg(feature = "fault-injection")]
-pub mod fault {
-    use std::sync::Mutex;
-
-    static WORKER_PANICS: Mutex<Vec<(String, String, u32)>> = Mutex::new(Vec::new());
-
-    /// Makes the next `times` reconciles of `key` by guest `guest` panic in the host's worker,
-    /// before the guest is called.
-    pub fn panic_worker(guest: &str, key: &str, times: u32) {
-        WORKER_PANICS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((guest.to_string(), key.to_string(), times));
-    }
-
-    /// Forgets every injected panic.
-    pub fn clear() {
-        WORKER_PANICS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-    }
-
-    pub(super) fn take_worker_panic(guest: &str, key: &str) -> bool {
-        let mut all = WORKER_PANICS.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(i) = all.iter().position(|(g, k, _)| g == guest && k == key) else {
-            return false;
-        };
-        all[i].2 -= 1;
-        if all[i].2 == 0 {
-            all.remove(i);
-        }
-        true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fail(f: &mut Failures, key: &str, secs: u64) {
-        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
-        f.keys
-            .insert(key.into(), (format!("{key} trapped"), Blame::Guest, at));
-        f.latest = Some(key.into());
-    }
-
-    #[test]
-    fn a_guest_fails_while_any_key_fails_and_shows_the_latest_failure() {
-        let mut f = Failures::default();
-        assert_eq!(f.summary(), None);
-        fail(&mut f, "ns/a", 10);
-        fail(&mut f, "ns/b", 20);
-        let s = f.summary().unwrap();
-        assert_eq!((s.reason.as_str(), s.keys), ("ns/b trapped", 2));
-        assert_eq!(
-            s.since,
-            SystemTime::UNIX_EPOCH + Duration::from_secs(10),
-            "failing since the oldest failing key"
-        );
-    }
-
-    #[test]
-    fn panic_messages_are_read_from_str_and_string_payloads() {
-        let p = std::panic::catch_unwind(|| panic!("static")).unwrap_err();
-        assert_eq!(panic_message(&*p), "static");
-        let p = std::panic::catch_unwind(|| panic!("formatted {}", 1)).unwrap_err();
-        assert_eq!(panic_message(&*p), "formatted 1");
     }
 }

@@ -1,0 +1,326 @@
+//! Workers: each takes keys from the guest's queue and reconciles them one at a time, under a
+//! supervisor that catches a panic (from any cause), reports it and carries on, so a guest never
+//! silently loses a worker.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::FutureExt;
+
+use crate::controller::reconciles::ReconcileResult;
+use crate::controller::work_queue::Priority;
+use crate::controller::{Controller, Failing};
+use crate::guest::Blame;
+use crate::guest::bindings::{Outcome, Request};
+use crate::guest::imports::Metrics;
+
+/// Failing keys, each with its failure; the summary is what [`Controller::failing`] shows.
+#[derive(Debug, Default)]
+pub(super) struct Failures {
+    keys: HashMap<String, (String, Blame, SystemTime)>,
+    latest: Option<String>,
+}
+
+impl Failures {
+    fn summary(&self) -> Option<Failing> {
+        let latest = self.latest.as_ref().and_then(|k| self.keys.get(k))?;
+        Some(Failing {
+            reason: latest.0.clone(),
+            blame: latest.1,
+            keys: self.keys.len(),
+            since: self.keys.values().map(|f| f.2).min().unwrap_or(latest.2),
+        })
+    }
+}
+
+impl Controller {
+    /// Marks `key` failing (an empty key: a worker, outside any reconcile).
+    fn set_failing(&self, key: &str, reason: String, blame: Blame) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let since = failures.keys.get(key).map_or_else(SystemTime::now, |f| f.2);
+        failures
+            .keys
+            .insert(key.to_string(), (reason, blame, since));
+        failures.latest = Some(key.to_string());
+        self.publish_failing(&failures);
+    }
+
+    /// `key` completed: it no longer fails, and neither does a worker (it ran this).
+    fn clear_failing(&self, key: &str) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let before = failures.keys.len();
+        failures.keys.remove(key);
+        failures.keys.remove("");
+        if failures.keys.len() == before {
+            return;
+        }
+        if failures
+            .latest
+            .as_ref()
+            .is_some_and(|k| !failures.keys.contains_key(k))
+        {
+            failures.latest = failures
+                .keys
+                .iter()
+                .max_by_key(|(_, f)| f.2)
+                .map(|(k, _)| k.clone());
+        }
+        self.publish_failing(&failures);
+    }
+
+    fn publish_failing(&self, failures: &Failures) {
+        let next = failures.summary();
+        self.failing.send_if_modified(|f| {
+            let changed = *f != next;
+            *f = next;
+            changed
+        });
+    }
+
+    /// Records a worker that panicked while reconciling `key`: logged and counted, the key
+    /// retried with backoff, and the guest shown failing until a reconcile next completes.
+    fn worker_panicked(&self, key: &str, message: &str) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.counters.worker_panics.fetch_add(1, Ordering::Relaxed);
+        self.counters.count_error(Blame::Host);
+        let reason = format!(
+            "a worker panicked reconciling {key}: {message}; the worker was restarted and the key will be retried"
+        );
+        let retry = self.queue.add_rate_limited(key.to_string());
+        tracing::error!(guest = %self.name, %key, panic = %message, ?retry, blame = %Blame::Host, "worker panicked; restarted, key requeued");
+        self.last_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string(), reason.clone());
+        self.set_failing(key, reason, Blame::Host);
+    }
+
+    async fn reconcile_one(&self, key: &str) -> ReconcileResult {
+        let (namespace, name) = key.split_once('/').map_or(("", key), |(n, m)| (n, m));
+        let request = Request {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        if !self.in_flight.lock().unwrap().insert(key.to_string()) {
+            self.counters
+                .concurrent_same_key
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.counters.started.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "fault-injection")]
+        if fault::take_worker_panic(&self.name, key) {
+            panic!("injected worker panic (fault-injection feature)");
+        }
+        // The whole call runs on the version current at its start, even if a reload swaps
+        // another in meanwhile.
+        let version = self.current();
+        let started = Instant::now();
+        let reconciled = version.module.reconcile(version.ctx.clone(), request).await;
+        drop(version);
+        self.in_flight.lock().unwrap().remove(key);
+        let m = &self.metrics;
+        let blame = reconciled.blame();
+        if let Some(blame) = blame {
+            self.counters.count_error(blame);
+        }
+        let error = match &reconciled.result {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(format!("{e:?} (blame: {})", blame.unwrap_or(Blame::Guest))),
+            Err(e) => Some(e.to_string()),
+        };
+        match error {
+            Some(e) => self.last_errors.lock().unwrap().insert(key.to_string(), e),
+            None => self.last_errors.lock().unwrap().remove(key),
+        };
+        let took = started.elapsed();
+        let usage = reconciled.usage;
+        match reconciled.result {
+            Ok(Ok(outcome)) => {
+                Metrics::bump(&m.reconciles_ok);
+                self.queue.forget(&key.to_string());
+                self.clear_failing(key);
+                if let Outcome::RequeueAfter(ms) = outcome {
+                    self.queue.add_after(
+                        key.to_string(),
+                        Duration::from_millis(ms),
+                        Priority::High,
+                    );
+                }
+                tracing::debug!(guest = %self.name, %key, ?took, ?outcome, "reconciled");
+                match outcome {
+                    Outcome::RequeueAfter(0) => ReconcileResult::Requeue,
+                    Outcome::RequeueAfter(_) => ReconcileResult::RequeueAfter,
+                    Outcome::Done => ReconcileResult::Success,
+                }
+            }
+            Ok(Err(e)) => {
+                Metrics::bump(&m.reconciles_failed);
+                // The guest ran and answered: it is not failing, whatever the error says.
+                self.clear_failing(key);
+                let retry = self.queue.add_rate_limited(key.to_string());
+                let blame = blame.unwrap_or(Blame::Guest);
+                tracing::warn!(guest = %self.name, %key, error = ?e, ?retry, %blame, api_wait = ?usage.api_wait, "reconcile failed");
+                ReconcileResult::Error
+            }
+            Err(e) => {
+                Metrics::bump(&m.traps);
+                let retry = self.queue.add_rate_limited(key.to_string());
+                let blame = e.blame();
+                tracing::warn!(guest = %self.name, %key, error = %e, ?retry, %blame, guest_time = ?usage.guest_time(), api_wait = ?usage.api_wait, host_wait = ?usage.host_wait, "reconcile trapped");
+                self.set_failing(key, format!("reconciling {key}: {e}"), blame);
+                ReconcileResult::Error
+            }
+        }
+    }
+}
+
+/// One worker, restarted whenever it panics, until the controller stops.
+///
+/// A panic while reconciling a key is caught around that key (in [`work`]), so the key is
+/// known, retried and reported; this loop catches whatever else might panic in a worker, so
+/// that a guest never silently loses a worker.
+pub(super) async fn supervise(controller: std::sync::Weak<Controller>) {
+    loop {
+        match AssertUnwindSafe(work(controller.clone()))
+            .catch_unwind()
+            .await
+        {
+            Ok(()) => return,
+            Err(panic) => {
+                let Some(c) = controller.upgrade() else {
+                    return;
+                };
+                let message = panic_message(&*panic);
+                c.counters.worker_panics.fetch_add(1, Ordering::Relaxed);
+                c.counters.count_error(Blame::Host);
+                tracing::error!(guest = %c.name, panic = %message, "worker panicked outside a reconcile; restarted");
+                c.set_failing(
+                    "",
+                    format!("a worker panicked: {message}; it was restarted"),
+                    Blame::Host,
+                );
+            }
+        }
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(a panic without a message)".into())
+}
+
+/// One worker: waits for sync, then reconciles keys until the controller stops.
+///
+/// Holds the controller only for one step at a time, so that dropping it (unloading the guest)
+/// is never blocked by a worker waiting for an informer that will not sync.
+async fn work(controller: std::sync::Weak<Controller>) {
+    let queue = loop {
+        let Some(c) = controller.upgrade() else {
+            return;
+        };
+        if c.synced(Duration::from_secs(1)).await {
+            tracing::info!(guest = %c.name, "informers synced; reconciling");
+            break c.queue.clone();
+        }
+        drop(c);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    while let Some(key) = queue.get().await {
+        let Some(c) = controller.upgrade() else {
+            return;
+        };
+        let _active = c.counters.reconciles.active();
+        let started = Instant::now();
+        let result = match AssertUnwindSafe(c.reconcile_one(&key)).catch_unwind().await {
+            Ok(result) => result,
+            Err(panic) => {
+                c.worker_panicked(&key, &panic_message(&*panic));
+                c.counters.reconciles.panicked();
+                ReconcileResult::Error
+            }
+        };
+        c.counters.reconciles.finished(result, started.elapsed());
+        queue.done(&key);
+    }
+}
+
+/// Fault injection for tests of the worker supervision: nothing a guest can reach.
+#[cfg(feature = "fault-injection")]
+pub mod fault {
+    use std::sync::Mutex;
+
+    static WORKER_PANICS: Mutex<Vec<(String, String, u32)>> = Mutex::new(Vec::new());
+
+    /// Makes the next `times` reconciles of `key` by guest `guest` panic in the host's worker,
+    /// before the guest is called.
+    pub fn panic_worker(guest: &str, key: &str, times: u32) {
+        WORKER_PANICS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((guest.to_string(), key.to_string(), times));
+    }
+
+    /// Forgets every injected panic.
+    pub fn clear() {
+        WORKER_PANICS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    pub(super) fn take_worker_panic(guest: &str, key: &str) -> bool {
+        let mut all = WORKER_PANICS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(i) = all.iter().position(|(g, k, _)| g == guest && k == key) else {
+            return false;
+        };
+        all[i].2 -= 1;
+        if all[i].2 == 0 {
+            all.remove(i);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fail(f: &mut Failures, key: &str, secs: u64) {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        f.keys
+            .insert(key.into(), (format!("{key} trapped"), Blame::Guest, at));
+        f.latest = Some(key.into());
+    }
+
+    #[test]
+    fn a_guest_fails_while_any_key_fails_and_shows_the_latest_failure() {
+        let mut f = Failures::default();
+        assert_eq!(f.summary(), None);
+        fail(&mut f, "ns/a", 10);
+        fail(&mut f, "ns/b", 20);
+        let s = f.summary().unwrap();
+        assert_eq!((s.reason.as_str(), s.keys), ("ns/b trapped", 2));
+        assert_eq!(
+            s.since,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(10),
+            "failing since the oldest failing key"
+        );
+    }
+
+    #[test]
+    fn panic_messages_are_read_from_str_and_string_payloads() {
+        let p = std::panic::catch_unwind(|| panic!("static")).unwrap_err();
+        assert_eq!(panic_message(&*p), "static");
+        let p = std::panic::catch_unwind(|| panic!("formatted {}", 1)).unwrap_err();
+        assert_eq!(panic_message(&*p), "formatted 1");
+    }
+}
