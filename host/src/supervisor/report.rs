@@ -1,0 +1,303 @@
+//! What the supervisor reports: the `/status` document, readiness, the `/metrics` scrape, and
+//! the Events a tenant's ConfigMap gets when its guest starts or stops failing.
+
+use super::*;
+
+impl Supervisor {
+    /// The status document (`/status`, `reconciled status`); see [`crate::ops::status`] for what
+    /// each field means.
+    ///
+    /// The guests are read under one lock, the informers after it: the two lists may disagree
+    /// for an instant about an informer a guest has just started or released.
+    pub fn status(&self) -> Status {
+        let guests = self
+            .guests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(name, e)| guest_status(name, e))
+            .collect();
+        let sources_without_guests = self
+            .source_problems
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(source, problem)| SourceProblem {
+                source: source.clone(),
+                problem: problem.clone(),
+            })
+            .collect();
+        let informers = self
+            .factory
+            .active()
+            .iter()
+            .map(|i| InformerStatus::of(i))
+            .collect();
+        Status {
+            guests,
+            informers,
+            sources_without_guests,
+            uptime_seconds: self.started.elapsed().as_secs(),
+        }
+    }
+
+    /// Why the host is not ready: one line per serving operator guest (from the config or the
+    /// dev folder; tenants' guests do not count) whose informers have not synced, and one per
+    /// other informer of the host (the ConfigMap source's) that has not.
+    pub fn readiness(&self) -> Result<(), Vec<String>> {
+        let controllers: Vec<(Arc<Controller>, bool)> = self
+            .guests
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(|e| {
+                let tenant = matches!(e.source, Source::ConfigMap { .. });
+                e.controller.clone().map(|c| (c, tenant))
+            })
+            .collect();
+        // A tenant's guest that stops syncing (its RBAC revoked, its CRD deleted) shows in
+        // /status and its own Events; it must not take the host out of service for everyone.
+        let mut reasons: Vec<String> = self
+            .guests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, e)| e.loading)
+            .map(|(name, _)| format!("guest {name}: loading"))
+            .collect();
+        reasons.extend(
+            controllers
+                .iter()
+                .filter(|(_, tenant)| !tenant)
+                .filter_map(|(c, _)| c.not_ready().map(|r| format!("guest {}: {r}", c.name()))),
+        );
+        let guests_read: Vec<Arc<crate::informer::Informer>> = controllers
+            .iter()
+            .flat_map(|(c, _)| c.informers())
+            .collect();
+        for informer in self.factory.active() {
+            if guests_read.iter().any(|i| Arc::ptr_eq(i, &informer)) {
+                continue;
+            }
+            let st = informer.status();
+            if !st.state.is_synced() {
+                let k = informer.key();
+                reasons.push(format!("informer {} ({}): {st}", k.name(), k.scope));
+            }
+        }
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons)
+        }
+    }
+
+    /// The `/metrics` text: OpenMetrics, to serve as [`metrics::CONTENT_TYPE`]. See
+    /// [`metrics`] for the families.
+    pub fn metrics(&self) -> String {
+        let guests: Vec<metrics::Guest> = self
+            .guests
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(name, e)| metrics::Guest {
+                name: name.clone(),
+                source: e.source.to_string(),
+                loads: e.loads,
+                rejections: e.rejections.iter().map(|(r, n)| (r.label(), *n)).collect(),
+                last_load: e.last_load.map(|t| t.total),
+                controller: e.controller.as_ref().map(|c| c.snapshot()),
+            })
+            .collect();
+        let informers = self
+            .factory
+            .active()
+            .iter()
+            .map(|i| {
+                let k = i.key();
+                metrics::Informer {
+                    kind: k.name().to_string(),
+                    scope: k.scope.to_string(),
+                    stats: i.stats(),
+                    synced: i.status().state.is_synced(),
+                    staleness: i.staleness(),
+                    objects: i.store().len(),
+                }
+            })
+            .collect();
+        let process = metrics::Process::read()
+            .inspect_err(|e| tracing::debug!("{e}"))
+            .ok();
+        metrics::encode(metrics::Scrape {
+            guests,
+            unloads: self.unloads.load(Ordering::Relaxed),
+            informers,
+            process,
+        })
+    }
+}
+
+impl crate::ops::http::Endpoints for Supervisor {
+    fn metrics(&self) -> String {
+        Supervisor::metrics(self)
+    }
+
+    fn status(&self) -> Status {
+        Supervisor::status(self)
+    }
+
+    fn readiness(&self) -> Result<(), Vec<String>> {
+        Supervisor::readiness(self)
+    }
+}
+
+/// Posts an Event about a ConfigMap source, in the background; other sources are ignored.
+pub(super) fn post_event(
+    client: &kube::Client,
+    source: &Source,
+    type_: Type,
+    reason: &str,
+    message: String,
+) {
+    let Source::ConfigMap {
+        namespace,
+        name,
+        uid,
+        ..
+    } = source
+    else {
+        return;
+    };
+    let event = crate::events::Event {
+        regarding: crate::events::Regarding {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+            uid: Some(uid.clone()),
+        },
+        type_,
+        reason: reason.to_string(),
+        message,
+        component: "reconciled".into(),
+    };
+    let client = client.clone();
+    tokio::spawn(async move {
+        let req = http::Request::post(event.path())
+            .header("content-type", "application/json")
+            .body(event.body().to_string().into_bytes());
+        let result = match req {
+            Ok(req) => client
+                .request::<serde_json::Value>(req)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = result {
+            tracing::warn!("could not record an Event (the host needs create on events): {e}");
+        }
+    });
+}
+
+/// Least time between two failure Events of one guest: a guest flapping between failing and
+/// serving must not flood its namespace with Events.
+const FAILURE_EVENT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Posts `GuestFailing` (Warning) and `GuestRecovered` (Normal) Events on a tenant's ConfigMap
+/// as its guest starts and stops failing, at most one every [`FAILURE_EVENT_INTERVAL`]; after
+/// a quiet spell the latest state is reported, so the last Event always tells the truth. Ends
+/// with the controller.
+pub(super) async fn report_failures(
+    controller: std::sync::Weak<Controller>,
+    mut failing: tokio::sync::watch::Receiver<Option<controller::Failing>>,
+    client: kube::Client,
+    source: Source,
+) {
+    let mut reported_failing = false;
+    while failing.changed().await.is_ok() {
+        let Some(c) = controller.upgrade() else {
+            return;
+        };
+        let now = failing.borrow_and_update().clone();
+        match (now, reported_failing) {
+            (Some(f), false) => {
+                reported_failing = true;
+                post_event(
+                    &client,
+                    &source,
+                    Type::Warning,
+                    "GuestFailing",
+                    format!(
+                        "guest {}: failing for {} key(s) (blame: {}): {}",
+                        c.name(),
+                        f.keys,
+                        f.blame,
+                        f.reason
+                    ),
+                );
+            }
+            (None, true) => {
+                reported_failing = false;
+                post_event(
+                    &client,
+                    &source,
+                    Type::Normal,
+                    "GuestRecovered",
+                    format!("guest {}: reconciling again", c.name()),
+                );
+            }
+            _ => continue,
+        }
+        drop(c);
+        tokio::time::sleep(FAILURE_EVENT_INTERVAL).await;
+    }
+}
+
+/// One guest's line of the status document.
+fn guest_status(name: &str, e: &Entry) -> GuestStatus {
+    let snap = e.controller.as_ref().map(|c| c.snapshot());
+    let (state, reason, blame) = match &snap {
+        None if e.loading => (GuestState::Loading, Some("loading".to_string()), None),
+        None => (GuestState::Rejected, e.last_error.clone(), None),
+        Some(s) => match (&s.failing, &s.held_back) {
+            (Some(f), _) => (GuestState::Failing, Some(f.reason.clone()), Some(f.blame)),
+            (None, Some(why)) => (GuestState::Waiting, Some(why.clone()), None),
+            (None, None) => (GuestState::Serving, None, None),
+        },
+    };
+    let failing = snap.as_ref().and_then(|s| s.failing.as_ref());
+    GuestStatus {
+        name: name.to_string(),
+        state,
+        reason,
+        blame,
+        failing_since: failing.map(|f| rfc3339(f.since)),
+        failing_keys: failing.map(|f| f.keys),
+        digest: snap.as_ref().map(|s| s.digest.clone()),
+        source: e.source.to_string(),
+        loaded_at: snap.as_ref().map(|s| rfc3339(s.loaded_at)),
+        loads: e.loads,
+        rejections: e.rejections.values().sum(),
+        last_error: e.last_error.clone(),
+        last_load_ms: e.last_load.map(|t| t.total.as_secs_f64() * 1000.0),
+        reconciles: snap.as_ref().map(Reconciles::of).unwrap_or_default(),
+        queued: snap.as_ref().map_or(0, |s| s.queued),
+        informers: snap.as_ref().map_or(Vec::new(), |s| {
+            s.informers
+                .iter()
+                .map(|(kind, status, stale)| GuestInformer::new(kind, status, stale))
+                .collect()
+        }),
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(t)
+        .map(|t| {
+            t.round(k8s_openapi::jiff::Unit::Second)
+                .unwrap_or(t)
+                .to_string()
+        })
+        .unwrap_or_default()
+}
