@@ -21,9 +21,15 @@
 pub mod delta_fifo;
 pub mod discovery;
 pub mod factory;
+mod key;
 pub mod preflight;
 pub mod reflector;
 pub mod store;
+mod subscription;
+
+pub use key::{InformerKey, Namespaces, Scope};
+pub use subscription::{Event, Notification, Subscription};
+use subscription::{QueueInner, SubscriberQueue};
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::Ordering;
@@ -60,117 +66,6 @@ pub enum SyncError {
         /// The last status seen.
         last: String,
     },
-}
-
-/// Which namespaces an informer covers.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Namespaces {
-    /// Every namespace (one watch), or a cluster-scoped kind.
-    All,
-    /// Exactly these namespaces (one watch each).
-    Only(BTreeSet<String>),
-}
-
-/// What slice of a kind an informer caches. Part of the informer's identity: subscribers with
-/// equal scopes share one informer, one watch and one store.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Scope {
-    /// The namespaces.
-    pub namespaces: Namespaces,
-    /// Server-side label selector.
-    pub labels: LabelSelector,
-    /// Server-side field selector.
-    pub fields: FieldSelector,
-    /// How objects are trimmed before caching (`metadata_only` included).
-    pub transform: Transform,
-}
-
-impl Default for Scope {
-    fn default() -> Self {
-        Self {
-            namespaces: Namespaces::All,
-            labels: LabelSelector::default(),
-            fields: FieldSelector::default(),
-            transform: Transform::default(),
-        }
-    }
-}
-
-/// Compact, for logs and metric labels: `ns=a,b labels=app=x fields=… transformed`. Two scopes
-/// differing only in the details of their transform print alike.
-impl std::fmt::Display for Scope {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespaces {
-            Namespaces::All => write!(f, "ns=*")?,
-            Namespaces::Only(set) => {
-                write!(f, "ns=")?;
-                for (i, ns) in set.iter().enumerate() {
-                    write!(f, "{}{ns}", if i > 0 { "," } else { "" })?;
-                }
-            }
-        }
-        let labels = self.labels.to_string();
-        if !labels.is_empty() {
-            write!(f, " labels={labels}")?;
-        }
-        let fields = self.fields.to_string();
-        if !fields.is_empty() {
-            write!(f, " fields={fields}")?;
-        }
-        if self.transform != Transform::default() {
-            write!(f, " transformed")?;
-        }
-        Ok(())
-    }
-}
-
-impl Scope {
-    /// All objects in one namespace, default transform.
-    pub fn namespace(ns: &str) -> Self {
-        Self {
-            namespaces: Namespaces::Only([ns.to_string()].into()),
-            ..Self::default()
-        }
-    }
-}
-
-/// An informer's identity: a kind plus a scope.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct InformerKey {
-    /// Group, version, kind.
-    pub group: String,
-    /// Version.
-    pub version: String,
-    /// Kind.
-    pub kind: String,
-    /// The slice of that kind.
-    pub scope: Scope,
-}
-
-impl InformerKey {
-    /// A key for `group/version/kind` (empty group for core) with `scope`.
-    pub fn new(group: &str, version: &str, kind: &str, scope: Scope) -> Self {
-        Self {
-            group: group.into(),
-            version: version.into(),
-            kind: kind.into(),
-            scope,
-        }
-    }
-
-    /// The kind, as people see it (see [`KindName`]); the scope shows through [`Scope`]'s
-    /// `Display`.
-    pub fn name(&self) -> KindName<'_> {
-        KindName {
-            group: &self.group,
-            version: &self.version,
-            kind: &self.kind,
-        }
-    }
-
-    fn kube_gvk(&self) -> GroupVersionKind {
-        GroupVersionKind::gvk(&self.group, &self.version, &self.kind)
-    }
 }
 
 /// Tuning that is not part of an informer's identity.
@@ -239,132 +134,6 @@ impl std::fmt::Display for Status {
             Some(m) => write!(f, "{:?}: {m}", self.state),
             None => write!(f, "{:?}", self.state),
         }
-    }
-}
-
-/// What a subscriber receives.
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// An object appeared (or, for a late subscriber, was already there).
-    Added(ObjectRef),
-    /// An object changed. `old` and `new` may be the same object for a resync.
-    Updated {
-        /// The previous version.
-        old: ObjectRef,
-        /// The new version.
-        new: ObjectRef,
-    },
-    /// An object was deleted.
-    Deleted {
-        /// The last version the cache saw.
-        last_known: ObjectRef,
-        /// The delete itself was not seen: a relist found the object gone. Its last state
-        /// may be older than the real final state.
-        final_state_unknown: bool,
-    },
-    /// This subscriber fell behind and events were dropped to bound its memory: treat every
-    /// object in the store as changed (re-read the store).
-    Resync,
-}
-
-/// An event plus whether a user caused it.
-#[derive(Debug, Clone)]
-pub struct Notification {
-    /// The event.
-    pub event: Event,
-    /// Nothing a user did: the initial list, or a resync or relist that changed nothing.
-    /// Controllers give these low priority.
-    pub background: bool,
-}
-
-#[derive(Debug, Default)]
-struct QueueInner {
-    snapshot: VecDeque<ObjectRef>,
-    events: VecDeque<Notification>,
-    overflowed: bool,
-    closed: bool,
-}
-
-/// One subscriber's bounded buffer.
-#[derive(Debug)]
-struct SubscriberQueue {
-    inner: Mutex<QueueInner>,
-    notify: Notify,
-    cap: usize,
-}
-
-impl SubscriberQueue {
-    fn push(&self, n: Notification) {
-        let mut q = self.inner.lock().unwrap();
-        if q.overflowed {
-            // Already owed a Resync, which covers this event too.
-        } else if q.events.len() >= self.cap {
-            q.events.clear();
-            q.events.shrink_to(self.cap.min(64));
-            q.overflowed = true;
-        } else {
-            q.events.push_back(n);
-        }
-        drop(q);
-        self.notify.notify_one();
-    }
-
-    fn close(&self) {
-        self.inner.lock().unwrap().closed = true;
-        self.notify.notify_one();
-    }
-}
-
-/// A subscription to an informer. Holding it keeps the informer (and its watches) alive.
-#[derive(Debug)]
-pub struct Subscription {
-    queue: Arc<SubscriberQueue>,
-    informer: Arc<Informer>,
-}
-
-impl Subscription {
-    /// The next notification; `None` once the informer has stopped.
-    ///
-    /// A new subscription first yields an `Added` (background) for every object already stored,
-    /// then live events, with nothing lost or repeated between the two.
-    pub async fn recv(&mut self) -> Option<Notification> {
-        loop {
-            let notified = self.queue.notify.notified();
-            {
-                let mut q = self.queue.inner.lock().unwrap();
-                if let Some(o) = q.snapshot.pop_front() {
-                    return Some(Notification {
-                        event: Event::Added(o),
-                        background: true,
-                    });
-                }
-                if q.overflowed && q.events.is_empty() {
-                    q.overflowed = false;
-                    return Some(Notification {
-                        event: Event::Resync,
-                        background: false,
-                    });
-                }
-                if let Some(n) = q.events.pop_front() {
-                    return Some(n);
-                }
-                if q.closed {
-                    return None;
-                }
-            }
-            notified.await;
-        }
-    }
-
-    /// The informer behind this subscription.
-    pub fn informer(&self) -> &Arc<Informer> {
-        &self.informer
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        self.queue.close();
     }
 }
 
