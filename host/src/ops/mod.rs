@@ -7,4 +7,5 @@
 
 pub mod http;
 pub mod metrics;
+pub mod process;
 pub mod status;

@@ -125,7 +125,7 @@ impl Supervisor {
                 }
             })
             .collect();
-        let process = metrics::Process::read()
+        let process = crate::ops::process::Process::read()
             .inspect_err(|e| tracing::debug!("{e}"))
             .ok();
         metrics::encode(metrics::Scrape {
