@@ -408,7 +408,7 @@ fn pack(args: PackArgs) -> anyhow::Result<()> {
             .map(|n| n.to_string_lossy().trim_end_matches(".wasm").to_string())
             .unwrap_or_else(|| "module".into())
     });
-    let manifest = configmap::pack(&args.namespace, &args.name, &stem, &bytes)
+    let manifest = reconciled::sources::pack::pack(&args.namespace, &args.name, &stem, &bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.module.display()))?;
     println!("{}", serde_json::to_string_pretty(&manifest)?);
     Ok(())

@@ -15,7 +15,7 @@ use reconciled::config::Config;
 use reconciled::guest::Runtime;
 use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
-use reconciled::sources::configmap::{self, ConfigMapSource};
+use reconciled::sources::configmap::ConfigMapSource;
 use reconciled::supervisor::{self, Supervisor};
 use testenv::ControlPlane;
 
@@ -98,7 +98,7 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
     .await
     .unwrap();
     let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
-    let packed = configmap::pack(ns, "rec", "rec", &module).unwrap();
+    let packed = reconciled::sources::pack::pack(ns, "rec", "rec", &module).unwrap();
     cms.create(
         &PostParams::default(),
         &serde_json::from_value(packed).unwrap(),

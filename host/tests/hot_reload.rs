@@ -604,7 +604,7 @@ async fn a_tenant_guest_cannot_watch_a_cluster_scoped_kind() {
         ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let packed =
-        reconciled::sources::configmap::pack(ns, "nosy", "rec", &wasm("stamp_cluster")).unwrap();
+        reconciled::sources::pack::pack(ns, "nosy", "rec", &wasm("stamp_cluster")).unwrap();
     cms.create(
         &PostParams::default(),
         &serde_json::from_value(packed).unwrap(),
@@ -679,10 +679,10 @@ async fn a_new_declaration_starts_new_informers_releases_old_ones_and_keeps_shar
             added.sort();
             assert_eq!(
                 added,
-                vec!["/v1/ConfigMap", "/v1/Pod", "/v1/ServiceAccount"],
+                vec!["v1/ConfigMap", "v1/Pod", "v1/ServiceAccount"],
                 "{reload:?}"
             );
-            assert_eq!(reload.released, vec!["/v1/ConfigMap"], "{reload:?}");
+            assert_eq!(reload.released, vec!["v1/ConfigMap"], "{reload:?}");
         }
         other => panic!("{other:?}"),
     }
@@ -728,7 +728,7 @@ async fn a_new_declaration_starts_new_informers_releases_old_ones_and_keeps_shar
     let Applied::Reloaded { reload, .. } = r else {
         panic!("{r:?}")
     };
-    assert_eq!(reload.added, vec!["/v1/ConfigMap"]);
+    assert_eq!(reload.added, vec!["v1/ConfigMap"]);
     assert_eq!(reload.released.len(), 3, "{reload:?}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while kinds(&sup) != vec![stamp_informer.clone()] {
@@ -758,7 +758,7 @@ async fn a_host_that_may_not_watch_configmaps_is_not_ready_and_says_which_rule_t
     assert_eq!(reasons.len(), 1, "{reasons:?}");
     let r = &reasons[0];
     assert!(
-        r.starts_with("informer ConfigMap (ns=* labels=reconciled.dev/reconciler=true)")
+        r.starts_with("informer v1/ConfigMap (ns=* labels=reconciled.dev/reconciler=true)")
             && r.contains(r#"resources:["configmaps"], verbs:["list","watch"]"#),
         "{r}"
     );

@@ -26,6 +26,7 @@ pub mod preflight;
 pub mod reflector;
 pub mod store;
 mod subscription;
+mod watermarks;
 
 pub use key::{InformerKey, Namespaces, Scope};
 pub use subscription::{Event, Notification, Subscription};

@@ -4,3 +4,4 @@
 pub mod cargo_build;
 pub mod configmap;
 pub mod dir;
+pub mod pack;

@@ -1,0 +1,167 @@
+//! Modules in ConfigMaps: reading them out of `binaryData` (plain or gzipped, against gzip
+//! bombs) and packing a module into a ConfigMap manifest for `reconciled pack`.
+
+use crate::sources::configmap::{CONFIGMAP_LIMIT, LABEL};
+use base64::Engine as _;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+
+pub(crate) struct Modules {
+    pub(crate) uid: String,
+    pub(crate) modules: Vec<Packed>,
+    /// Guest names (key stems) more than one key maps to, with those keys.
+    pub(crate) duplicates: BTreeMap<String, Vec<String>>,
+    /// `data` (text) keys that look like modules: a common mistake.
+    pub(crate) text_wasm_keys: Vec<String>,
+}
+
+pub(crate) struct Packed {
+    pub(crate) key: String,
+    pub(crate) stem: String,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// The module keys of a ConfigMap's JSON, base64-decoded, in key order.
+pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, String> {
+    #[derive(serde::Deserialize)]
+    struct Cm {
+        metadata: Meta,
+        #[serde(default, rename = "binaryData")]
+        binary_data: HashMap<String, String>,
+        #[serde(default)]
+        data: HashMap<String, serde::de::IgnoredAny>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        uid: String,
+    }
+    let cm: Cm = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    let mut keys: Vec<&String> = cm.binary_data.keys().collect();
+    keys.sort();
+    let mut by_stem: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
+    for key in keys {
+        let Some(stem) = key
+            .strip_suffix(".wasm.gz")
+            .or_else(|| key.strip_suffix(".wasm"))
+        else {
+            continue;
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(&cm.binary_data[key])
+            .map_err(|e| format!("binaryData key {key:?} is not base64: {e}"))?;
+        by_stem
+            .entry(stem.replace('_', "-").to_lowercase())
+            .or_default()
+            .push((key.clone(), bytes));
+    }
+    let mut modules = Vec::new();
+    let mut duplicates = BTreeMap::new();
+    for (stem, mut found) in by_stem {
+        if found.len() == 1 {
+            let (key, bytes) = found.remove(0);
+            modules.push(Packed { key, stem, bytes });
+        } else {
+            duplicates.insert(stem, found.into_iter().map(|(k, _)| k).collect());
+        }
+    }
+    let mut text_wasm_keys: Vec<String> = cm
+        .data
+        .keys()
+        .filter(|k| k.ends_with(".wasm") || k.ends_with(".wasm.gz"))
+        .cloned()
+        .collect();
+    text_wasm_keys.sort();
+    Ok(Modules {
+        uid: cm.metadata.uid,
+        modules,
+        duplicates,
+        text_wasm_keys,
+    })
+}
+
+/// The module bytes of key `key`: as is, or gunzipped for `.wasm.gz`, refusing more than `max`
+/// bytes unpacked. An error carries the digest of the packed bytes and the message.
+pub(crate) fn unpack(key: &str, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>, (String, String)> {
+    if !key.ends_with(".gz") {
+        if bytes.starts_with(&[0x1f, 0x8b]) {
+            return Err((
+                crate::guest::digest_of(&bytes),
+                format!(
+                    "key {key:?} holds gzip data; name the key {key}.gz so that it is unpacked"
+                ),
+            ));
+        }
+        return Ok(bytes);
+    }
+    let digest = crate::guest::digest_of(&bytes);
+    let mut out = Vec::with_capacity(bytes.len() * 3);
+    let mut reader = flate2::read::GzDecoder::new(&bytes[..]).take(max as u64 + 1);
+    match reader.read_to_end(&mut out) {
+        Ok(n) if n > max => Err((
+            digest,
+            format!(
+                "key {key:?} unpacks to more than {max} bytes, the largest module tenants may load; ask the operator to raise tenants.max_module_bytes"
+            ),
+        )),
+        Ok(_) => Ok(out),
+        Err(e) => Err((
+            digest,
+            format!(
+                "key {key:?} is not valid gzip ({e}); create it with `gzip -9 -k module.wasm` and a key ending in .wasm.gz, or use a .wasm key for an uncompressed module"
+            ),
+        )),
+    }
+}
+
+/// What `reconciled pack` makes of a module: a ConfigMap manifest, or why it cannot fit.
+///
+/// Modules that fit uncompressed go as `<stem>.wasm`; others are gzipped into `<stem>.wasm.gz`.
+///
+/// Where it may surprise: apply the manifest with `kubectl apply --server-side` or `kubectl
+/// create`. A plain client-side `kubectl apply` copies the whole object into the
+/// last-applied-configuration annotation, which is capped at 256 KiB, so it fails for any
+/// module over about 190 KB.
+pub fn pack(
+    namespace: &str,
+    name: &str,
+    stem: &str,
+    module: &[u8],
+) -> Result<serde_json::Value, String> {
+    // Headroom for the object's metadata, which counts against the same limit in etcd.
+    const BUDGET: usize = CONFIGMAP_LIMIT - 4096;
+    if stem.is_empty()
+        || !stem
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!(
+            "key {stem:?} cannot be a ConfigMap key: use letters, digits, '-', '_' and '.' only (pass --key)"
+        ));
+    }
+    let (key, bytes) = if module.len() <= BUDGET {
+        (format!("{stem}.wasm"), module.to_vec())
+    } else {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut gz, module).map_err(|e| e.to_string())?;
+        let packed = gz.finish().map_err(|e| e.to_string())?;
+        if packed.len() > BUDGET {
+            return Err(format!(
+                "the module is {} bytes ({} gzipped); a ConfigMap holds at most {CONFIGMAP_LIMIT} bytes, so it cannot be delivered this way. Shrink it (opt-level = \"s\", lto = true, strip = true, panic = \"abort\"; drop large dependencies) or load it from the host's config instead",
+                module.len(),
+                packed.len()
+            ));
+        }
+        (format!("{stem}.wasm.gz"), packed)
+    };
+    Ok(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": { LABEL: "true" },
+        },
+        "binaryData": { key: base64::engine::general_purpose::STANDARD.encode(bytes) },
+    }))
+}
