@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::host::free_port;
+
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,11 +33,6 @@ impl Drop for Dev {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
 }
 
 fn start(cp: &ControlPlane) -> Dev {

@@ -12,54 +12,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::host::{ENABLED, TempDir, seen_all, stamped, supervisor_with};
 use common::namespace;
 use common::wait::wait_until;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use reconciled::controller::Settings;
+use reconciled::guest::digest_of;
 use reconciled::guest::grant::Grant;
-use reconciled::guest::{Runtime, digest_of};
-use reconciled::informer::Options;
-use reconciled::informer::factory::InformerFactory;
 use reconciled::ops::status::GuestState;
 use reconciled::sources::configmap::{ConfigMapSource, LABEL, TenantPolicy};
-use reconciled::supervisor::{self, Applied, Reason, Source, Supervisor};
+use reconciled::supervisor::{Applied, Reason, Source, Supervisor};
 use testenv::ControlPlane;
-
-const SEEN: &str = "stamp.reconciled.dev/seen";
-const ENABLED: &str = "stamp.reconciled.dev/enabled";
 
 fn wasm(name: &str) -> Vec<u8> {
     std::fs::read(common::guests::wasm(name)).unwrap()
-}
-
-fn supervisor(client: &kube::Client) -> Arc<Supervisor> {
-    let dir = std::env::temp_dir().join(format!(
-        "reconciled-test-artifacts-{}-{}",
-        std::process::id(),
-        fastrand::u32(..)
-    ));
-    let runtime = Runtime::new().unwrap().with_artifact_cache(&dir).unwrap();
-    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
-    Arc::new(Supervisor::new(
-        runtime,
-        factory,
-        client.clone(),
-        supervisor::Options::default(),
-    ))
-}
-
-fn stamped(name: &str, v: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some([(ENABLED.to_string(), "true".to_string())].into()),
-            ..Default::default()
-        },
-        data: Some([("v".to_string(), v.to_string())].into()),
-        ..Default::default()
-    }
 }
 
 fn settings(name: &str, ns: &str) -> Settings {
@@ -74,25 +42,11 @@ fn settings(name: &str, ns: &str) -> Settings {
     }
 }
 
-/// name → `seen` annotation of every ConfigMap in `ns`.
-async fn seen(api: &Api<ConfigMap>) -> BTreeMap<String, Option<String>> {
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| {
-            let seen = c.metadata.annotations.and_then(|a| a.get(SEEN).cloned());
-            (c.metadata.name.unwrap(), seen)
-        })
-        .collect()
-}
-
 /// Waits until every ConfigMap in `api` carries `want(name)`.
 async fn wait_seen(api: &Api<ConfigMap>, timeout: Duration, want: impl Fn(&str) -> Option<String>) {
     let deadline = Instant::now() + timeout;
     loop {
-        let now = seen(api).await;
+        let now = seen_all(api).await;
         let wrong: Vec<_> = now
             .iter()
             .filter(|(n, s)| want(n).is_some() && **s != want(n))
@@ -134,7 +88,8 @@ async fn swaps_under_a_stream_of_updates_keep_cache_queue_and_order() {
             .unwrap();
     }
     let (v1, v2) = (wasm("stamp_v1"), wasm("stamp_v2"));
-    let sup = supervisor(&client);
+    let artifacts = TempDir::new("artifacts");
+    let sup = supervisor_with(&client, Some(&artifacts));
     let loaded = sup
         .apply(
             "stamp",
@@ -186,7 +141,7 @@ async fn swaps_under_a_stream_of_updates_keep_cache_queue_and_order() {
         } else {
             ("v1", v1.clone())
         };
-        let before = seen(&api).await;
+        let before = seen_all(&api).await;
         match sup
             .apply(
                 "stamp",
@@ -210,7 +165,7 @@ async fn swaps_under_a_stream_of_updates_keep_cache_queue_and_order() {
         // Each swap takes effect: some object soon gets a new stamp from the new version
         // (stamps it left two swaps ago do not count).
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !seen(&api).await.iter().any(|(name, v)| {
+        while !seen_all(&api).await.iter().any(|(name, v)| {
             v.as_deref()
                 .is_some_and(|v| v.starts_with(&format!("{tag}:")))
                 && *v != before[name]
@@ -294,7 +249,8 @@ async fn bad_modules_are_rejected_and_the_old_version_keeps_serving() {
     api.create(&PostParams::default(), &stamped("target", "0"))
         .await
         .unwrap();
-    let sup = supervisor(&client);
+    let artifacts = TempDir::new("artifacts");
+    let sup = supervisor_with(&client, Some(&artifacts));
     let v1 = wasm("stamp_v1");
     let good = sup
         .apply(
@@ -435,7 +391,8 @@ async fn configmaps_deliver_reload_reject_and_unload_tenant_guests() {
         .create(&PostParams::default(), &stamped("work", "1"))
         .await
         .unwrap();
-    let sup = supervisor(&client);
+    let artifacts = TempDir::new("artifacts");
+    let sup = supervisor_with(&client, Some(&artifacts));
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
     let guest = "team-a/my-rec/rec";
@@ -599,7 +556,8 @@ async fn a_tenant_guest_cannot_watch_a_cluster_scoped_kind() {
     let client = cp.admin_client();
     let ns = "team-c";
     namespace(&client, ns).await;
-    let sup = supervisor(&client);
+    let artifacts = TempDir::new("artifacts");
+    let sup = supervisor_with(&client, Some(&artifacts));
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
@@ -636,7 +594,8 @@ async fn a_new_declaration_starts_new_informers_releases_old_ones_and_keeps_shar
     api.create(&PostParams::default(), &stamped("work", "1"))
         .await
         .unwrap();
-    let sup = supervisor(&client);
+    let artifacts = TempDir::new("artifacts");
+    let sup = supervisor_with(&client, Some(&artifacts));
     let open = |name: &str| Settings {
         grant: Grant::namespaces([ns]),
         ..Settings::new(name)
@@ -742,7 +701,8 @@ async fn a_host_that_may_not_watch_configmaps_is_not_ready_and_says_which_rule_t
     let cp = ControlPlane::shared();
     let user = cp.user("host-without-configmaps", &[]).unwrap();
     let client = kube::Client::try_from(user.config.clone()).unwrap();
-    let sup = supervisor(&client);
+    let artifacts = TempDir::new("artifacts");
+    let sup = supervisor_with(&client, Some(&artifacts));
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -770,7 +730,8 @@ async fn tenants_get_a_guest_quota_and_rapid_edits_collapse_into_one_load() {
     let client = cp.admin_client();
     let ns = "team-q";
     namespace(&client, ns).await;
-    let sup = supervisor(&client);
+    let artifacts = TempDir::new("artifacts");
+    let sup = supervisor_with(&client, Some(&artifacts));
     let policy = TenantPolicy {
         max_guests_per_namespace: 1,
         min_reload_interval_ms: 1000,

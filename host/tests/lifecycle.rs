@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::host::free_port;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -10,11 +12,6 @@ use std::time::{Duration, Instant};
 
 use reconciled::ops::status::{GuestState, Status};
 use testenv::ControlPlane;
-
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 /// A `reconciled run` child, killed on drop; its log goes to `log`.
 struct Run {

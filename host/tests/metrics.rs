@@ -5,42 +5,25 @@
 
 mod common;
 
-use std::sync::Arc;
+use common::host::{SEEN, serve, stamped, supervisor_with};
+
 use std::time::Duration;
 
 use common::controllers::wait_annotation;
 use common::namespace;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use openmetrics_parser::{
     HistogramValue, MetricsExposition, OpenMetricsType, OpenMetricsValue, Sample,
 };
 use reconciled::controller::{Settings, fault};
-use reconciled::guest::Runtime;
 use reconciled::guest::grant::Grant;
-use reconciled::informer::Options;
-use reconciled::informer::factory::InformerFactory;
-use reconciled::supervisor::{self, Applied, Source, Supervisor};
+use reconciled::supervisor::{Applied, Source};
 use testenv::ControlPlane;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const SEEN: &str = "stamp.reconciled.dev/seen";
-const ENABLED: &str = "stamp.reconciled.dev/enabled";
-
 type Exposition = MetricsExposition<OpenMetricsType, OpenMetricsValue>;
-
-fn stamped(name: &str, v: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some([(ENABLED.to_string(), "true".to_string())].into()),
-            ..Default::default()
-        },
-        data: Some([("v".to_string(), v.to_string())].into()),
-        ..Default::default()
-    }
-}
 
 /// GETs `/metrics` as a scraper does and returns the content type and the body. HTTP/1.0, so
 /// the body is never chunked and ends when the connection closes.
@@ -190,18 +173,8 @@ async fn metrics_parse_as_openmetrics_and_agree_with_the_reconciles_done() {
     // The first reconcile of `a` panics in the host's worker: an error and a retry to count.
     fault::panic_worker(guest, &format!("{ns}/a"), 1);
 
-    let runtime = Runtime::new().unwrap();
-    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
-    let sup = Arc::new(Supervisor::new(
-        runtime,
-        factory,
-        client.clone(),
-        supervisor::Options::default(),
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let endpoints: Arc<dyn reconciled::ops::http::Endpoints> = sup.clone();
-    tokio::spawn(reconciled::ops::http::serve(listener, endpoints));
+    let sup = supervisor_with(&client, None);
+    let addr = serve(&sup).await;
 
     let settings = Settings {
         grant: Grant {

@@ -6,9 +6,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
+use common::host::{seen, serve, stamped, supervisor_with};
 use common::namespace;
 use common::wait::wait_event;
 use k8s_openapi::ByteString;
@@ -16,37 +16,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use reconciled::controller::fault;
-use reconciled::guest::{Blame, Runtime};
-use reconciled::informer::Options;
-use reconciled::informer::factory::InformerFactory;
+use reconciled::guest::Blame;
 use reconciled::ops::status::{GuestState, GuestStatus, Status};
 use reconciled::sources::configmap::{ConfigMapSource, LABEL, TenantPolicy};
-use reconciled::supervisor::{self, Supervisor};
 use testenv::ControlPlane;
-
-const SEEN: &str = "stamp.reconciled.dev/seen";
-const ENABLED: &str = "stamp.reconciled.dev/enabled";
-
-fn stamped(name: &str, v: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some([(ENABLED.to_string(), "true".to_string())].into()),
-            ..Default::default()
-        },
-        data: Some([("v".to_string(), v.to_string())].into()),
-        ..Default::default()
-    }
-}
-
-async fn seen(api: &Api<ConfigMap>, name: &str) -> Option<String> {
-    api.get(name)
-        .await
-        .unwrap()
-        .metadata
-        .annotations
-        .and_then(|a| a.get(SEEN).cloned())
-}
 
 /// Polls `/status` until guest `name` matches `want`; returns its entry and the document.
 async fn wait_status(
@@ -91,18 +64,8 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
     // Every reconcile of this key panics in the host's worker until the fault is cleared.
     fault::panic_worker(&guest, &format!("{ns}/work"), u32::MAX);
 
-    let runtime = Runtime::new().unwrap();
-    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
-    let sup = Arc::new(Supervisor::new(
-        runtime,
-        factory,
-        client.clone(),
-        supervisor::Options::default(),
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let endpoints: Arc<dyn reconciled::ops::http::Endpoints> = sup.clone();
-    tokio::spawn(reconciled::ops::http::serve(listener, endpoints));
+    let sup = supervisor_with(&client, None);
+    let addr = serve(&sup).await;
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
 

@@ -3,6 +3,7 @@
 
 pub mod controllers;
 pub mod guests;
+pub mod host;
 pub mod scenarios;
 pub mod wait;
 
