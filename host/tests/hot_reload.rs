@@ -793,3 +793,48 @@ async fn tenants_get_a_guest_quota_and_rapid_edits_collapse_into_one_load() {
     // The first edit may start a load before the others arrive; the rest collapse.
     assert!((2..=3).contains(&n), "{n} loads for 5 edits");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labelled_configmap_without_a_module_shows_in_status_until_it_goes() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "team-empty";
+    namespace(&client, ns).await;
+    let artifacts = TempDir::new("artifacts");
+    let sup = supervisor_with(&client, Some(&artifacts));
+    let _source =
+        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let mut empty = stamped("nothing", "1");
+    empty.metadata.labels = Some([(LABEL.to_string(), "true".to_string())].into());
+    cms.create(&PostParams::default(), &empty).await.unwrap();
+
+    let problem = |sup: &Supervisor| {
+        sup.status()
+            .sources_without_guests
+            .into_iter()
+            .find(|p| p.source == format!("configmap {ns}/nothing"))
+    };
+    wait_until("shown in /status", Duration::from_secs(10), || {
+        problem(&sup).is_some()
+    })
+    .await;
+    let shown = problem(&sup).unwrap();
+    assert!(
+        shown.problem.contains("no binaryData key ending in .wasm"),
+        "it says what to do: {shown:?}"
+    );
+    assert!(
+        sup.status()
+            .table()
+            .contains("sources that deliver no guest"),
+        "reconciled status shows it too"
+    );
+    wait_event(&client, ns, "nothing", "NoModule", "delivers no module").await;
+
+    cms.delete("nothing", &Default::default()).await.unwrap();
+    wait_until("gone from /status", Duration::from_secs(10), || {
+        problem(&sup).is_none()
+    })
+    .await;
+}
