@@ -1,4 +1,5 @@
-//! Fixtures tests keep needing on the control plane: namespaces and RBAC grants.
+//! Fixtures tests keep needing on the control plane: namespaces, RBAC grants, and waiting for
+//! an object to be gone.
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -69,4 +70,31 @@ pub async fn grant(
         .create(&PostParams::default(), &binding)
         .await?;
     Ok(())
+}
+
+/// Polls `get` every 100 ms until it finds nothing; panics naming `what` after `timeout`.
+/// Returns how long it took.
+///
+/// For what the cluster deletes on its own schedule (the garbage collector, namespace
+/// finalization), where there is no event of ours to wait on.
+pub async fn wait_gone<F, Fut, T>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut get: F,
+) -> std::time::Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = kube::Result<Option<T>>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if get().await.unwrap().is_none() {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "{what} still exists {timeout:?} later"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }

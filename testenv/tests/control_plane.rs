@@ -4,10 +4,13 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::Api;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::{Api, Resource};
 use testenv::ControlPlane;
+use testenv::fixtures::wait_gone;
+
+/// How long the garbage collector and the namespace controller get to delete.
+const GONE: Duration = Duration::from_secs(30);
 
 async fn namespace(client: &kube::Client, name: &str) {
     testenv::fixtures::create_namespace(client, name)
@@ -104,36 +107,9 @@ async fn admin_writes_and_a_limited_user_is_forbidden_until_granted() {
     }
 }
 
-/// Polls until `get` finds nothing, for at most 30 s; returns how long that took.
-async fn wait_gone<F, Fut, T>(what: &str, mut get: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = kube::Result<Option<T>>>,
-{
-    let started = Instant::now();
-    loop {
-        if get().await.unwrap().is_none() {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{what} still exists 30 s later"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn config_map(name: &str, owner: Option<&ConfigMap>) -> ConfigMap {
-    let owner_references = owner.map(|o| {
-        vec![OwnerReference {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            name: o.metadata.name.clone().unwrap(),
-            uid: o.metadata.uid.clone().unwrap(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        }]
-    });
+    // As controller, blocking the owner's deletion.
+    let owner_references = owner.map(|o| vec![o.controller_owner_ref(&()).unwrap()]);
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -161,7 +137,7 @@ async fn deleting_an_owner_garbage_collects_its_dependent() {
         .unwrap();
 
     cms.delete("owner", &DeleteParams::default()).await.unwrap();
-    let took = wait_gone("the dependent of a deleted owner", || {
+    let took = wait_gone("the dependent of a deleted owner", GONE, || {
         cms.get_opt("dependent")
     })
     .await;
@@ -188,6 +164,6 @@ async fn a_deleted_namespace_with_content_finalizes() {
         .delete(ns, &DeleteParams::default())
         .await
         .unwrap();
-    let took = wait_gone("the deleted namespace", || namespaces.get_opt(ns)).await;
+    let took = wait_gone("the deleted namespace", GONE, || namespaces.get_opt(ns)).await;
     eprintln!("namespace {ns} finalized {took:?} after its deletion");
 }

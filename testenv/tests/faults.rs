@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use futures::AsyncBufReadExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::Api;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Resource};
 use testenv::ControlPlane;
+use testenv::fixtures::wait_gone;
 
 // A tokio mutex: each test runs on its own runtime, and this lock works across them.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -156,14 +156,7 @@ fn etcd_stop_and_start_keep_the_data() {
 /// A ConfigMap `dependent` owned (as controller, blocking deletion) by `owner`.
 fn dependent_of(name: &str, owner: &ConfigMap) -> ConfigMap {
     let mut cm = cm(name);
-    cm.metadata.owner_references = Some(vec![OwnerReference {
-        api_version: "v1".into(),
-        kind: "ConfigMap".into(),
-        name: owner.metadata.name.clone().unwrap(),
-        uid: owner.metadata.uid.clone().unwrap(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }]);
+    cm.metadata.owner_references = Some(vec![owner.controller_owner_ref(&()).unwrap()]);
     cm
 }
 
@@ -207,17 +200,12 @@ async fn garbage_collection_keeps_working_across_an_apiserver_restart() {
         cms.delete(owner, &DeleteParams::default()).await.unwrap();
     }
     for dependent in ["dependent-before", "dependent-after"] {
-        loop {
-            if cms.get_opt(dependent).await.unwrap().is_none() {
-                break;
-            }
-            assert!(
-                deleted.elapsed() < Duration::from_secs(30),
-                "{dependent} still exists 30 s after its owner was deleted: the controller manager did not reconnect (see {})",
-                cp.dir().join("controller-manager.log").display()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let what = format!(
+            "{dependent}, whose owner was deleted, (the controller manager did not reconnect? see {})",
+            cp.dir().join("controller-manager.log").display()
+        );
+        let left = Duration::from_secs(30).saturating_sub(deleted.elapsed());
+        wait_gone(&what, left, || cms.get_opt(dependent)).await;
     }
     eprintln!(
         "after an apiserver restart, the garbage collector removed both dependents within {:?}",
