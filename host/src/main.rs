@@ -14,7 +14,7 @@ use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
 use reconciled::sources::configmap::{self, ConfigMapSource, TenantPolicy};
 use reconciled::sources::dir::{Change, DirSource, Settle};
-use reconciled::supervisor::{self, Source, Supervisor};
+use reconciled::supervisor::{self, Offer, Source, Supervisor};
 
 #[derive(Parser)]
 #[command(
@@ -355,19 +355,16 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
                     digest,
                     ..
                 } => {
-                    let settings = Settings::new(&name);
-                    sup.apply_digested(
-                        &name,
-                        Source::DevFolder(path),
-                        settings,
-                        bytes,
-                        Some(digest),
-                    )
-                    .await;
+                    let offer = Offer::Load {
+                        source: Source::DevFolder(path),
+                        settings: Settings::new(&name),
+                        read: Box::new(move || Ok((bytes, Some(digest)))),
+                        // A developer's rebuild loads at once.
+                        min_interval: std::time::Duration::ZERO,
+                    };
+                    sup.offer(&name, offer);
                 }
-                Change::Remove { name, .. } => {
-                    sup.remove(&name).await;
-                }
+                Change::Remove { name, .. } => sup.offer(&name, Offer::Remove),
             }
         }
     };

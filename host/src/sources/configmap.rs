@@ -35,8 +35,8 @@
 //!   offered again, which is how such a load is retried.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::task::AbortHandle;
 
@@ -47,8 +47,8 @@ use crate::informer::factory::InformerFactory;
 use crate::informer::{Event, InformerKey, Namespaces, Scope};
 use crate::object::ObjectRef;
 use crate::selector::LabelSelector;
-use crate::sources::pack::{modules_of, unpack};
-use crate::supervisor::{Applied, Source, Supervisor};
+use crate::sources::pack::{Modules, modules_of, unpack};
+use crate::supervisor::{Offer, Source, Supervisor, Unreadable};
 
 /// The label that makes a ConfigMap a module source (value `true`).
 pub const LABEL: &str = "reconciled.dev/reconciler";
@@ -178,12 +178,10 @@ async fn run(
     policy: TenantPolicy,
 ) {
     let informer = sub.informer().clone();
-    let dispatch = Arc::new(Dispatch {
+    let dispatch = Dispatch {
         supervisor: supervisor.clone(),
         policy,
-        slots: Mutex::new(HashMap::new()),
-        settled: Mutex::new(HashSet::new()),
-    });
+    };
     let mut seen = Seen::default();
     while let Some(n) = sub.recv().await {
         match n.event {
@@ -198,7 +196,7 @@ async fn run(
                 seen.synced.remove(&id);
                 supervisor.set_source_problem(&source_id(&id), None);
                 for name in seen.owned.remove(&id).unwrap_or_default() {
-                    dispatch.submit(name, Desired::Remove);
+                    dispatch.submit(name, Offer::Remove);
                 }
             }
             Event::Resync => {
@@ -218,7 +216,7 @@ async fn run(
                         return true;
                     }
                     for name in std::mem::take(names) {
-                        dispatch.submit(name, Desired::Remove);
+                        dispatch.submit(name, Offer::Remove);
                     }
                     false
                 });
@@ -252,147 +250,87 @@ fn id_of(o: &ObjectRef) -> (String, String) {
     )
 }
 
-/// What a guest should become.
-enum Desired {
-    /// Load these packed bytes (unpacked in the guest's own task).
-    Load {
-        source: Source,
-        settings: Settings,
-        key: String,
-        packed: Vec<u8>,
-    },
-    /// Record that the ConfigMap's content for this guest is unusable.
-    Unreadable {
-        source: Source,
-        settings: Settings,
-        digest: String,
-        message: String,
-    },
-    /// Unload it.
-    Remove,
-}
-
-/// Runs each guest's loads in a task of its own, so that one tenant's large module compiling
-/// does not hold up another's delivery. Per guest, the latest desired state wins: edits that
-/// arrive while a load runs collapse into one more load.
+/// Hands the supervisor what the tenants' ConfigMaps ask for, under the tenant policy.
 struct Dispatch {
     supervisor: Arc<Supervisor>,
     policy: TenantPolicy,
-    /// Guests with a task running, and what it should do next. A name is present exactly while
-    /// its task runs.
-    slots: Mutex<HashMap<String, Option<Desired>>>,
-    /// Guests whose last load settled (loaded, or the supervisor already had those bytes) with
-    /// nothing submitted since: offering the same bytes again would change nothing. Locked
-    /// after `slots` when both are.
-    settled: Mutex<HashSet<String>>,
 }
 
 impl Dispatch {
-    fn submit(self: &Arc<Self>, name: String, desired: Desired) {
-        let mut slots = self.slots.lock().unwrap();
-        self.settled.lock().unwrap().remove(&name);
-        if let Some(next) = slots.get_mut(&name) {
-            *next = Some(desired);
-            return;
-        }
-        slots.insert(name.clone(), Some(desired));
-        drop(slots);
-        tokio::spawn(self.clone().drain(name));
-    }
-
-    async fn drain(self: Arc<Self>, name: String) {
-        let interval = Duration::from_millis(self.policy.min_reload_interval_ms);
-        let mut last_load: Option<Instant> = None;
-        loop {
-            let mut desired = {
-                let mut slots = self.slots.lock().unwrap();
-                match slots.get_mut(&name).and_then(Option::take) {
-                    Some(d) => d,
-                    None => {
-                        slots.remove(&name);
-                        return;
-                    }
-                }
-            };
-            if let (Desired::Load { .. }, Some(at)) = (&desired, last_load) {
-                let wait = interval.saturating_sub(at.elapsed());
-                if !wait.is_zero() {
-                    tokio::time::sleep(wait).await;
-                    // Whatever arrived meanwhile supersedes it.
-                    if let Some(newer) = self
-                        .slots
-                        .lock()
-                        .unwrap()
-                        .get_mut(&name)
-                        .and_then(Option::take)
-                    {
-                        desired = newer;
-                    }
-                }
-            }
-            if matches!(desired, Desired::Load { .. }) {
-                last_load = Some(Instant::now());
-            }
-            let settled = self.apply(&name, desired).await;
-            let slots = self.slots.lock().unwrap();
-            // A newer desired state cleared the mark when it was submitted; this outcome is
-            // not that state's.
-            let superseded = slots.get(&name).is_some_and(Option::is_some);
-            if settled && !superseded {
-                self.settled.lock().unwrap().insert(name.clone());
-            }
-        }
+    fn submit(&self, name: String, offer: Offer) {
+        self.supervisor.offer(&name, offer);
     }
 
     /// Whether every guest in `names` (at least one) settled from the bytes last submitted.
     fn all_settled(&self, names: &BTreeSet<String>) -> bool {
-        let settled = self.settled.lock().unwrap();
-        !names.is_empty() && names.iter().all(|n| settled.contains(n))
+        self.supervisor.offers_settled(names)
     }
+}
 
-    /// Makes guest `name` what `desired` says; returns whether it settled: loaded, or already
-    /// loaded or lastingly rejected with these bytes.
-    async fn apply(&self, name: &str, desired: Desired) -> bool {
-        let sup = &self.supervisor;
-        match desired {
-            Desired::Remove => {
-                sup.remove(name).await;
-                false
-            }
-            Desired::Unreadable {
-                source,
-                settings,
-                digest,
-                message,
-            } => {
-                sup.reject_unreadable(name, source, settings, &digest, message)
-                    .await;
-                false
-            }
-            Desired::Load {
-                source,
-                settings,
-                key,
-                packed,
-            } => {
-                let max = self.policy.max_module_bytes;
-                let unpacked = tokio::task::spawn_blocking(move || unpack(&key, packed, max))
-                    .await
-                    .unwrap_or_else(|e| Err((String::new(), format!("unpacking failed: {e}"))));
-                match unpacked {
-                    Ok(bytes) => matches!(
-                        sup.apply(name, source, settings, bytes).await,
-                        Applied::Loaded { .. } | Applied::Reloaded { .. } | Applied::Unchanged
-                    ),
-                    Err((digest, message)) => {
-                        sup.reject_unreadable(name, source, settings, &digest, message)
-                            .await;
-                        false
-                    }
-                }
-            }
-        }
+/// What a ConfigMap's content asks of the supervisor, guest by guest, under `policy`: a load
+/// per module key, unpacked in the guest's own task; a refusal for keys naming one guest twice
+/// and for keys past the namespace's quota (`others` guests already run there from its other
+/// ConfigMaps; this one's keys get the rest in name order). Also returns every guest it names.
+fn offers_for(
+    modules: Modules,
+    namespace: &str,
+    cm: &str,
+    policy: &TenantPolicy,
+    others: usize,
+) -> (Vec<(String, Offer)>, BTreeSet<String>) {
+    let source = |key: &str| Source::ConfigMap {
+        namespace: namespace.to_string(),
+        name: cm.to_string(),
+        key: key.to_string(),
+        uid: modules.uid.clone(),
+    };
+    let refused = |name: &str, key: &str, message: String| Offer::Unreadable {
+        source: source(key),
+        settings: policy.settings(name, namespace),
+        unreadable: Unreadable {
+            digest: crate::guest::digest_of(message.as_bytes()),
+            message,
+        },
+    };
+    let mut offers = Vec::new();
+    let mut wanted = BTreeSet::new();
+    for (stem, keys) in &modules.duplicates {
+        let name = format!("{namespace}/{cm}/{stem}");
+        wanted.insert(name.clone());
+        let message = format!(
+            "keys {keys:?} all name guest {name}; keep one of them (a .wasm or a .wasm.gz, not both)"
+        );
+        offers.push((name.clone(), refused(&name, &keys[0], message)));
     }
+    let mut room = policy.max_guests_per_namespace.saturating_sub(others);
+    for m in modules.modules {
+        let name = format!("{namespace}/{cm}/{}", m.stem);
+        wanted.insert(name.clone());
+        if room == 0 {
+            let message = format!(
+                "namespace {namespace} already runs {} tenant guests, the most the host allows (tenants.max_guests_per_namespace); remove one, or ask the host's operator to raise it",
+                policy.max_guests_per_namespace
+            );
+            offers.push((name.clone(), refused(&name, &m.key, message)));
+            continue;
+        }
+        room -= 1;
+        let (key, packed, max) = (m.key.clone(), m.bytes, policy.max_module_bytes);
+        offers.push((
+            name.clone(),
+            Offer::Load {
+                source: source(&m.key),
+                settings: policy.settings(&name, namespace),
+                read: Box::new(move || {
+                    unpack(&key, packed, max)
+                        .map(|bytes| (bytes, None))
+                        .map_err(|(digest, message)| Unreadable { digest, message })
+                }),
+                min_interval: Duration::from_millis(policy.min_reload_interval_ms),
+            },
+        ));
+    }
+    (offers, wanted)
 }
 
 /// Submits every module key of `o`, and removals for guests of keys it no longer has; returns
@@ -401,7 +339,7 @@ impl Dispatch {
 /// Nothing at all, at the cost of comparing `binaryData` as text, when `o` holds the module
 /// bytes it held when last synced and every guest it delivers has settled from them: a label or
 /// annotation edit, or a resync, must not decode, unpack and hash every module again.
-async fn sync(dispatch: &Arc<Dispatch>, seen: &mut Seen, o: &ObjectRef) -> usize {
+async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
     let id = id_of(o);
     if let Some(previous) = seen.synced.get(&id)
         && seen
@@ -481,70 +419,15 @@ async fn sync(dispatch: &Arc<Dispatch>, seen: &mut Seen, o: &ObjectRef) -> usize
             );
         }
     }
-    // The namespace's quota: what its other ConfigMaps run first, then this one's keys in
-    // name order.
+    // The namespace's quota: what its other ConfigMaps run first.
     let others: usize = owned
         .iter()
         .filter(|((ns, c), _)| *ns == namespace && *c != cm)
         .map(|(_, names)| names.len())
         .sum();
-    let mut room = dispatch
-        .policy
-        .max_guests_per_namespace
-        .saturating_sub(others);
-    let mut over_quota = |name: &str, key: &str| -> bool {
-        if room > 0 {
-            room -= 1;
-            return false;
-        }
-        let message = format!(
-            "namespace {namespace} already runs {} tenant guests, the most the host allows (tenants.max_guests_per_namespace); remove one, or ask the host's operator to raise it",
-            dispatch.policy.max_guests_per_namespace
-        );
-        dispatch.submit(
-            name.to_string(),
-            Desired::Unreadable {
-                source: source(key),
-                settings: dispatch.policy.settings(name, &namespace),
-                digest: crate::guest::digest_of(message.as_bytes()),
-                message,
-            },
-        );
-        true
-    };
-    let mut wanted = BTreeSet::new();
-    for (stem, keys) in &modules.duplicates {
-        let name = format!("{namespace}/{cm}/{stem}");
-        wanted.insert(name.clone());
-        let message = format!(
-            "keys {keys:?} all name guest {name}; keep one of them (a .wasm or a .wasm.gz, not both)"
-        );
-        let digest = crate::guest::digest_of(message.as_bytes());
-        dispatch.submit(
-            name.clone(),
-            Desired::Unreadable {
-                source: source(&keys[0]),
-                settings: dispatch.policy.settings(&name, &namespace),
-                digest,
-                message,
-            },
-        );
-    }
-    for m in modules.modules {
-        let name = format!("{namespace}/{cm}/{}", m.stem);
-        wanted.insert(name.clone());
-        if over_quota(&name, &m.key) {
-            continue;
-        }
-        dispatch.submit(
-            name.clone(),
-            Desired::Load {
-                source: source(&m.key),
-                settings: dispatch.policy.settings(&name, &namespace),
-                key: m.key,
-                packed: m.bytes,
-            },
-        );
+    let (offers, wanted) = offers_for(modules, &namespace, &cm, &dispatch.policy, others);
+    for (name, offer) in offers {
+        dispatch.submit(name, offer);
     }
     // Each module key and each set of duplicates was submitted once, loaded or refused.
     let mut submitted = submitting;
@@ -555,7 +438,7 @@ async fn sync(dispatch: &Arc<Dispatch>, seen: &mut Seen, o: &ObjectRef) -> usize
     }
     let before = owned.insert(id, wanted.clone()).unwrap_or_default();
     for gone in before.difference(&wanted) {
-        dispatch.submit(gone.clone(), Desired::Remove);
+        dispatch.submit(gone.clone(), Offer::Remove);
         submitted += 1;
     }
     submitted
@@ -591,6 +474,7 @@ mod tests {
     use crate::object::{Object, Transform};
     use crate::sources::pack::*;
     use base64::Engine as _;
+    use std::time::Instant;
 
     fn configmap(uid: &str, rv: &str, team: &str, module: &[u8]) -> ObjectRef {
         let b64 = base64::engine::general_purpose::STANDARD.encode(module);
@@ -629,7 +513,7 @@ mod tests {
 
     /// A dispatcher whose supervisor has no API server behind it (and posts no Events): enough
     /// for modules that never get as far as an informer.
-    fn offline_dispatch() -> Arc<Dispatch> {
+    fn offline_dispatch() -> Dispatch {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let factory = Arc::new(InformerFactory::new(
@@ -645,21 +529,19 @@ mod tests {
                 ..crate::supervisor::Options::default()
             },
         );
-        Arc::new(Dispatch {
+        Dispatch {
             supervisor: Arc::new(supervisor),
             policy: TenantPolicy {
                 min_reload_interval_ms: 0,
                 ..TenantPolicy::default()
             },
-            slots: Mutex::new(HashMap::new()),
-            settled: Mutex::new(HashSet::new()),
-        })
+        }
     }
 
     /// Waits until no guest has a load running or pending.
     async fn idle(dispatch: &Dispatch) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !dispatch.slots.lock().unwrap().is_empty() {
+        while !dispatch.supervisor.offers_idle() {
             assert!(Instant::now() < deadline, "a load is still running");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -696,6 +578,92 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         std::io::Write::write_all(&mut gz, b).unwrap();
         gz.finish().unwrap()
+    }
+
+    fn modules(binary: serde_json::Value) -> Modules {
+        let json = serde_json::json!({"metadata": {"uid": "u-1"}, "binaryData": binary});
+        modules_of(json.to_string().as_bytes()).unwrap()
+    }
+
+    fn b64(b: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(b)
+    }
+
+    #[test]
+    fn each_module_key_is_a_load_of_its_guest_unpacked_in_the_guests_own_task() {
+        let m = modules(serde_json::json!({"rec.wasm.gz": b64(&gzip(b"module"))}));
+        let (offers, wanted) = offers_for(m, "team-a", "cm", &TenantPolicy::default(), 0);
+        assert_eq!(wanted, ["team-a/cm/rec".to_string()].into());
+        let [
+            (
+                name,
+                Offer::Load {
+                    source,
+                    read,
+                    min_interval,
+                    ..
+                },
+            ),
+        ] = <[_; 1]>::try_from(offers).unwrap()
+        else {
+            panic!("not one load");
+        };
+        assert_eq!(name, "team-a/cm/rec");
+        assert_eq!(source.to_string(), "configmap team-a/cm key rec.wasm.gz");
+        assert_eq!(
+            min_interval,
+            Duration::from_secs(1),
+            "the tenant policy's interval"
+        );
+        assert_eq!(
+            read().unwrap(),
+            (b"module".to_vec(), None),
+            "unpacked when read"
+        );
+    }
+
+    #[test]
+    fn two_keys_naming_one_guest_are_refused_naming_both() {
+        let m =
+            modules(serde_json::json!({"rec.wasm": b64(b"a"), "rec.wasm.gz": b64(&gzip(b"b"))}));
+        let (offers, wanted) = offers_for(m, "team-a", "cm", &TenantPolicy::default(), 0);
+        assert_eq!(wanted.len(), 1);
+        let [(_, Offer::Unreadable { unreadable, .. })] = <[_; 1]>::try_from(offers).unwrap()
+        else {
+            panic!("not one refusal");
+        };
+        assert!(
+            unreadable.message.contains("rec.wasm") && unreadable.message.contains("rec.wasm.gz"),
+            "{}",
+            unreadable.message
+        );
+    }
+
+    #[test]
+    fn keys_past_the_namespace_quota_are_refused_in_name_order() {
+        let policy = TenantPolicy {
+            max_guests_per_namespace: 2,
+            ..TenantPolicy::default()
+        };
+        let m = modules(serde_json::json!({"a.wasm": b64(b"a"), "b.wasm": b64(b"b")}));
+        let (offers, wanted) = offers_for(m, "team-a", "cm", &policy, 1);
+        assert_eq!(wanted.len(), 2, "a refused guest is still this ConfigMap's");
+        let kinds: Vec<(&str, &str)> = offers
+            .iter()
+            .map(|(n, o)| {
+                let kind = match o {
+                    Offer::Load { .. } => "load",
+                    Offer::Unreadable { .. } => "refused",
+                    Offer::Remove => "remove",
+                };
+                (n.as_str(), kind)
+            })
+            .collect();
+        assert_eq!(kinds, [("team-a/cm/a", "load"), ("team-a/cm/b", "refused")]);
+        let Offer::Unreadable { unreadable, .. } = &offers[1].1 else {
+            unreachable!()
+        };
+        assert!(unreadable.message.contains("max_guests_per_namespace"));
     }
 
     #[test]

@@ -22,7 +22,10 @@
 //!   informer RBAC forbade) is not remembered: the same bytes are tried again when the source
 //!   next offers them.
 
+mod offers;
 mod report;
+
+pub use offers::{Offer, Read, Unreadable};
 
 use report::{post_event, report_failures};
 
@@ -204,6 +207,8 @@ pub struct Supervisor {
     /// Sources that deliver nothing loadable (a labelled ConfigMap without a module), by
     /// source, with why: shown in `/status`, since such a source has no guest to show it on.
     source_problems: Mutex<BTreeMap<String, String>>,
+    /// Every source's offers, drained per guest (see [`Offer`]).
+    offers: Mutex<offers::Slots<Offer>>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -233,6 +238,7 @@ impl Supervisor {
             unloads: AtomicU64::new(0),
             started: Instant::now(),
             source_problems: Mutex::new(BTreeMap::new()),
+            offers: Mutex::new(offers::Slots::default()),
         }
     }
 
@@ -263,6 +269,7 @@ impl Supervisor {
     /// Returns once every worker has ended. For shutdown: sources should be stopped before, so
     /// that nothing loads a guest again meanwhile.
     pub async fn shutdown(&self) {
+        self.offers.lock().unwrap().close();
         let entries: Vec<Entry> = std::mem::take(&mut *self.guests.lock().unwrap())
             .into_values()
             .collect();

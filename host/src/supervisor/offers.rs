@@ -1,0 +1,310 @@
+//! Offers: what every source hands the supervisor (load these bytes as guest X; X's source
+//! cannot be loaded; remove X), and the queue that drains them.
+//!
+//! Each guest's offers run in a task of their own, so one tenant's large module compiling does
+//! not hold up another's delivery. Per guest the latest offer wins: offers that arrive while a
+//! load runs collapse into one more load of the newest. A source may ask for a least interval
+//! between two loads of one guest (tenants' ConfigMaps do; the dev folder does not).
+//!
+//! Where it may surprise: [`Supervisor::offer`] returns before anything is loaded; the outcome
+//! shows in `/status`, the log and, for a ConfigMap, its Events.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Applied, Source, Supervisor};
+use crate::controller::Settings;
+
+/// Why a source's bytes could not be handed to the runtime (a `.wasm.gz` that does not unpack).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// What the rejection is remembered by, so the same bad bytes are not rejected twice.
+    pub digest: String,
+    /// Why, for the log, `/status` and the source's Events.
+    pub message: String,
+}
+
+/// Produces a module's bytes (and their sha256, when the source has it), on the blocking pool
+/// in the guest's own task: unpacking a large module must not hold up other guests.
+pub type Read = Box<dyn FnOnce() -> Result<(Vec<u8>, Option<String>), Unreadable> + Send>;
+
+/// What a source asks of the supervisor for one guest.
+pub enum Offer {
+    /// Load (or reload) the guest from what `read` produces.
+    Load {
+        /// Where the module comes from.
+        source: Source,
+        /// How the guest runs.
+        settings: Settings,
+        /// The bytes.
+        read: Read,
+        /// Least time since this guest's previous load before this one starts.
+        min_interval: Duration,
+    },
+    /// The source delivers something that cannot be loaded for this guest; the serving
+    /// version, if any, stays.
+    Unreadable {
+        /// Where.
+        source: Source,
+        /// How the guest would run.
+        settings: Settings,
+        /// Why.
+        unreadable: Unreadable,
+    },
+    /// Unload the guest.
+    Remove,
+}
+
+impl std::fmt::Debug for Offer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Offer::Load { source, .. } => write!(f, "Load({source})"),
+            Offer::Unreadable {
+                source, unreadable, ..
+            } => write!(f, "Unreadable({source}: {})", unreadable.message),
+            Offer::Remove => write!(f, "Remove"),
+        }
+    }
+}
+
+/// The queue's bookkeeping: per guest, the offer waiting for its task (latest wins), and which
+/// guests settled from what was last offered. Pure, so its rules are unit-tested.
+///
+/// Invariant: a name is in `pending` exactly while a task drains it.
+#[derive(Debug)]
+pub(super) struct Slots<T> {
+    pending: HashMap<String, Option<T>>,
+    settled: HashSet<String>,
+    closed: bool,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Self {
+            pending: HashMap::new(),
+            settled: HashSet::new(),
+            closed: false,
+        }
+    }
+}
+
+impl<T> Slots<T> {
+    /// Queues `item` for `name`, replacing one still waiting; true when no task drains `name`
+    /// yet, so the caller must start one. Nothing is queued once closed.
+    pub(super) fn submit(&mut self, name: &str, item: T) -> bool {
+        if self.closed {
+            return false;
+        }
+        self.settled.remove(name);
+        match self.pending.get_mut(name) {
+            Some(next) => {
+                *next = Some(item);
+                false
+            }
+            None => {
+                self.pending.insert(name.to_string(), Some(item));
+                true
+            }
+        }
+    }
+
+    /// The next item for `name`'s task; `None` ends the task and frees the slot.
+    pub(super) fn next(&mut self, name: &str) -> Option<T> {
+        match self.pending.get_mut(name).and_then(Option::take) {
+            Some(item) if !self.closed => Some(item),
+            _ => {
+                self.pending.remove(name);
+                None
+            }
+        }
+    }
+
+    /// An item that arrived for `name` while its task waited, if any.
+    pub(super) fn newer(&mut self, name: &str) -> Option<T> {
+        self.pending.get_mut(name).and_then(Option::take)
+    }
+
+    /// Marks `name` settled, unless something newer is already waiting: this outcome is not
+    /// that offer's.
+    pub(super) fn settle(&mut self, name: &str) {
+        if !self.pending.get(name).is_some_and(Option::is_some) {
+            self.settled.insert(name.to_string());
+        }
+    }
+
+    /// Whether every one of `names` (at least one) settled with nothing offered since.
+    pub(super) fn all_settled(&self, names: &BTreeSet<String>) -> bool {
+        !names.is_empty() && names.iter().all(|n| self.settled.contains(n))
+    }
+
+    /// Whether no task drains any guest.
+    pub(super) fn is_idle(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Refuses every later offer and drops the waiting ones: the host is stopping.
+    pub(super) fn close(&mut self) {
+        self.closed = true;
+        for item in self.pending.values_mut() {
+            *item = None;
+        }
+    }
+}
+
+impl Supervisor {
+    /// Hands `offer` for guest `name` to its queue: see the module docs.
+    pub fn offer(self: &Arc<Self>, name: &str, offer: Offer) {
+        if self.offers.lock().unwrap().submit(name, offer) {
+            tokio::spawn(self.clone().drain(name.to_string()));
+        }
+    }
+
+    /// Whether every guest in `names` (at least one) settled from what was last offered (it
+    /// serves those bytes, or they were already serving or lastingly rejected) with nothing
+    /// offered since: offering the same bytes again would change nothing.
+    pub fn offers_settled(&self, names: &BTreeSet<String>) -> bool {
+        self.offers.lock().unwrap().all_settled(names)
+    }
+
+    /// Whether no offer is waiting or being carried out.
+    pub fn offers_idle(&self) -> bool {
+        self.offers.lock().unwrap().is_idle()
+    }
+
+    async fn drain(self: Arc<Self>, name: String) {
+        let mut last_load: Option<Instant> = None;
+        loop {
+            let Some(mut offer) = self.offers.lock().unwrap().next(&name) else {
+                return;
+            };
+            if let (Offer::Load { min_interval, .. }, Some(at)) = (&offer, last_load) {
+                let wait = min_interval.saturating_sub(at.elapsed());
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                    // Whatever arrived meanwhile supersedes it.
+                    if let Some(newer) = self.offers.lock().unwrap().newer(&name) {
+                        offer = newer;
+                    }
+                }
+            }
+            if matches!(offer, Offer::Load { .. }) {
+                last_load = Some(Instant::now());
+            }
+            if self.take(&name, offer).await {
+                self.offers.lock().unwrap().settle(&name);
+            }
+        }
+    }
+
+    /// Carries `offer` out; returns whether the guest settled from it.
+    async fn take(&self, name: &str, offer: Offer) -> bool {
+        match offer {
+            Offer::Remove => {
+                self.remove(name).await;
+                false
+            }
+            Offer::Unreadable {
+                source,
+                settings,
+                unreadable,
+            } => {
+                self.reject_unreadable(
+                    name,
+                    source,
+                    settings,
+                    &unreadable.digest,
+                    unreadable.message,
+                )
+                .await;
+                false
+            }
+            Offer::Load {
+                source,
+                settings,
+                read,
+                ..
+            } => {
+                let read = tokio::task::spawn_blocking(read).await.unwrap_or_else(|e| {
+                    Err(Unreadable {
+                        digest: String::new(),
+                        message: format!("reading the module failed: {e}"),
+                    })
+                });
+                match read {
+                    Ok((bytes, digest)) => matches!(
+                        self.apply_digested(name, source, settings, bytes, digest)
+                            .await,
+                        Applied::Loaded { .. } | Applied::Reloaded { .. } | Applied::Unchanged
+                    ),
+                    Err(u) => {
+                        self.reject_unreadable(name, source, settings, &u.digest, u.message)
+                            .await;
+                        false
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_offer_starts_a_task_and_later_ones_replace_what_waits() {
+        let mut s = Slots::default();
+        assert!(s.submit("g", 1), "nothing drains g yet");
+        assert!(!s.submit("g", 2), "its task will take it");
+        assert!(!s.submit("g", 3));
+        assert_eq!(s.next("g"), Some(3), "the latest wins");
+        assert_eq!(s.next("g"), None, "nothing left: the task ends");
+        assert!(s.submit("g", 4), "and the next offer starts a new one");
+    }
+
+    #[test]
+    fn guests_queue_apart() {
+        let mut s = Slots::default();
+        assert!(s.submit("a", 1));
+        assert!(s.submit("b", 2), "b does not wait behind a");
+        assert_eq!((s.next("a"), s.next("b")), (Some(1), Some(2)));
+    }
+
+    #[test]
+    fn a_guest_is_settled_only_from_the_latest_offer() {
+        let mut s = Slots::default();
+        let g: BTreeSet<String> = ["g".to_string()].into();
+        s.submit("g", 1);
+        assert_eq!(s.next("g"), Some(1));
+        s.submit("g", 2);
+        s.settle("g");
+        assert!(!s.all_settled(&g), "2 came in while 1 loaded");
+        assert_eq!(s.next("g"), Some(2));
+        s.settle("g");
+        assert!(s.all_settled(&g));
+        s.submit("g", 3);
+        assert!(!s.all_settled(&g), "a new offer unsettles it");
+        assert!(!s.all_settled(&BTreeSet::new()), "nothing is not settled");
+    }
+
+    #[test]
+    fn after_close_nothing_more_is_taken() {
+        let mut s = Slots::default();
+        s.submit("g", 1);
+        s.close();
+        assert_eq!(s.next("g"), None, "what waited is dropped");
+        assert!(!s.submit("g", 2), "no task is started");
+        assert_eq!(s.next("g"), None);
+    }
+
+    #[test]
+    fn what_arrives_during_a_wait_supersedes_what_was_taken() {
+        let mut s = Slots::default();
+        s.submit("g", 1);
+        assert_eq!(s.next("g"), Some(1));
+        assert_eq!(s.newer("g"), None);
+        s.submit("g", 2);
+        assert_eq!(s.newer("g"), Some(2));
+    }
+}
