@@ -335,29 +335,6 @@ fn event_reason(reason: &str) -> Result<(), GuestError> {
     }
 }
 
-/// Longest Event message: `NoteLengthLimit` (pkg/apis/core/validation/events.go).
-const MAX_NOTE: usize = 1024;
-
-/// `message` cut to fit an Event, the way Kubernetes' own components cut theirs.
-///
-/// client-go's recorders send messages as given (neither `tools/record` nor `tools/events`
-/// truncates); the rule Kubernetes uses where it must fit one, kube-scheduler's
-/// `truncateMessage`, keeps a message of up to 1024 bytes as it is and otherwise keeps
-/// `1024 - len(" ...")` bytes and appends `" ..."`. That is followed here, except that the cut
-/// moves back to a character boundary: Go cuts bytes, and the broken character would become
-/// U+FFFD and push the message past the limit.
-fn event_message(message: &str) -> std::borrow::Cow<'_, str> {
-    const SUFFIX: &str = " ...";
-    if message.len() <= MAX_NOTE {
-        return message.into();
-    }
-    let mut end = MAX_NOTE - SUFFIX.len();
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{SUFFIX}", &message[..end]).into()
-}
-
 /// A `record-event` call's arguments.
 struct EventArgs {
     regarding: Gvk,
@@ -384,44 +361,36 @@ async fn record_event(
     // Guest-controlled: the reason is validated, the message cut to the Event limit, and the
     // name and namespace checked by `authorize` for the regarding kind (the involved object).
     event_reason(&reason)?;
-    let message = event_message(&message);
     // Events are about the guest's own declared objects, in a namespace it may write.
-    let (_, declared) = ctx.authorize(&regarding, &namespace, Some(&name), Access::Write)?;
+    let (resource, declared) = ctx.authorize(&regarding, &namespace, Some(&name), Access::Write)?;
     let uid = declared
         .informer
         .store()
         .get(&object_key(Some(&namespace), &name))
         .map(|o| o.uid().to_string());
-    let api_version = if regarding.group.is_empty() {
-        regarding.version.clone()
-    } else {
-        format!("{}/{}", regarding.group, regarding.version)
+    // The message is cut to the Event limit by the builder.
+    let event = crate::events::Event {
+        regarding: crate::events::Regarding {
+            api_version: resource.api_version.clone(),
+            kind: regarding.kind.clone(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+            uid,
+        },
+        type_: match event_type {
+            EventType::Normal => crate::events::Type::Normal,
+            EventType::Warning => crate::events::Type::Warning,
+        },
+        reason,
+        message,
+        component: format!("reconciled/{}", ctx.name),
     };
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let ns = if namespace.is_empty() {
-        "default".to_string()
-    } else {
-        namespace.clone()
-    };
-    let event = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": format!("{name}."), "namespace": ns},
-        "involvedObject": {"apiVersion": api_version, "kind": regarding.kind, "name": name, "namespace": namespace, "uid": uid},
-        "type": match event_type { EventType::Normal => "Normal", EventType::Warning => "Warning" },
-        "reason": reason,
-        "message": message,
-        "source": {"component": format!("reconciled/{}", ctx.name)},
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    });
     Metrics::bump(&ctx.metrics.writes);
     let req = request(
         http::Method::POST,
-        format!("/api/v1/namespaces/{}/events", names::segment(&ns)),
+        event.path(),
         Some("application/json"),
-        event.to_string().into_bytes(),
+        event.body().to_string().into_bytes(),
     )?;
     // Not delivered to the guest (record-event returns nothing), so not charged.
     state.send(&ctx.client, req).await?;
@@ -573,25 +542,6 @@ mod tests {
                 "{bad:?}: {err:?}"
             );
         }
-    }
-
-    #[test]
-    fn event_messages_are_cut_like_kubernetes_cuts_them_at_a_char_boundary() {
-        assert_eq!(event_message("short"), "short");
-        let exact = "x".repeat(1024);
-        assert_eq!(event_message(&exact), exact);
-        let long = "x".repeat(1025);
-        let cut = event_message(&long);
-        assert_eq!(cut.len(), 1024);
-        assert!(cut.ends_with("x ..."));
-        // 'é' is two bytes: 1020 bytes would split one, so the cut moves back one byte.
-        let accents = format!("x{}", "é".repeat(1000));
-        let cut = event_message(&accents);
-        assert!(cut.len() <= 1024, "{}", cut.len());
-        assert!(cut.ends_with("é ..."));
-        assert!(accents.starts_with(cut.trim_end_matches(" ...")));
-        // Newlines and the like are the guest's to write.
-        assert_eq!(event_message("a\nb"), "a\nb");
     }
 
     #[test]
