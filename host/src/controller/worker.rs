@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::FutureExt;
 
 use crate::controller::reconciles::ReconcileResult;
-use crate::controller::work_queue::Priority;
+use crate::controller::work_queue::{Priority, WorkQueue};
 use crate::controller::{Controller, Failing};
 use crate::guest::Blame;
 use crate::guest::bindings::{Outcome, Request};
@@ -204,6 +204,9 @@ pub(super) async fn supervise(controller: std::sync::Weak<Controller>) {
                     format!("a worker panicked: {message}; it was restarted"),
                     Blame::Host,
                 );
+                drop(c);
+                // A panic that repeats at once must not become a busy loop.
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     }
@@ -235,6 +238,12 @@ async fn work(controller: std::sync::Weak<Controller>) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
     while let Some(key) = queue.get().await {
+        // Done whatever happens below, a panic included: a key never done is never handed out
+        // again.
+        let _done = Done {
+            queue: &queue,
+            key: &key,
+        };
         let Some(c) = controller.upgrade() else {
             return;
         };
@@ -249,7 +258,18 @@ async fn work(controller: std::sync::Weak<Controller>) {
             }
         };
         c.counters.reconciles.finished(result, started.elapsed());
-        queue.done(&key);
+    }
+}
+
+/// Tells the queue a key is done when dropped.
+struct Done<'a> {
+    queue: &'a WorkQueue<String>,
+    key: &'a String,
+}
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.queue.done(self.key);
     }
 }
 

@@ -19,8 +19,9 @@
 //!   `describe` and the grant check, so a stream of rejected uploads does not fill the disk.
 //! - The directory is pruned to [`ArtifactCache::with_max_bytes`] (1 GiB by default) after each
 //!   store, least recently loaded first.
-//! - An artifact is read into memory before it is loaded (rather than mapped from its file,
-//!   which wasmtime can only do by path), so a load briefly holds it twice.
+//! - An artifact is mapped from the file the cache opened (through `/proc/self/fd/N`, since
+//!   wasmtime maps only by path), never through whatever its name points to; without `/proc` it
+//!   is read into memory, and a load briefly holds it twice.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -324,30 +325,29 @@ fn check_private(
 
 /// The component in the open artifact `file`.
 ///
-/// On Linux wasmtime maps it through `/proc/self/fd/N`: the file already opened (without
-/// following a symlink), not whatever its name points to now, and mapped rather than read, so
-/// a 12 MB guest's artifact loads in well under a millisecond instead of being copied.
-/// Elsewhere it is read into memory.
+/// Where `/proc` is mounted, wasmtime maps it through `/proc/self/fd/N`: the file already
+/// opened (without following a symlink), not whatever its name points to now, and mapped rather
+/// than read, so a 12 MB guest's artifact loads in well under a millisecond instead of being
+/// copied. Elsewhere it is read into memory.
 ///
 /// # Safety
 ///
 /// As [`Component::deserialize`]: the bytes must be an artifact this wasmtime produced.
 unsafe fn deserialize(engine: &Engine, file: &std::fs::File) -> wasmtime::Result<Component> {
     #[cfg(target_os = "linux")]
-    {
+    if std::path::Path::new("/proc/self/fd").is_dir() {
         use std::os::fd::AsRawFd;
         let path = format!("/proc/self/fd/{}", file.as_raw_fd());
         // SAFETY: passed on from the caller.
-        unsafe { Component::deserialize_file(engine, path) }
+        return unsafe { Component::deserialize_file(engine, path) };
     }
-    #[cfg(not(target_os = "linux"))]
-    {
-        use std::io::Read;
-        let mut artifact = Vec::new();
-        (&*file).read_to_end(&mut artifact)?;
-        // SAFETY: passed on from the caller.
-        unsafe { Component::deserialize(engine, &artifact) }
-    }
+    // No /proc (not Linux, or not mounted): read it, rather than take a good artifact for a
+    // corrupt one.
+    use std::io::Read;
+    let mut artifact = Vec::new();
+    (&*file).read_to_end(&mut artifact)?;
+    // SAFETY: passed on from the caller.
+    unsafe { Component::deserialize(engine, &artifact) }
 }
 
 #[cfg(test)]

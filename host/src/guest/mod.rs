@@ -444,14 +444,12 @@ impl Module {
         let usage = usage_of(&store, started);
         let result = match timed {
             Ok(r) => r.map_err(|e| classify(e, &store, limits, &usage)),
-            // Only a host import can outlast the epoch deadline: the time went to a wait.
+            // Only a host import can outlast the epoch deadline, but the guest may have spent
+            // most of the time before it: whoever held most of it is to blame. The import cut
+            // short has counted its wait.
             Err(_) => Err(CallError::Deadline {
                 limit: limits.deadline,
-                blame: if usage.api_wait >= usage.host_wait {
-                    Blame::Cluster
-                } else {
-                    Blame::Host
-                },
+                blame: usage.deadline_blame(),
             }),
         };
         (result, usage)

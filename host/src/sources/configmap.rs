@@ -32,9 +32,10 @@
 //!   cost one comparison of the text, once every guest of the ConfigMap has loaded from it: the
 //!   modules are not decoded, unpacked or hashed again. Until then (a load in flight, a
 //!   rejection that may pass next time, a key over the namespace's quota) the same bytes are
-//!   offered again, which is how such a load is retried.
+//!   offered again on the ConfigMap's next event or resync, which is how such a load is
+//!   retried; a guest refused for quota is not retried when room frees up elsewhere.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -194,6 +195,7 @@ async fn run(
             Event::Deleted { last_known, .. } => {
                 let id = id_of(&last_known);
                 seen.synced.remove(&id);
+                seen.warned.remove(&id);
                 supervisor.set_source_problem(&source_id(&id), None);
                 for name in seen.owned.remove(&id).unwrap_or_default() {
                     dispatch.submit(name, Offer::Remove);
@@ -206,11 +208,16 @@ async fn run(
                     sync(&dispatch, &mut seen, o).await;
                 }
                 let live: BTreeSet<(String, String)> = all.iter().map(id_of).collect();
-                let Seen { owned, synced, .. } = &mut seen;
+                let Seen {
+                    owned,
+                    synced,
+                    warned,
+                } = &mut seen;
                 for (ns, cm) in owned.keys().filter(|id| !live.contains(*id)) {
                     supervisor.set_source_problem(&source_id(&(ns.clone(), cm.clone())), None);
                 }
                 synced.retain(|id, _| live.contains(id));
+                warned.retain(|id, _| live.contains(id));
                 owned.retain(|id, names| {
                     if live.contains(id) {
                         return true;
@@ -231,8 +238,9 @@ async fn run(
 struct Seen {
     /// Which guests each ConfigMap delivers, as this loop last saw it.
     owned: HashMap<(String, String), BTreeSet<String>>,
-    /// Labelled ConfigMaps warned about for delivering no module, by resourceVersion.
-    warned: HashSet<(String, String, String)>,
+    /// Labelled ConfigMaps warned about for delivering no module, with the resourceVersion
+    /// warned about: one warning per version, and one entry per ConfigMap.
+    warned: HashMap<(String, String), String>,
     /// Each ConfigMap that delivers guests, as last synced: what the next event's `binaryData`
     /// is compared with.
     synced: HashMap<(String, String), ObjectRef>,
@@ -392,11 +400,9 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
     }
     if nothing_to_load {
         // Labelled, yet nothing to load: say so on the object, once per version of it.
-        if warned.insert((
-            namespace.clone(),
-            cm.clone(),
-            o.resource_version().to_string(),
-        )) {
+        let rv = o.resource_version();
+        if warned.get(&id).map(String::as_str) != Some(rv) {
+            warned.insert(id.clone(), rv.to_string());
             let hint = if modules.text_wasm_keys.is_empty() {
                 "it has no binaryData key ending in .wasm or .wasm.gz".to_string()
             } else {

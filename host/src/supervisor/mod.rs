@@ -482,8 +482,18 @@ impl Supervisor {
             compile.as_millis(),
             timing.total.as_millis()
         );
-        self.event(&source, Type::Normal, "ModuleLoaded", message);
         let mut guests = self.guests.lock().unwrap();
+        if self.offers.lock().unwrap().is_closed() {
+            // The host is stopping and has already stopped its guests: this one must not
+            // start reconciling behind its back.
+            drop(guests);
+            controller.stop().await;
+            return Applied::Rejected {
+                reason: Reason::Host,
+                message: "the host is stopping".into(),
+            };
+        }
+        self.event(&source, Type::Normal, "ModuleLoaded", message);
         let entry = guests
             .entry(name.to_string())
             .or_insert_with(|| Entry::new(source.clone(), settings.clone()));
@@ -498,7 +508,7 @@ impl Supervisor {
         drop(guests);
         // A replaced controller (new settings) stops when its last reconcile returns.
         drop(old);
-        if reload.is_none() && self.options.events {
+        if reload.is_none() && self.options.events && matches!(source, Source::ConfigMap { .. }) {
             tokio::spawn(report_failures(
                 Arc::downgrade(&controller),
                 controller.watch_failing(),
@@ -574,7 +584,7 @@ impl Supervisor {
             None => "the guest is not running".to_string(),
         };
         tracing::error!(guest = %name, %digest, %source, reason = reason.label(), "module rejected ({keeps}): {message}");
-        // Reason and outcome first: the API truncates long Event messages.
+        // Reason and outcome first: Event messages are cut at 1 KiB (see `events`).
         self.event(
             &source,
             Type::Warning,

@@ -76,6 +76,9 @@ impl std::fmt::Debug for Offer {
 pub(super) struct Slots<T> {
     pending: HashMap<String, Option<T>>,
     settled: HashSet<String>,
+    /// When each guest last started a load: kept across its tasks, so that an offer arriving
+    /// just after a task ended still waits out the least interval.
+    last_load: HashMap<String, Instant>,
     closed: bool,
 }
 
@@ -84,6 +87,7 @@ impl<T> Default for Slots<T> {
         Self {
             pending: HashMap::new(),
             settled: HashSet::new(),
+            last_load: HashMap::new(),
             closed: false,
         }
     }
@@ -120,9 +124,36 @@ impl<T> Slots<T> {
         }
     }
 
-    /// An item that arrived for `name` while its task waited, if any.
+    /// An item that arrived for `name` while its task waited, if any (never once closed).
     pub(super) fn newer(&mut self, name: &str) -> Option<T> {
+        if self.closed {
+            return None;
+        }
         self.pending.get_mut(name).and_then(Option::take)
+    }
+
+    /// When `name` last started a load, if it has.
+    pub(super) fn last_load(&self, name: &str) -> Option<Instant> {
+        self.last_load.get(name).copied()
+    }
+
+    /// Records that `name` starts a load now; `None` forgets it (the guest was removed).
+    pub(super) fn loading(&mut self, name: &str, now: Option<Instant>) {
+        match now {
+            Some(at) => self.last_load.insert(name.to_string(), at),
+            None => self.last_load.remove(name),
+        };
+    }
+
+    /// Ends `name`'s task whatever it was doing: what a task that panicked leaves behind
+    /// must not swallow that guest's later offers.
+    pub(super) fn abandon(&mut self, name: &str) {
+        self.pending.remove(name);
+    }
+
+    /// Whether the host is stopping.
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed
     }
 
     /// Marks `name` settled, unless something newer is already waiting: this outcome is not
@@ -173,23 +204,47 @@ impl Supervisor {
     }
 
     async fn drain(self: Arc<Self>, name: String) {
-        let mut last_load: Option<Instant> = None;
+        // A panic in a load would otherwise leave the name pending, and every later offer for
+        // the guest would wait for a task that is gone.
+        struct Abandon<'a>(&'a Supervisor, &'a str);
+        impl Drop for Abandon<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    let mut offers = self.0.offers.lock().unwrap_or_else(|e| e.into_inner());
+                    offers.abandon(self.1);
+                }
+            }
+        }
+        let _abandon = Abandon(&self, &name);
         loop {
-            let Some(mut offer) = self.offers.lock().unwrap().next(&name) else {
-                return;
+            let (mut offer, last_load) = {
+                let mut offers = self.offers.lock().unwrap();
+                let Some(offer) = offers.next(&name) else {
+                    return;
+                };
+                (offer, offers.last_load(&name))
             };
             if let (Offer::Load { min_interval, .. }, Some(at)) = (&offer, last_load) {
                 let wait = min_interval.saturating_sub(at.elapsed());
                 if !wait.is_zero() {
                     tokio::time::sleep(wait).await;
+                    let mut offers = self.offers.lock().unwrap();
+                    if offers.is_closed() {
+                        return;
+                    }
                     // Whatever arrived meanwhile supersedes it.
-                    if let Some(newer) = self.offers.lock().unwrap().newer(&name) {
+                    if let Some(newer) = offers.newer(&name) {
                         offer = newer;
                     }
                 }
             }
-            if matches!(offer, Offer::Load { .. }) {
-                last_load = Some(Instant::now());
+            let started = match offer {
+                Offer::Load { .. } => Some(Instant::now()),
+                _ => None,
+            };
+            let removed = matches!(offer, Offer::Remove);
+            if started.is_some() || removed {
+                self.offers.lock().unwrap().loading(&name, started);
             }
             if self.take(&name, offer).await {
                 self.offers.lock().unwrap().settle(&name);
@@ -289,6 +344,29 @@ mod tests {
     }
 
     #[test]
+    fn the_last_load_outlives_the_task_that_made_it_and_a_removal_forgets_it() {
+        let mut s: Slots<u32> = Slots::default();
+        let at = Instant::now();
+        s.submit("g", 1);
+        assert_eq!(s.next("g"), Some(1));
+        s.loading("g", Some(at));
+        assert_eq!(s.next("g"), None, "the task ends");
+        s.submit("g", 2);
+        assert_eq!(s.last_load("g"), Some(at), "the next task still sees it");
+        s.loading("g", None);
+        assert_eq!(s.last_load("g"), None);
+    }
+
+    #[test]
+    fn an_abandoned_guest_takes_offers_again() {
+        let mut s = Slots::default();
+        s.submit("g", 1);
+        assert_eq!(s.next("g"), Some(1));
+        s.abandon("g");
+        assert!(s.submit("g", 2), "a new task starts");
+    }
+
+    #[test]
     fn after_close_nothing_more_is_taken() {
         let mut s = Slots::default();
         s.submit("g", 1);
@@ -296,6 +374,8 @@ mod tests {
         assert_eq!(s.next("g"), None, "what waited is dropped");
         assert!(!s.submit("g", 2), "no task is started");
         assert_eq!(s.next("g"), None);
+        assert_eq!(s.newer("g"), None, "nor after a wait");
+        assert!(s.is_closed());
     }
 
     #[test]

@@ -233,7 +233,8 @@ pub(super) async fn report_failures(
                         c.name(),
                         f.keys,
                         f.blame,
-                        f.reason
+                        // Guest-made text (a panic message, stderr) on one line.
+                        crate::text::one_line(&f.reason)
                     ),
                 );
             }
