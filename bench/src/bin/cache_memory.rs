@@ -82,6 +82,8 @@ fn parent(sizes: &[usize]) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    // A kube client needs a runtime to exist in, not only to run on.
+    let _in_runtime = rt.enter();
     let mut rows = Vec::new();
     for &n in sizes {
         let ns = format!("mem-{n}");
