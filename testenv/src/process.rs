@@ -157,18 +157,30 @@ impl Supervised {
 
     /// Asks the child to stop with SIGTERM, waits up to `grace`, then kills it. Always reaps it.
     pub(crate) fn stop(&mut self, grace: Duration) {
+        self.terminate();
+        self.reap_by(Instant::now() + grace);
+    }
+
+    /// Sends SIGTERM and returns at once; [`reap_by`](Self::reap_by) finishes the stop. Lets a
+    /// caller signal several children together, so their shutdowns overlap.
+    pub(crate) fn terminate(&mut self) {
+        if let Some(child) = &self.child {
+            // SAFETY: signalling a child we have not yet reaped, so the pid cannot be reused.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        }
+    }
+
+    /// Waits for the child to exit until `deadline`, then kills it. Always reaps it.
+    pub(crate) fn reap_by(&mut self, deadline: Instant) {
         let Some(mut child) = self.child.take() else {
             return;
         };
         let pid = child.id();
-        // SAFETY: signalling a child we have not yet reaped, so the pid cannot be reused.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + grace;
         loop {
             match child.try_wait() {
                 Ok(Some(_)) => break,
                 Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
+                    std::thread::sleep(Duration::from_millis(10))
                 }
                 _ => {
                     let _ = child.kill();
