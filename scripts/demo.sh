@@ -48,7 +48,7 @@ while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); d
 workdir=$(mktemp -d)
 kubeconfig="$workdir/kubeconfig"
 step "starting reconciled (embedded control plane, guest $wasm)"
-env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST target/debug/reconciled run --guest "$wasm" --configmaps \
+env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST target/debug/reconciled run --guest "$wasm" --configmaps --tenant-kinds v1/ConfigMap \
   --listen "127.0.0.1:$port" --write-kubeconfig "$kubeconfig" &
 host=$!
 trap 'kill -INT $host 2>/dev/null; wait $host 2>/dev/null; rm -rf "$workdir"' EXIT

@@ -20,7 +20,8 @@
 //! # confined to its ConfigMap's namespace.
 //! [tenants]
 //! namespaces = ["team-a", "team-b"]   # omitted: every namespace
-//! kinds = ["v1/ConfigMap"]            # omitted: any namespaced kind
+//! kinds = ["v1/ConfigMap", "apps/v1/*"]   # omitted or empty: tenants' guests load nothing;
+//!                                     # a wildcard never allows RBAC kinds, Secrets or Pods
 //! max_module_bytes = 33554432
 //! max_guests_per_namespace = 20
 //! min_reload_interval_ms = 1000

@@ -1,7 +1,7 @@
 //! `reconciled`: run wasm reconcilers against a Kubernetes cluster.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -67,6 +67,12 @@ struct RunArgs {
     /// confined to its namespace (the config file's [tenants] section tunes this).
     #[arg(long)]
     configmaps: bool,
+    /// Kinds tenants' guests may declare and write (`v1/ConfigMap`, `apps/v1/*`, `*`), comma
+    /// separated or repeated; with --configmaps and no [tenants] in --config. None by default:
+    /// tenants' guests are then rejected, naming the kind to allow. A wildcard never allows
+    /// RBAC kinds, Secrets or Pods; name them.
+    #[arg(long = "tenant-kinds", value_delimiter = ',')]
+    tenant_kinds: Vec<String>,
 }
 
 #[derive(Args)]
@@ -279,10 +285,34 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         });
     }
     let tenants = match (&config.tenants, args.configmaps) {
+        (Some(_), _) if !args.tenant_kinds.is_empty() => anyhow::bail!(
+            "--tenant-kinds and a [tenants] section in {} both say what tenants may declare: use `kinds` under [tenants] only",
+            args.config
+                .as_deref()
+                .unwrap_or(Path::new("the config"))
+                .display()
+        ),
         (Some(p), _) => Some(p.clone()),
-        (None, true) => Some(TenantPolicy::default()),
+        (None, true) => Some(TenantPolicy {
+            kinds: args.tenant_kinds.iter().cloned().collect(),
+            ..TenantPolicy::default()
+        }),
+        (None, false) if !args.tenant_kinds.is_empty() => {
+            anyhow::bail!("--tenant-kinds applies to tenants' guests: add --configmaps")
+        }
         (None, false) => None,
     };
+    if let Some(policy) = &tenants
+        && policy.kinds.is_empty()
+        && policy
+            .grants
+            .values()
+            .all(|g| g.kinds.as_ref().is_none_or(|k| k.is_empty()))
+    {
+        tracing::warn!(
+            "tenants may declare no kind, so every tenant guest will be rejected; allow kinds with `kinds` under [tenants] in the config, or --tenant-kinds v1/ConfigMap"
+        );
+    }
     if guests.is_empty() && tenants.is_none() {
         anyhow::bail!(
             "no guests: pass --guest <file.wasm>, --config <host.toml>, or --configmaps to load tenants' ConfigMaps"

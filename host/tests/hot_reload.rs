@@ -394,7 +394,7 @@ async fn configmaps_deliver_reload_reject_and_unload_tenant_guests() {
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&client, Some(&artifacts));
     let _source =
-        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+        ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
     let guest = "team-a/my-rec/rec";
     let (v1, v2) = (wasm("stamp_v1"), wasm("stamp_v2"));
 
@@ -559,7 +559,7 @@ async fn a_tenant_guest_cannot_watch_a_cluster_scoped_kind() {
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&client, Some(&artifacts));
     let _source =
-        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+        ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let packed =
         reconciled::sources::pack::pack(ns, "nosy", "rec", &wasm("stamp_cluster")).unwrap();
@@ -704,7 +704,7 @@ async fn a_host_that_may_not_watch_configmaps_is_not_ready_and_says_which_rule_t
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&client, Some(&artifacts));
     let _source =
-        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+        ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let reasons = loop {
         match sup.readiness() {
@@ -735,7 +735,7 @@ async fn tenants_get_a_guest_quota_and_rapid_edits_collapse_into_one_load() {
     let policy = TenantPolicy {
         max_guests_per_namespace: 1,
         min_reload_interval_ms: 1000,
-        ..TenantPolicy::default()
+        ..common::tenants(&["*"])
     };
     let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
     let (v1, v2) = (wasm("stamp_v1"), wasm("stamp_v2"));
@@ -803,7 +803,7 @@ async fn a_labelled_configmap_without_a_module_shows_in_status_until_it_goes() {
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&client, Some(&artifacts));
     let _source =
-        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+        ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let mut empty = stamped("nothing", "1");
     empty.metadata.labels = Some([(LABEL.to_string(), "true".to_string())].into());

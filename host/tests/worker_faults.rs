@@ -18,7 +18,7 @@ use kube::api::{ObjectMeta, PostParams};
 use reconciled::controller::fault;
 use reconciled::guest::Blame;
 use reconciled::ops::status::{GuestState, GuestStatus, Status};
-use reconciled::sources::configmap::{ConfigMapSource, LABEL, TenantPolicy};
+use reconciled::sources::configmap::{ConfigMapSource, LABEL};
 use testenv::ControlPlane;
 
 /// Polls `/status` until guest `name` matches `want`; returns its entry and the document.
@@ -67,7 +67,7 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
     let sup = supervisor_with(&client, None);
     let addr = serve(&sup).await;
     let _source =
-        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+        ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
 
     let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
     let delivery = ConfigMap {

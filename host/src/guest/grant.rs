@@ -39,6 +39,21 @@ pub enum Error {
         /// for, owns or watches.
         role: &'static str,
     },
+    /// A kind a wildcard in the grant matches but may not allow: RBAC kinds, Secrets and Pods
+    /// must be named (see [`named_only`]).
+    #[error(
+        "guest {guest:?} declares kind {kind:?} (as {role}); its grant's wildcard {pattern:?} never allows {kind:?}, since RBAC kinds, Secrets and Pods must be named: add {kind:?} itself to `kinds` in its grant if the guest is to have it"
+    )]
+    NamedOnly {
+        /// The guest.
+        guest: String,
+        /// `apiVersion/Kind`.
+        kind: String,
+        /// for, owns or watches.
+        role: &'static str,
+        /// The wildcard that matched.
+        pattern: String,
+    },
     /// A field index on a kind the guest does not otherwise declare.
     #[error(
         "guest {guest:?} declares a field index on {kind:?}, which it neither reconciles, owns nor watches; declare {kind:?} under `for`, `owns` or `watches` in describe(), or drop the index (no grant can allow it)"
@@ -70,7 +85,7 @@ impl Error {
     /// "ask the operator" to the message should add it only when this is `true`.
     pub fn operator_can_grant(&self) -> bool {
         match self {
-            Error::Namespace { .. } | Error::Kind { .. } => true,
+            Error::Namespace { .. } | Error::Kind { .. } | Error::NamedOnly { .. } => true,
             Error::IndexOnUndeclaredKind { .. } | Error::Invalid { .. } => false,
         }
     }
@@ -115,7 +130,12 @@ pub struct Grant {
     /// Namespaces it may read and write; `None` = all, and cluster-scoped objects.
     pub namespaces: Option<BTreeSet<String>>,
     /// Kinds it may declare, as `apiVersion/Kind` (`v1/ConfigMap`, `apps/v1/Deployment`: a
-    /// [`Gvk`] as it is shown); `None` = any.
+    /// [`Gvk`] as it is shown), `apiVersion/*` (every kind of one API version) or `*` (every
+    /// kind); `None` = any, named or not.
+    ///
+    /// Where it may surprise: a wildcard never matches a kind for which [`named_only`] holds
+    /// (RBAC kinds, Secrets, Pods); those must be listed by name. `None` is the operator's own
+    /// full grant and does include them.
     pub kinds: Option<BTreeSet<String>>,
     /// Whether it may use the uncached `api` import.
     pub uncached_reads: bool,
@@ -169,12 +189,24 @@ impl Grant {
         if let Some(set) = &self.kinds {
             for (k, role) in &kinds {
                 let kind = k.to_string();
-                if !set.contains(&kind) {
-                    return Err(Error::Kind {
-                        guest: guest.into(),
-                        kind,
-                        role,
-                    });
+                match kind_match(set, k) {
+                    KindMatch::Named => {}
+                    KindMatch::Wildcard(pattern) if named_only(k) => {
+                        return Err(Error::NamedOnly {
+                            guest: guest.into(),
+                            kind,
+                            role,
+                            pattern,
+                        });
+                    }
+                    KindMatch::Wildcard(_) => {}
+                    KindMatch::None => {
+                        return Err(Error::Kind {
+                            guest: guest.into(),
+                            kind,
+                            role,
+                        });
+                    }
                 }
             }
         }
@@ -188,6 +220,43 @@ impl Grant {
         }
         Ok(())
     }
+}
+
+/// Kinds a wildcard (`*`, `apiVersion/*`) never grants: every kind of
+/// `rbac.authorization.k8s.io` (a guest that may write a RoleBinding may bind any role to
+/// anyone), Secrets (credentials, and ServiceAccount tokens on request) and Pods (code running
+/// with the namespace's ServiceAccounts and mounts). A grant must name them.
+///
+/// Where it may surprise: kinds that create Pods through a controller (Deployments, Jobs) are
+/// not on this list; the API server's admission (Pod Security) governs what those Pods may do.
+pub fn named_only(k: &Gvk) -> bool {
+    k.group == "rbac.authorization.k8s.io"
+        || (k.group.is_empty() && matches!(k.kind.as_str(), "Secret" | "Pod"))
+}
+
+enum KindMatch {
+    /// Listed by name.
+    Named,
+    /// Matched by this wildcard only.
+    Wildcard(String),
+    None,
+}
+
+fn kind_match(set: &BTreeSet<String>, k: &Gvk) -> KindMatch {
+    let name = k.to_string();
+    if set.contains(&name) {
+        return KindMatch::Named;
+    }
+    let version_wide = match name.rsplit_once('/') {
+        Some((api_version, _)) => format!("{api_version}/*"),
+        None => return KindMatch::None,
+    };
+    for pattern in [version_wide.as_str(), "*"] {
+        if set.contains(pattern) {
+            return KindMatch::Wildcard(pattern.to_string());
+        }
+    }
+    KindMatch::None
 }
 
 #[cfg(test)]
@@ -319,5 +388,62 @@ mod tests {
         assert!(matches!(err, Error::Kind { .. }), "{err:?}");
         assert!(err.operator_can_grant());
         assert!(err.to_string().contains(r#"add "v1/Secret" to `kinds`"#));
+    }
+    #[test]
+    fn wildcards_grant_kinds_but_never_rbac_kinds_secrets_or_pods() {
+        let grant = |kinds: &[&str]| Grant {
+            kinds: Some(kinds.iter().map(|k| k.to_string()).collect()),
+            ..Grant::namespaces(["team-a"])
+        };
+        let declaring = |k: Gvk| {
+            let mut d = configmaps();
+            d.owns = vec![k];
+            d
+        };
+        let deployment = declaring(gvk("apps", "v1", "Deployment"));
+        assert_eq!(grant(&["*"]).check("g", &deployment), Ok(()));
+        assert_eq!(
+            grant(&["apps/v1/*", "v1/*"]).check("g", &deployment),
+            Ok(())
+        );
+        assert!(matches!(
+            grant(&["apps/v2/*", "v1/*"]).check("g", &deployment),
+            Err(Error::Kind { .. })
+        ));
+        for k in [
+            gvk("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+            gvk("rbac.authorization.k8s.io", "v1", "Role"),
+            gvk("", "v1", "Secret"),
+            gvk("", "v1", "Pod"),
+        ] {
+            let d = declaring(k.clone());
+            let name = k.to_string();
+            let version_wide = format!("{}/*", name.rsplit_once('/').unwrap().0);
+            for pattern in ["*", version_wide.as_str()] {
+                let err = grant(&["v1/ConfigMap", pattern])
+                    .check("g", &d)
+                    .unwrap_err();
+                assert!(matches!(err, Error::NamedOnly { .. }), "{name}: {err:?}");
+                assert!(err.operator_can_grant());
+                assert!(
+                    err.to_string().contains(&format!("add {name:?} itself")),
+                    "{err}"
+                );
+            }
+            // Named, it is granted; the operator's full grant (`None`) includes it too.
+            assert_eq!(grant(&["v1/ConfigMap", &name]).check("g", &d), Ok(()));
+            assert_eq!(Grant::default().check("g", &d), Ok(()));
+        }
+    }
+
+    #[test]
+    fn an_empty_kinds_list_grants_nothing() {
+        let none = Grant {
+            kinds: Some(BTreeSet::new()),
+            ..Grant::namespaces(["team-a"])
+        };
+        let err = none.check("g", &configmaps()).unwrap_err();
+        assert!(matches!(err, Error::Kind { .. }), "{err:?}");
+        assert!(err.to_string().contains(r#"add "v1/ConfigMap" to `kinds`"#));
     }
 }

@@ -71,8 +71,13 @@ pub enum Error {
 pub struct TenantPolicy {
     /// Namespaces whose labelled ConfigMaps are loaded; `None` = every namespace.
     pub namespaces: Option<BTreeSet<String>>,
-    /// Kinds a tenant guest may declare, as in a grant; `None` = any namespaced kind.
-    pub kinds: Option<BTreeSet<String>>,
+    /// Kinds a tenant guest may declare and write, as in a [`Grant`]: `apiVersion/Kind`,
+    /// `apiVersion/*` or `*`.
+    ///
+    /// Where it may surprise: empty by default, and empty means a tenant's guest loads
+    /// nothing (each is rejected, naming the kind to add here). A wildcard never allows RBAC
+    /// kinds, Secrets or Pods ([`crate::guest::grant::named_only`]): list them by name.
+    pub kinds: BTreeSet<String>,
     /// Concurrent reconciles per tenant guest [1].
     pub workers: usize,
     /// Per-call limits.
@@ -82,7 +87,8 @@ pub struct TenantPolicy {
     /// More than confinement, by the delivering namespace: `[tenants.grants.team-a]` with
     /// `namespaces = ["team-a", "shared"]`, say. The guest's own namespace is always included;
     /// `namespaces` omitted means the guest's own only (never "all", which would let a tenant
-    /// reach cluster-scoped kinds), and `kinds` omitted means the policy's `kinds`.
+    /// reach cluster-scoped kinds), and `kinds` omitted means the policy's `kinds` (a
+    /// namespace's `kinds` replaces them; it does not add to them).
     pub grants: BTreeMap<String, Grant>,
     /// Tenant guests one namespace may run, over all its ConfigMaps [20]. Keys past it are
     /// rejected, with an Event saying so.
@@ -97,7 +103,7 @@ impl Default for TenantPolicy {
     fn default() -> Self {
         Self {
             namespaces: None,
-            kinds: None,
+            kinds: BTreeSet::new(),
             workers: 1,
             limits: Limits::default(),
             max_module_bytes: 32 << 20,
@@ -114,7 +120,7 @@ impl TenantPolicy {
     pub fn settings(&self, name: &str, namespace: &str) -> Settings {
         let mut grant = Grant {
             namespaces: Some([namespace.to_string()].into()),
-            kinds: self.kinds.clone(),
+            kinds: Some(self.kinds.clone()),
             uncached_reads: false,
         };
         if let Some(more) = self.grants.get(namespace) {
@@ -777,10 +783,16 @@ mod tests {
         assert!(a.grant.allows_namespace("team-a") && a.grant.allows_namespace("shared"));
         assert!(!a.grant.allows_namespace("team-b"));
         assert!(a.grant.uncached_reads);
-        assert_eq!(a.grant.kinds, policy.kinds);
+        assert_eq!(a.grant.kinds, Some(policy.kinds.clone()));
         // An empty grant table: still confined, never "all namespaces".
         let b = policy.settings("team-b/x/rec", "team-b");
         assert_eq!(b.grant.namespaces, Some(["team-b".to_string()].into()));
         assert!(!b.grant.uncached_reads);
+    }
+
+    #[test]
+    fn by_default_a_tenant_may_declare_no_kind_at_all() {
+        let s = TenantPolicy::default().settings("team-a/x/rec", "team-a");
+        assert_eq!(s.grant.kinds, Some(BTreeSet::new()));
     }
 }

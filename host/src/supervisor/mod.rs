@@ -456,10 +456,11 @@ impl Supervisor {
                 let mut message = e.to_string();
                 // Advice only where following it could work: an invalid declaration, or one no
                 // grant can allow, is not helped by a wider grant.
-                if tenant && matches!(&e, controller::Error::Grant(g) if g.operator_can_grant()) {
-                    message.push_str(
-                        " (this is a tenant's guest, confined to its ConfigMap's namespace: remove the declaration from describe(), or ask the host's operator to widen [tenants])",
-                    );
+                if let (Source::ConfigMap { namespace, .. }, controller::Error::Grant(g)) =
+                    (&source, &e)
+                    && g.operator_can_grant()
+                {
+                    message.push_str(&report::tenant_grant_advice(g, namespace));
                 }
                 return self.reject_with(name, source, settings, &digest, reason, message, lasting);
             }

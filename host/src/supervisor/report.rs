@@ -302,3 +302,51 @@ fn rfc3339(t: SystemTime) -> String {
         })
         .unwrap_or_default()
 }
+
+/// What a tenant reads after a grant refusal its operator could lift: which setting of the
+/// host config grants it (a tenant's grant is the `[tenants]` section, not a `[guest.grant]`).
+pub(super) fn tenant_grant_advice(e: &crate::guest::grant::Error, namespace: &str) -> String {
+    use crate::guest::grant::Error;
+    let setting = match e {
+        Error::Namespace { .. } => {
+            format!("`namespaces` under [tenants.grants.{namespace}]")
+        }
+        _ => format!(
+            "`kinds` under [tenants] or [tenants.grants.{namespace}] (`--tenant-kinds` for `reconciled run --configmaps` without a config file)"
+        ),
+    };
+    format!(
+        " (this is a tenant's guest, confined to namespace {namespace:?}: remove the declaration from describe(), or ask the host's operator to add it to {setting} in the host config)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tenant_grant_advice;
+    use crate::guest::grant::Error;
+
+    #[test]
+    fn tenant_grant_advice_names_the_setting_that_grants_it() {
+        let kind = Error::Kind {
+            guest: "team-a/cm/rec".into(),
+            kind: "v1/ConfigMap".into(),
+            role: "for",
+        };
+        let advice = tenant_grant_advice(&kind, "team-a");
+        assert!(
+            advice.contains("`kinds` under [tenants] or [tenants.grants.team-a]"),
+            "{advice}"
+        );
+        assert!(advice.contains("--tenant-kinds"), "{advice}");
+        let namespace = Error::Namespace {
+            guest: "team-a/cm/rec".into(),
+            namespace: "shared".into(),
+            granted: "[\"team-a\"]".into(),
+        };
+        let advice = tenant_grant_advice(&namespace, "team-a");
+        assert!(
+            advice.contains("`namespaces` under [tenants.grants.team-a]"),
+            "{advice}"
+        );
+    }
+}

@@ -117,3 +117,11 @@ pub async fn wait_state(informer: &Informer, state: State, timeout: Duration) ->
         }
     }
 }
+
+/// The `[tenants]` policy with these kinds allowed (tenants may declare none by default).
+pub fn tenants(kinds: &[&str]) -> reconciled::sources::configmap::TenantPolicy {
+    reconciled::sources::configmap::TenantPolicy {
+        kinds: kinds.iter().map(|k| k.to_string()).collect(),
+        ..Default::default()
+    }
+}

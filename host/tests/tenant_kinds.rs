@@ -1,0 +1,110 @@
+//! What kinds a tenant's guest may declare, against the real apiserver: none by default, and a
+//! wildcard never covers RBAC kinds, Secrets or Pods.
+
+mod common;
+
+use common::host::{TempDir, supervisor_with};
+use common::namespace;
+use common::wait::{wait_event, wait_until};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::PostParams;
+use reconciled::sources::configmap::{ConfigMapSource, TenantPolicy};
+use std::time::Duration;
+use testenv::ControlPlane;
+
+async fn deliver(client: &kube::Client, ns: &str, name: &str, guest: &str) {
+    let module = std::fs::read(common::guests::wasm(guest)).unwrap();
+    let packed = reconciled::sources::pack::pack(ns, name, "rec", &module).unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(packed).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_a_tenant_guest_loads_nothing_and_is_told_which_setting_allows_it() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "deny-default";
+    namespace(&client, ns).await;
+    let artifacts = TempDir::new("artifacts");
+    let sup = supervisor_with(&client, Some(&artifacts));
+    let _source =
+        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+    deliver(&client, ns, "writer", "stamp_v1").await;
+    let says = r#"add it to `kinds` under [tenants] or [tenants.grants.deny-default]"#;
+    wait_event(
+        &client,
+        ns,
+        "writer",
+        "ModuleRejected",
+        says,
+        Duration::from_secs(30),
+    )
+    .await;
+    let guest = format!("{ns}/writer/rec");
+    assert!(sup.controller(&guest).is_none());
+    let error = sup.last_error(&guest).unwrap();
+    assert!(error.contains(r#"declares kind "v1/ConfigMap""#), "{error}");
+    assert!(error.contains("--tenant-kinds"), "{error}");
+    // Nothing was started for it, and its rejection does not hold the host's readiness.
+    assert!(
+        sup.factory().active().iter().all(|i| {
+            i.key().kind != "ConfigMap" || !i.key().scope.to_string().contains("stamp")
+        })
+    );
+    assert_eq!(sup.readiness(), Ok(()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_does_not_let_a_tenant_guest_declare_pods() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "deny-wildcard";
+    namespace(&client, ns).await;
+    let artifacts = TempDir::new("artifacts");
+    let sup = supervisor_with(&client, Some(&artifacts));
+    let _source =
+        ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
+    // probe watches Pods (and ServiceAccounts and ConfigMaps); stamp only ConfigMaps.
+    deliver(&client, ns, "pods", "probe").await;
+    deliver(&client, ns, "plain", "stamp_v1").await;
+    wait_event(
+        &client,
+        ns,
+        "pods",
+        "ModuleRejected",
+        r#"never allows "v1/Pod""#,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(sup.controller(&format!("{ns}/pods/rec")).is_none());
+    wait_until(
+        "the wildcard still allows ConfigMaps",
+        Duration::from_secs(30),
+        || sup.controller(&format!("{ns}/plain/rec")).is_some(),
+    )
+    .await;
+
+    // Named, Pods are allowed: the same module loads once the operator lists them.
+    let ns = "allow-named";
+    namespace(&client, ns).await;
+    let sup = supervisor_with(&client, Some(&artifacts));
+    let _source = ConfigMapSource::start(
+        sup.factory(),
+        sup.clone(),
+        common::tenants(&["*", "v1/Pod"]),
+    )
+    .unwrap();
+    deliver(&client, ns, "pods", "probe").await;
+    wait_until(
+        "probe loads with Pods named",
+        Duration::from_secs(30),
+        || sup.controller(&format!("{ns}/pods/rec")).is_some(),
+    )
+    .await;
+}
