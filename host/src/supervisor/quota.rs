@@ -228,7 +228,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_seated_guests_count_and_a_guest_that_holds_a_seat_keeps_it() {
+    fn a_rejected_guest_does_not_count_against_the_quota_and_a_reload_never_does() {
         let mut s: Seats<u32> = Seats::default();
         assert_eq!(s.take("team-a", "a", 2), Ok(()));
         assert_eq!(s.take("team-a", "b", 2), Ok(()));
@@ -254,7 +254,7 @@ mod tests {
     }
 
     #[test]
-    fn waiting_guests_are_admitted_in_name_order_as_seats_free_up() {
+    fn a_guest_refused_for_quota_is_admitted_when_room_frees_up_in_name_order() {
         let mut s: Seats<u32> = Seats::default();
         s.take("team-a", "a", 1).unwrap();
         s.park("team-a", "c", 3);
@@ -271,6 +271,86 @@ mod tests {
         assert!(s.admit(1).is_empty(), "c still waits");
         s.release("b");
         assert_eq!(s.admit(1), vec![("c".to_string(), 3)]);
+    }
+
+    /// A supervisor with no API server behind it and no Events: enough for modules refused
+    /// before they reach an informer.
+    fn offline() -> Arc<Supervisor> {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let factory = crate::informer::factory::InformerFactory::new(
+            client.clone(),
+            crate::informer::Options::default(),
+        );
+        Arc::new(Supervisor::new(
+            crate::guest::Runtime::new().unwrap(),
+            Arc::new(factory),
+            client,
+            super::super::Options {
+                events: false,
+                ..super::super::Options::default()
+            },
+        ))
+    }
+
+    fn load(cm: &str, read: super::super::Read) -> Offer {
+        Offer::Load {
+            source: Source::ConfigMap {
+                namespace: "team-a".into(),
+                name: cm.into(),
+                key: "rec.wasm".into(),
+                uid: format!("uid-{cm}"),
+            },
+            settings: crate::controller::Settings::new(&format!("team-a/{cm}/rec")),
+            read,
+            min_interval: std::time::Duration::ZERO,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_guest_refused_for_quota_loads_by_itself_when_a_load_in_its_namespace_is_rejected() {
+        let sup = offline();
+        sup.set_tenant_limits(TenantLimits {
+            max_guests_per_namespace: Some(1),
+            max_cached_bytes_per_namespace: None,
+        });
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        // x holds the namespace's one seat for as long as its bytes are being read.
+        let slow = Box::new(move || {
+            let _ = wait.recv();
+            Ok((b"not a component".to_vec(), None))
+        });
+        sup.offer("team-a/x/rec", load("x", slow));
+        let y = "team-a/y/rec";
+        sup.offer(y, load("y", Box::new(|| Ok((b"nor this".to_vec(), None)))));
+        let refusal = sup.last_error(y).expect("refused at once");
+        assert!(
+            refusal.contains("tenants.max_guests_per_namespace = 1"),
+            "{refusal}"
+        );
+        release.send(()).unwrap();
+        // x is rejected for what it is, which frees its seat; y is then loaded with no new
+        // offer, and rejected for what it is too.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let invalid = |e: String| e.contains("not a valid wasm component");
+        while !(sup.last_error(y).is_some_and(invalid) && sup.offers_idle()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{:?}",
+                sup.last_error(y)
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            sup.status().guest(y).unwrap().rejections,
+            2,
+            "quota, then invalid"
+        );
+        assert_eq!(
+            sup.seats.lock().unwrap().held_in("team-a"),
+            0,
+            "nobody serves"
+        );
     }
 
     #[test]
