@@ -338,6 +338,17 @@ async fn a_load_past_the_namespaces_cache_cap_is_refused_and_shared_informers_ar
             "a wasm page at least: {m:?}"
         );
     }
+    // For the reader of a run: what one small Rust guest costs.
+    eprintln!(
+        "informer {} objects, {} bytes; per guest: cache share {} / {}, peak instance {}, compiled {} (module {})",
+        informer.objects,
+        informer.cached_bytes,
+        m1.cached_bytes,
+        m2.cached_bytes,
+        m1.peak_instance_bytes,
+        m1.compiled_bytes,
+        v1.len()
+    );
     let text = sup.metrics();
     for line in [
         format!(
