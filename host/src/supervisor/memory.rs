@@ -7,9 +7,14 @@
 //! cap on it cannot be dodged, nor charged twice, by sharing. What a guest would cost alone, its
 //! informers' bytes in full, is in `/status` and `/metrics` per informer.
 //!
-//! Where it may surprise: a share moves when another guest starts or stops reading the same
-//! informer, though nothing this guest did changed; and the bytes are the store's objects (see
-//! [`Store::object_bytes`](crate::informer::store::Store::object_bytes)), not its indexes.
+//! Where it may surprise:
+//! - A share moves when another guest starts or stops reading the same informer, though
+//!   nothing this guest did changed; and the bytes are the store's objects (see
+//!   [`Store::object_bytes`](crate::informer::store::Store::object_bytes)), not its indexes.
+//! - The cap is checked once per load, against the guests serving at that moment: two first
+//!   loads of one namespace whose informers sync at the same time are each measured without
+//!   the other, and may together pass the cap. Nothing is evicted when a namespace's objects
+//!   grow past it later; the metrics show it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

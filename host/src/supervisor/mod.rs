@@ -483,8 +483,9 @@ impl Supervisor {
                     // The cache cap is the one admission check this supervisor makes.
                     controller::Error::Refused { .. } => Reason::CacheBytes,
                 };
-                // A deadline or an informer that did not sync may pass next time (a loaded
-                // host, RBAC fixed meanwhile): the same bytes may then be tried again.
+                // A deadline, an informer that did not sync or a full cache cap may pass next
+                // time (a loaded host, RBAC fixed, bytes freed): the same bytes may be tried
+                // again.
                 let lasting = !matches!(
                     e,
                     controller::Error::Informer { .. }
