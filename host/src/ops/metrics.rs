@@ -82,7 +82,7 @@ pub struct Guest {
     /// Its controller, when a version serves; `None` leaves it out of every family but
     /// `reconciled_guest`, `reconciled_guest_serving` and the module families.
     pub controller: Option<Snapshot>,
-    /// What it holds in memory, when a version serves (see [`crate::ops::memory`]).
+    /// What it holds in memory, when a version serves (see `ops/memory.rs`).
     pub memory: Option<GuestMemory>,
 }
 

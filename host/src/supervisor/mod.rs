@@ -21,9 +21,10 @@
 //! - A rejection that could pass next time (a `describe` deadline on a loaded host, an
 //!   informer RBAC forbade) is not remembered: the same bytes are tried again when the source
 //!   next offers them.
-//! - A tenant's load may also be refused for its namespace's quota of guests (see [`quota`]),
-//!   or, once its informers have synced, for the namespace's cap on cache bytes (see
-//!   [`memory`]); both may pass later, and a quota refusal is retried on its own.
+//! - A tenant's load may also be refused for its namespace's quota of guests (see
+//!   `supervisor/quota.rs`), or, once its informers have synced, for the namespace's cap on
+//!   cache bytes (see `supervisor/memory.rs`); both may pass later, and a quota refusal is
+//!   retried on its own.
 
 mod memory;
 mod offers;

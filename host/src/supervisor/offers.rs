@@ -195,7 +195,7 @@ impl<T> Slots<T> {
 
 impl Supervisor {
     /// Hands `offer` for guest `name` to its queue: see the module docs. A tenant's guest
-    /// that would pass its namespace's quota waits instead (see [`super::quota`]).
+    /// that would pass its namespace's quota waits instead (see `supervisor/quota.rs`).
     pub fn offer(self: &Arc<Self>, name: &str, offer: Offer) {
         if self.submit_seated(name, offer) {
             self.drain_all(vec![name.to_string()]);

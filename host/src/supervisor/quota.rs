@@ -25,7 +25,8 @@ use super::{Offer, Reason, Source, Supervisor};
 pub struct TenantLimits {
     /// Guests one namespace may have serving (or loading) at once.
     pub max_guests_per_namespace: Option<usize>,
-    /// Cache bytes one namespace's guests may be attributed (see [`super::memory`]).
+    /// Cache bytes one namespace's guests may be attributed (see `supervisor/memory.rs`: shared
+    /// informers are split between their readers).
     pub max_cached_bytes_per_namespace: Option<u64>,
 }
 
