@@ -226,6 +226,8 @@ pub struct Supervisor {
     seats: Mutex<quota::Seats<Offer>>,
     /// What tenant namespaces may use.
     tenant_limits: Mutex<TenantLimits>,
+    /// Loads admitted under the cache cap that do not serve yet (see `memory::Claims`).
+    cache_claims: Mutex<memory::Claims>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -258,6 +260,7 @@ impl Supervisor {
             offers: Mutex::new(offers::Slots::default()),
             seats: Mutex::new(quota::Seats::default()),
             tenant_limits: Mutex::new(TenantLimits::default()),
+            cache_claims: Mutex::new(memory::Claims::new()),
         }
     }
 
@@ -430,6 +433,7 @@ impl Supervisor {
             }
         }
         let tenant = matches!(source, Source::ConfigMap { .. });
+        let _claim = memory::Claim::of(self, name);
         let admit = |informers: &[Arc<crate::informer::Informer>]| {
             (self.check_cache_cap(name, &source, informers)).map_err(|e| e.to_string())
         };
