@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{Source, Supervisor};
+use crate::controller::{self, Controller, Settings};
+use crate::guest::Module;
 use crate::informer::Informer;
 
 /// One guest's claim on the cache: the informers its serving (or candidate) version reads.
@@ -185,6 +187,33 @@ impl Supervisor {
     /// Each serving guest's share of the cache, in bytes; see the module docs.
     pub(super) fn cache_shares(&self) -> BTreeMap<String, u64> {
         split(&self.readers())
+    }
+
+    /// Starts tenant guest `name`, waits for its informers to sync, and measures them against
+    /// the cache cap: over it, the guest is stopped (its informers released) and the error is
+    /// [`controller::Error::Refused`]. Call it only while holding `name`'s [`Claim`].
+    pub(super) async fn start_tenant(
+        &self,
+        name: &str,
+        source: &Source,
+        module: Module,
+        settings: &Settings,
+    ) -> Result<Arc<Controller>, controller::Error> {
+        let c = Controller::start_synced(
+            &self.factory,
+            self.client.clone(),
+            module,
+            settings.clone(),
+            self.options.sync_timeout,
+        )
+        .await?;
+        // Measured synced: the cap is on what the cache holds, not on a guess.
+        if let Err(over) = self.check_cache_cap(name, source, &c.informers()) {
+            c.stop().await;
+            let (guest, reason) = (name.to_string(), over.to_string());
+            return Err(controller::Error::Refused { guest, reason });
+        }
+        Ok(c)
     }
 
     /// Whether guest `name` of `source` may serve a version reading `informers`, under the

@@ -433,39 +433,22 @@ impl Supervisor {
             }
         }
         let tenant = matches!(source, Source::ConfigMap { .. });
+        // Whatever this load claims under the cache cap, it gives back when it ends.
         let _claim = memory::Claim::of(self, name);
-        let admit = |informers: &[Arc<crate::informer::Informer>]| {
-            (self.check_cache_cap(name, &source, informers)).map_err(|e| e.to_string())
-        };
         let result = match &running {
-            Some(c) => c
-                .reload(
-                    &self.factory,
-                    module.clone(),
-                    self.options.sync_timeout,
-                    admit,
-                )
-                .await
-                .map(|reload| (c.clone(), Some(reload))),
+            Some(c) => {
+                let admit = |informers: &[Arc<crate::informer::Informer>]| {
+                    (self.check_cache_cap(name, &source, informers)).map_err(|e| e.to_string())
+                };
+                let timeout = self.options.sync_timeout;
+                let reload = c
+                    .reload(&self.factory, module.clone(), timeout, admit)
+                    .await;
+                reload.map(|reload| (c.clone(), Some(reload)))
+            }
             None if tenant => {
-                let started = Controller::start_synced(
-                    &self.factory,
-                    self.client.clone(),
-                    module.clone(),
-                    settings.clone(),
-                    self.options.sync_timeout,
-                )
-                .await;
-                // Measured synced: the cap is on what the cache holds, not on a guess.
-                match started.map(|c| (admit(&c.informers()), c)) {
-                    Ok((Ok(()), c)) => Ok((c, None)),
-                    Ok((Err(reason), c)) => {
-                        c.stop().await;
-                        let guest = name.to_string();
-                        Err(controller::Error::Refused { guest, reason })
-                    }
-                    Err(e) => Err(e),
-                }
+                let started = self.start_tenant(name, &source, module.clone(), &settings);
+                started.await.map(|c| (c, None))
             }
             None => Controller::start(
                 &self.factory,
