@@ -10,9 +10,14 @@
 //! namespace (a guest there unloads, or a load there ends without serving), with no edit of its
 //! ConfigMap.
 //!
-//! Where it may surprise: seats are given and freed by the offer queue, so a guest unloaded by
-//! calling [`Supervisor::remove`] directly, not through an [`Offer::Remove`], keeps its seat
-//! until its name is offered again.
+//! Where it may surprise:
+//! - Seats are given and freed by the offer queue, so a guest unloaded by calling
+//!   [`Supervisor::remove`] directly, not through an [`Offer::Remove`], keeps its seat until its
+//!   name is offered again.
+//! - A waiting offer keeps what its source handed over (for a ConfigMap, the packed module, at
+//!   most the API server's 1 MiB per ConfigMap) until it loads or a newer offer replaces it.
+//! - Each offer refused is one more rejection, with its Event: a tenant editing a waiting
+//!   guest's ConfigMap gets one per edit.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
