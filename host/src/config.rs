@@ -23,7 +23,8 @@
 //! kinds = ["v1/ConfigMap", "apps/v1/*"]   # omitted or empty: tenants' guests load nothing;
 //!                                     # a wildcard never allows RBAC kinds, Secrets or Pods
 //! max_module_bytes = 33554432
-//! max_guests_per_namespace = 20
+//! max_guests_per_namespace = 20                # serving or loading; a refused one waits for room
+//! max_cached_bytes_per_namespace = 268435456   # omitted: no cap; shared informers split evenly
 //! min_reload_interval_ms = 1000
 //! [tenants.limits]
 //! deadline_ms = 2000

@@ -61,6 +61,14 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The caller's admission check refused the new version (see [`Controller::reload`]).
+    #[error("guest {guest:?}: {reason}")]
+    Refused {
+        /// The guest.
+        guest: String,
+        /// Why, as the check said.
+        reason: String,
+    },
     /// The declaration is malformed.
     #[error("guest {guest:?}: {reason}")]
     Invalid {
@@ -255,6 +263,11 @@ pub struct Snapshot {
     pub queue: crate::controller::work_queue::Stats,
     /// Workers: the most reconciles run at once.
     pub workers: usize,
+    /// The most linear memory one call into the guest held at once, over every version since
+    /// it started (see [`Metrics::peak_memory_bytes`]).
+    pub peak_memory_bytes: u64,
+    /// The serving module's native code image (see [`Module::compiled_bytes`]).
+    pub compiled_bytes: usize,
 }
 
 impl Controller {
@@ -347,11 +360,15 @@ impl Controller {
     /// the old version keeps serving untouched and the error says why. After the swap, informers
     /// only the old version read are released and every primary key is queued once, at low
     /// priority, for the new version.
+    ///
+    /// `admit` sees the informers the new version would read, synced, just before the swap; an
+    /// `Err` from it is [`Error::Refused`] with its text, and the old version keeps serving.
     pub async fn reload(
         self: &Arc<Self>,
         factory: &InformerFactory,
         module: Module,
         sync_timeout: Duration,
+        admit: impl FnOnce(&[Arc<Informer>]) -> Result<(), String>,
     ) -> Result<Reload, Error> {
         let _one_at_a_time = self.reloading.lock().await;
         let plan = describe(&module, &self.settings).await?;
@@ -373,6 +390,14 @@ impl Controller {
         for (k, sub) in &fresh {
             wait_synced(&self.name, k, sub.informer(), sync_timeout).await?;
         }
+        let reads: Vec<Arc<Informer>> = (plan.kinds.iter())
+            .filter_map(|k| existing.get(&k.key).cloned())
+            .chain(fresh.iter().map(|(_, sub)| sub.informer().clone()))
+            .collect();
+        admit(&reads).map_err(|reason| Error::Refused {
+            guest: self.name.clone(),
+            reason,
+        })?;
         // Only now, with the new version validated, touch informers other guests share.
         for k in &plan.kinds {
             if let Some(informer) = existing.get(&k.key) {
@@ -540,6 +565,8 @@ impl Controller {
             reconciles: self.counters.reconciles.stats(),
             queue: self.queue.stats(),
             workers: self.settings.workers.max(1),
+            peak_memory_bytes: m.peak_memory_bytes.load(Ordering::Relaxed),
+            compiled_bytes: v.module.compiled_bytes(),
         }
     }
 

@@ -110,6 +110,8 @@ pub struct Usage {
     pub host_wait: Duration,
     /// Whether the last API request of the call failed because of the cluster.
     pub cluster_failed: bool,
+    /// The most linear memory the call held at once (see [`imports::Limiter::peak`]).
+    pub memory_bytes: usize,
 }
 
 impl Usage {
@@ -315,7 +317,9 @@ impl Runtime {
             digest: digest.clone(),
             reason: format!("{e:#}"),
         })?;
+        let image = component.image_range();
         Ok(Module {
+            compiled_bytes: (image.end as usize).saturating_sub(image.start as usize),
             engine: self.engine.clone(),
             component: component.clone(),
             artifacts: self.artifacts.clone(),
@@ -346,6 +350,7 @@ pub struct Module {
     pre: ReconcilerPre<HostState>,
     digest: String,
     size: usize,
+    compiled_bytes: usize,
     compile_time: Duration,
     origin: Origin,
     _ticker: Arc<Ticker>,
@@ -369,6 +374,15 @@ impl Module {
     /// The module's size in bytes.
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// Bytes of the native code image wasmtime holds for this module (machine code, its data
+    /// and metadata: what the precompile cache stores), from [`Component::image_range`].
+    ///
+    /// Where it may surprise: it is usually several times [`size`](Self::size), and it is per
+    /// module, not per guest: two guests loading the same bytes each hold their own image.
+    pub fn compiled_bytes(&self) -> usize {
+        self.compiled_bytes
     }
 
     /// How long compiling (or loading from the precompile cache) took, hashing included.
@@ -442,6 +456,12 @@ impl Module {
         };
         let timed = tokio::time::timeout(limits.deadline + Duration::from_secs(1), run).await;
         let usage = usage_of(&store, started);
+        if let Some(ctx) = &store.data().ctx {
+            let peak = usage.memory_bytes as u64;
+            ctx.metrics
+                .peak_memory_bytes
+                .fetch_max(peak, Ordering::Relaxed);
+        }
         let result = match timed {
             Ok(r) => r.map_err(|e| classify(e, &store, limits, &usage)),
             // Only a host import can outlast the epoch deadline, but the guest may have spent
@@ -544,6 +564,7 @@ fn usage_of(store: &Store<HostState>, started: Instant) -> Usage {
         api_wait: state.api_wait(),
         host_wait: state.host_wait(),
         cluster_failed: state.cluster_failed(),
+        memory_bytes: state.limits.peak(),
     }
 }
 
@@ -580,6 +601,7 @@ mod tests {
             api_wait: Duration::from_millis(api),
             host_wait: Duration::from_millis(host),
             cluster_failed: false,
+            memory_bytes: 0,
         }
     }
 

@@ -83,6 +83,9 @@ struct Inner {
     /// find their candidates without a scan.
     by_label: HashMap<Box<str>, HashMap<Box<str>, KeySet>>,
     fields: HashMap<String, FieldIndex>,
+    /// The sum of `items`' [`heap_bytes`](crate::object::Object::heap_bytes), kept as they
+    /// change so that reading it is not a walk over the store.
+    bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -368,8 +371,10 @@ impl Writer {
         let old = inner.items.insert(obj.key_arc().clone(), obj.clone());
         if let Some(old) = &old {
             inner.unindex(old, &self.shared.index_failures);
+            inner.bytes -= old.heap_bytes();
         }
         inner.index(&obj, &self.shared.index_failures);
+        inner.bytes += obj.heap_bytes();
         drop(inner);
         self.shared.changed.notify_waiters();
         old
@@ -383,6 +388,7 @@ impl Writer {
         let mut inner = self.shared.inner.write().unwrap();
         let old = inner.items.remove(key)?;
         inner.unindex(&old, &self.shared.index_failures);
+        inner.bytes -= old.heap_bytes();
         drop(inner);
         self.shared.changed.notify_waiters();
         Some(old)
@@ -424,7 +430,11 @@ impl Writer {
         for obj in items {
             marks.observe(&obj);
             inner.index(&obj, &self.shared.index_failures);
-            inner.items.insert(obj.key_arc().clone(), obj);
+            inner.bytes += obj.heap_bytes();
+            if let Some(twice) = inner.items.insert(obj.key_arc().clone(), obj) {
+                // A list names each key once; should one come twice, the last one stays.
+                inner.bytes -= twice.heap_bytes();
+            }
         }
         // Under the content's write lock, so no reader pairs the new content with an old
         // watermark.
@@ -609,16 +619,13 @@ impl Store {
         self.shared.index_failures.load(Ordering::Relaxed)
     }
 
-    /// Stored objects' approximate heap bytes, excluding index overhead.
+    /// Stored objects' approximate heap bytes (their compact JSON and extracted keys; see
+    /// [`Object::heap_bytes`](crate::object::Object::heap_bytes)), excluding index overhead.
+    ///
+    /// Kept up to date by every change, so reading it costs a read lock, not a walk over the
+    /// store: a scrape may ask for every informer's.
     pub fn object_bytes(&self) -> usize {
-        self.shared
-            .inner
-            .read()
-            .unwrap()
-            .items
-            .values()
-            .map(|o| o.heap_bytes())
-            .sum()
+        self.shared.inner.read().unwrap().bytes
     }
 
     /// Number of distinct values held by each index, for tests and metrics: (namespace, owner,
@@ -1127,5 +1134,47 @@ mod tests {
         };
         assert_eq!(keys(&guest.list(&n1).unwrap()), ["a/1"]);
         assert_eq!(other.field_indexes(), ["spec.nodeName"]);
+    }
+
+    /// The sum a walk over the store would give, to hold the kept count against.
+    fn walked(w: &Writer) -> usize {
+        w.reader().all().iter().map(|o| o.heap_bytes()).sum()
+    }
+
+    #[test]
+    fn the_byte_count_follows_every_change_without_a_walk() {
+        let w = Writer::new();
+        assert_eq!(w.reader().object_bytes(), 0);
+        w.upsert(obj("a", "x", json!({"app": "web"}), json!({"n": 1})));
+        w.upsert(obj("a", "y", json!({}), json!({"n": 2})));
+        assert_eq!(w.reader().object_bytes(), walked(&w));
+        let bigger = obj(
+            "a",
+            "x",
+            json!({"app": "web", "tier": "front"}),
+            json!({"n": "a longer value"}),
+        );
+        w.upsert(bigger);
+        assert_eq!(
+            w.reader().object_bytes(),
+            walked(&w),
+            "a replaced object counts once, at its new size"
+        );
+        w.remove("a/y");
+        assert_eq!(w.reader().object_bytes(), walked(&w));
+        assert!(w.remove("a/absent").is_none());
+        assert_eq!(
+            w.reader().object_bytes(),
+            walked(&w),
+            "removing what is not there changes nothing"
+        );
+        w.replace(vec![obj("b", "z", json!({}), json!({}))], 0);
+        assert_eq!(
+            w.reader().object_bytes(),
+            walked(&w),
+            "a replace counts the new content only"
+        );
+        w.replace(Vec::new(), 0);
+        assert_eq!(w.reader().object_bytes(), 0);
     }
 }

@@ -324,7 +324,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-    use crate::ops::status::{GuestState, GuestStatus, Reconciles};
+    use crate::ops::status::{GuestMemory, GuestState, GuestStatus, Reconciles};
 
     struct Fake {
         readiness: Mutex<Result<(), Vec<String>>>,
@@ -434,6 +434,11 @@ mod tests {
                 },
                 queued: 2,
                 informers: Vec::new(),
+                memory: Some(GuestMemory {
+                    cached_bytes: 4096,
+                    peak_instance_bytes: 1 << 20,
+                    compiled_bytes: 300_000,
+                }),
             }],
             uptime_seconds: 5,
             ..Status::default()

@@ -45,7 +45,9 @@ use crate::controller::reconciles::ReconcileResult;
 use crate::controller::work_queue::Priority;
 use crate::guest::Blame;
 use crate::informer::{Staleness, Stats};
+use crate::ops::memory::encode_memory;
 use crate::ops::process::{Process, encode_process};
+use crate::ops::status::GuestMemory;
 
 /// The content type of what [`encode`] returns: OpenMetrics text 1.0, which Prometheus parses
 /// by this header whatever it asked for.
@@ -80,6 +82,8 @@ pub struct Guest {
     /// Its controller, when a version serves; `None` leaves it out of every family but
     /// `reconciled_guest`, `reconciled_guest_serving` and the module families.
     pub controller: Option<Snapshot>,
+    /// What it holds in memory, when a version serves (see `ops/memory.rs`).
+    pub memory: Option<GuestMemory>,
 }
 
 /// One informer in a [`Scrape`].
@@ -97,6 +101,8 @@ pub struct Informer {
     pub staleness: Staleness,
     /// Objects in its cache.
     pub objects: usize,
+    /// Bytes its objects hold.
+    pub cached_bytes: u64,
 }
 
 /// Renders `scrape` as OpenMetrics text, `# EOF` included; serve it as [`CONTENT_TYPE`].
@@ -193,6 +199,7 @@ impl Collector for Scrape {
         self.encode_work_queue(&mut e, &controllers)?;
         self.encode_guests(&mut e)?;
         self.encode_informers(&mut e)?;
+        encode_memory(&mut e, &self.guests, &self.informers)?;
         if let Some(p) = &self.process {
             encode_process(&mut e, p)?;
         }
@@ -772,6 +779,7 @@ mod tests {
                 resource_version: 42,
             },
             objects: 7,
+            cached_bytes: 7000,
         };
         let text = encode(Scrape {
             guests: vec![Guest {
@@ -781,6 +789,7 @@ mod tests {
                 rejections: vec![("grant", 2)],
                 last_load: None,
                 controller: None,
+                memory: None,
             }],
             unloads: 1,
             informers: vec![informer],
@@ -808,6 +817,7 @@ mod tests {
             "reconciled_guest",
             "reconciled_module_rejections",
             "reconciled_informer_silent_seconds",
+            "reconciled_informer_cached_bytes",
             "process_resident_memory_bytes",
             "process_cpu_seconds",
         ] {

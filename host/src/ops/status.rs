@@ -91,6 +91,24 @@ pub struct GuestStatus {
     /// The informers the serving version reads.
     #[serde(default)]
     pub informers: Vec<GuestInformer>,
+    /// What it holds in memory; `None` while no version serves.
+    #[serde(default)]
+    pub memory: Option<GuestMemory>,
+}
+
+/// The memory a serving guest accounts for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestMemory {
+    /// Its share of the shared cache: each informer it reads, split evenly between the guests
+    /// that read it, so that the shares of all guests (or of one tenant's) sum to what their
+    /// informers hold. What it would cost alone is the sum of its informers' `cached_bytes`
+    /// in [`Status::informers`]. Moves when another guest starts or stops sharing.
+    pub cached_bytes: u64,
+    /// The most linear memory one call into it (a reconcile or a `map`) held at once, over
+    /// every version since it started; 0 before its first call.
+    pub peak_instance_bytes: u64,
+    /// The serving module's compiled native code image.
+    pub compiled_bytes: u64,
 }
 
 /// What a guest is doing, serialised lower-case.
@@ -222,6 +240,10 @@ pub struct InformerStatus {
     /// Objects in its cache.
     #[serde(default)]
     pub objects: usize,
+    /// Bytes its objects hold, all of them, whoever reads them (see
+    /// [`Store::object_bytes`](crate::informer::store::Store::object_bytes)).
+    #[serde(default)]
+    pub cached_bytes: u64,
     /// Seconds since the API server last showed a sign of life for it.
     #[serde(default)]
     pub silent_for_seconds: Option<f64>,
@@ -241,6 +263,7 @@ impl InformerStatus {
             state: (&status.state).into(),
             message: status.message,
             objects: informer.store().len(),
+            cached_bytes: informer.store().object_bytes() as u64,
             silent_for_seconds: stale.silent_for.map(|d| d.as_secs_f64()),
             resource_version: stale.resource_version,
         }
@@ -462,6 +485,7 @@ mod tests {
             reconciles: Reconciles::default(),
             queued: 0,
             informers: Vec::new(),
+            memory: None,
         }
     }
 
@@ -505,6 +529,11 @@ mod tests {
                 resource_version: 42,
                 ..informer("v1/ConfigMap", InformerState::KindNotFound, Some("gone"))
             }],
+            memory: Some(GuestMemory {
+                cached_bytes: 3500,
+                peak_instance_bytes: 1_179_648,
+                compiled_bytes: 420_000,
+            }),
             ..guest("team-a/rec/rec", GuestState::Failing)
         };
         let status = Status {
@@ -515,6 +544,7 @@ mod tests {
                 state: InformerState::Synced,
                 message: None,
                 objects: 7,
+                cached_bytes: 7000,
                 silent_for_seconds: None,
                 resource_version: 42,
             }],
@@ -551,6 +581,7 @@ mod tests {
                     "silent_for_seconds": 1.5,
                     "resource_version": 42,
                 }],
+                "memory": {"cached_bytes": 3500, "peak_instance_bytes": 1_179_648, "compiled_bytes": 420_000},
             }],
             "informers": [{
                 "kind": "v1/ConfigMap",
@@ -558,6 +589,7 @@ mod tests {
                 "state": "Synced",
                 "message": null,
                 "objects": 7,
+                "cached_bytes": 7000,
                 "silent_for_seconds": null,
                 "resource_version": 42,
             }],

@@ -31,9 +31,13 @@
 //! - An edit that leaves `binaryData` as it was (a label, an annotation, `data`) and a resync
 //!   cost one comparison of the text, once every guest of the ConfigMap has loaded from it: the
 //!   modules are not decoded, unpacked or hashed again. Until then (a load in flight, a
-//!   rejection that may pass next time, a key over the namespace's quota) the same bytes are
+//!   rejection that may pass next time, a guest waiting for a seat) the same bytes are
 //!   offered again on the ConfigMap's next event or resync, which is how such a load is
-//!   retried; a guest refused for quota is not retried when room frees up elsewhere.
+//!   retried.
+//! - **Quota.** [`TenantPolicy::max_guests_per_namespace`] counts the guests of a namespace
+//!   that serve or are loading, over all its ConfigMaps; the supervisor keeps the count (see
+//!   [`TenantLimits`]). A guest refused for it is rejected (Event, log, `/status`) and loads by
+//!   itself once a seat frees up, in name order; a new version of a serving guest never waits.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -49,7 +53,7 @@ use crate::informer::{Event, InformerKey, Namespaces, Scope};
 use crate::object::ObjectRef;
 use crate::selector::LabelSelector;
 use crate::sources::pack::{Modules, modules_of, unpack};
-use crate::supervisor::{Offer, Source, Supervisor, Unreadable};
+use crate::supervisor::{Offer, Source, Supervisor, TenantLimits, Unreadable};
 
 /// The label that makes a ConfigMap a module source (value `true`).
 pub const LABEL: &str = "reconciled.dev/reconciler";
@@ -90,9 +94,15 @@ pub struct TenantPolicy {
     /// reach cluster-scoped kinds), and `kinds` omitted means the policy's `kinds` (a
     /// namespace's `kinds` replaces them; it does not add to them).
     pub grants: BTreeMap<String, Grant>,
-    /// Tenant guests one namespace may run, over all its ConfigMaps [20]. Keys past it are
-    /// rejected, with an Event saying so.
+    /// Tenant guests one namespace may have serving or loading, over all its ConfigMaps [20].
+    /// Rejected guests do not count, and a new version of a serving guest never waits. A guest
+    /// past it is rejected, with an Event saying so, and loads by itself once another guest of
+    /// the namespace is removed or rejected.
     pub max_guests_per_namespace: usize,
+    /// Cache bytes one namespace's guests may be attributed, over all its ConfigMaps [none]:
+    /// each informer's objects split evenly between the guests that read it. A load whose
+    /// informers would add bytes past it is rejected once they have synced, and released.
+    pub max_cached_bytes_per_namespace: Option<u64>,
     /// Least time between two loads of one guest, in milliseconds [1000]. Edits arriving
     /// sooner wait, and collapse into one load of the latest: a tenant editing in a loop gets
     /// one compile a second, not one per edit. Unloads never wait.
@@ -109,6 +119,7 @@ impl Default for TenantPolicy {
             max_module_bytes: 32 << 20,
             grants: BTreeMap::new(),
             max_guests_per_namespace: 20,
+            max_cached_bytes_per_namespace: None,
             min_reload_interval_ms: 1000,
         }
     }
@@ -174,6 +185,10 @@ impl ConfigMapSource {
         let sub = factory
             .subscribe(InformerKey::new("", "v1", "ConfigMap", scope), &[])
             .map_err(|e| Error::Subscribe(e.to_string()))?;
+        supervisor.set_tenant_limits(TenantLimits {
+            max_guests_per_namespace: Some(policy.max_guests_per_namespace),
+            max_cached_bytes_per_namespace: policy.max_cached_bytes_per_namespace,
+        });
         let task = tokio::spawn(run(sub, supervisor, policy)).abort_handle();
         Ok(Self { task })
     }
@@ -282,15 +297,16 @@ impl Dispatch {
 }
 
 /// What a ConfigMap's content asks of the supervisor, guest by guest, under `policy`: a load
-/// per module key, unpacked in the guest's own task; a refusal for keys naming one guest twice
-/// and for keys past the namespace's quota (`others` guests already run there from its other
-/// ConfigMaps; this one's keys get the rest in name order). Also returns every guest it names.
+/// per module key in name order, unpacked in the guest's own task, and a refusal for keys
+/// naming one guest twice. Also returns every guest it names.
+///
+/// The namespace's quota is not counted here: the supervisor counts guests that serve or
+/// load, which this source cannot see.
 fn offers_for(
     modules: Modules,
     namespace: &str,
     cm: &str,
     policy: &TenantPolicy,
-    others: usize,
 ) -> (Vec<(String, Offer)>, BTreeSet<String>) {
     let source = |key: &str| Source::ConfigMap {
         namespace: namespace.to_string(),
@@ -316,19 +332,9 @@ fn offers_for(
         );
         offers.push((name.clone(), refused(&name, &keys[0], message)));
     }
-    let mut room = policy.max_guests_per_namespace.saturating_sub(others);
     for m in modules.modules {
         let name = format!("{namespace}/{cm}/{}", m.stem);
         wanted.insert(name.clone());
-        if room == 0 {
-            let message = format!(
-                "namespace {namespace} already runs {} tenant guests, the most the host allows (tenants.max_guests_per_namespace); remove one, or ask the host's operator to raise it",
-                policy.max_guests_per_namespace
-            );
-            offers.push((name.clone(), refused(&name, &m.key, message)));
-            continue;
-        }
-        room -= 1;
         let (key, packed, max) = (m.key.clone(), m.bytes, policy.max_module_bytes);
         offers.push((
             name.clone(),
@@ -431,13 +437,7 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
             );
         }
     }
-    // The namespace's quota: what its other ConfigMaps run first.
-    let others: usize = owned
-        .iter()
-        .filter(|((ns, c), _)| *ns == namespace && *c != cm)
-        .map(|(_, names)| names.len())
-        .sum();
-    let (offers, wanted) = offers_for(modules, &namespace, &cm, &dispatch.policy, others);
+    let (offers, wanted) = offers_for(modules, &namespace, &cm, &dispatch.policy);
     for (name, offer) in offers {
         dispatch.submit(name, offer);
     }
@@ -604,7 +604,7 @@ mod tests {
     #[test]
     fn each_module_key_is_a_load_of_its_guest_unpacked_in_the_guests_own_task() {
         let m = modules(serde_json::json!({"rec.wasm.gz": b64(&gzip(b"module"))}));
-        let (offers, wanted) = offers_for(m, "team-a", "cm", &TenantPolicy::default(), 0);
+        let (offers, wanted) = offers_for(m, "team-a", "cm", &TenantPolicy::default());
         assert_eq!(wanted, ["team-a/cm/rec".to_string()].into());
         let [
             (
@@ -638,7 +638,7 @@ mod tests {
     fn two_keys_naming_one_guest_are_refused_naming_both() {
         let m =
             modules(serde_json::json!({"rec.wasm": b64(b"a"), "rec.wasm.gz": b64(&gzip(b"b"))}));
-        let (offers, wanted) = offers_for(m, "team-a", "cm", &TenantPolicy::default(), 0);
+        let (offers, wanted) = offers_for(m, "team-a", "cm", &TenantPolicy::default());
         assert_eq!(wanted.len(), 1);
         let [(_, Offer::Unreadable { unreadable, .. })] = <[_; 1]>::try_from(offers).unwrap()
         else {
@@ -649,33 +649,6 @@ mod tests {
             "{}",
             unreadable.message
         );
-    }
-
-    #[test]
-    fn keys_past_the_namespace_quota_are_refused_in_name_order() {
-        let policy = TenantPolicy {
-            max_guests_per_namespace: 2,
-            ..TenantPolicy::default()
-        };
-        let m = modules(serde_json::json!({"a.wasm": b64(b"a"), "b.wasm": b64(b"b")}));
-        let (offers, wanted) = offers_for(m, "team-a", "cm", &policy, 1);
-        assert_eq!(wanted.len(), 2, "a refused guest is still this ConfigMap's");
-        let kinds: Vec<(&str, &str)> = offers
-            .iter()
-            .map(|(n, o)| {
-                let kind = match o {
-                    Offer::Load { .. } => "load",
-                    Offer::Unreadable { .. } => "refused",
-                    Offer::Remove => "remove",
-                };
-                (n.as_str(), kind)
-            })
-            .collect();
-        assert_eq!(kinds, [("team-a/cm/a", "load"), ("team-a/cm/b", "refused")]);
-        let Offer::Unreadable { unreadable, .. } = &offers[1].1 else {
-            unreachable!()
-        };
-        assert!(unreadable.message.contains("max_guests_per_namespace"));
     }
 
     #[test]

@@ -21,11 +21,18 @@
 //! - A rejection that could pass next time (a `describe` deadline on a loaded host, an
 //!   informer RBAC forbade) is not remembered: the same bytes are tried again when the source
 //!   next offers them.
+//! - A tenant's load may also be refused for its namespace's quota of guests (see
+//!   `supervisor/quota.rs`), or, once its informers have synced, for the namespace's cap on
+//!   cache bytes (see `supervisor/memory.rs`); both may pass later, and a quota refusal is
+//!   retried on its own.
 
+mod memory;
 mod offers;
+mod quota;
 mod report;
 
 pub use offers::{Offer, Read, Unreadable};
+pub use quota::TenantLimits;
 
 use report::{post_event, report_failures};
 
@@ -94,6 +101,10 @@ pub enum Reason {
     Grant,
     /// An informer only the new version reads did not sync.
     Informer,
+    /// Its namespace has as many tenant guests serving or loading as the host allows.
+    Quota,
+    /// Its informers would take its namespace's guests over their cache bytes cap.
+    CacheBytes,
     /// The host could not run it (engine trouble): not the module's fault.
     Host,
 }
@@ -108,6 +119,8 @@ impl Reason {
             Reason::Describe => "describe",
             Reason::Grant => "grant",
             Reason::Informer => "informer",
+            Reason::Quota => "quota",
+            Reason::CacheBytes => "cache-bytes",
             Reason::Host => "host",
         }
     }
@@ -209,6 +222,12 @@ pub struct Supervisor {
     source_problems: Mutex<BTreeMap<String, String>>,
     /// Every source's offers, drained per guest (see [`Offer`]).
     offers: Mutex<offers::Slots<Offer>>,
+    /// Tenant namespaces' seats, and the offers waiting for one (see [`quota`]).
+    seats: Mutex<quota::Seats<Offer>>,
+    /// What tenant namespaces may use.
+    tenant_limits: Mutex<TenantLimits>,
+    /// Loads admitted under the cache cap that do not serve yet (see `memory::Claims`).
+    cache_claims: Mutex<memory::Claims>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -239,6 +258,9 @@ impl Supervisor {
             started: Instant::now(),
             source_problems: Mutex::new(BTreeMap::new()),
             offers: Mutex::new(offers::Slots::default()),
+            seats: Mutex::new(quota::Seats::default()),
+            tenant_limits: Mutex::new(TenantLimits::default()),
+            cache_claims: Mutex::new(memory::Claims::new()),
         }
     }
 
@@ -270,6 +292,7 @@ impl Supervisor {
     /// that nothing loads a guest again meanwhile.
     pub async fn shutdown(&self) {
         self.offers.lock().unwrap().close();
+        self.seats.lock().unwrap().clear_waiting();
         let entries: Vec<Entry> = std::mem::take(&mut *self.guests.lock().unwrap())
             .into_values()
             .collect();
@@ -410,20 +433,23 @@ impl Supervisor {
             }
         }
         let tenant = matches!(source, Source::ConfigMap { .. });
+        // Whatever this load claims under the cache cap, it gives back when it ends.
+        let _claim = memory::Claim::of(self, name);
         let result = match &running {
-            Some(c) => c
-                .reload(&self.factory, module.clone(), self.options.sync_timeout)
-                .await
-                .map(|reload| (c.clone(), Some(reload))),
-            None if tenant => Controller::start_synced(
-                &self.factory,
-                self.client.clone(),
-                module.clone(),
-                settings.clone(),
-                self.options.sync_timeout,
-            )
-            .await
-            .map(|c| (c, None)),
+            Some(c) => {
+                let admit = |informers: &[Arc<crate::informer::Informer>]| {
+                    (self.check_cache_cap(name, &source, informers)).map_err(|e| e.to_string())
+                };
+                let timeout = self.options.sync_timeout;
+                let reload = c
+                    .reload(&self.factory, module.clone(), timeout, admit)
+                    .await;
+                reload.map(|reload| (c.clone(), Some(reload)))
+            }
+            None if tenant => {
+                let started = self.start_tenant(name, &source, module.clone(), &settings);
+                started.await.map(|c| (c, None))
+            }
             None => Controller::start(
                 &self.factory,
                 self.client.clone(),
@@ -442,12 +468,16 @@ impl Supervisor {
                     }
                     controller::Error::Grant(_) => Reason::Grant,
                     controller::Error::Informer { .. } => Reason::Informer,
+                    // The cache cap is the one admission check this supervisor makes.
+                    controller::Error::Refused { .. } => Reason::CacheBytes,
                 };
-                // A deadline or an informer that did not sync may pass next time (a loaded
-                // host, RBAC fixed meanwhile): the same bytes may then be tried again.
+                // A deadline, an informer that did not sync or a full cache cap may pass next
+                // time (a loaded host, RBAC fixed, bytes freed): the same bytes may be tried
+                // again.
                 let lasting = !matches!(
                     e,
                     controller::Error::Informer { .. }
+                        | controller::Error::Refused { .. }
                         | controller::Error::Describe {
                             source: crate::guest::CallError::Deadline { .. },
                             ..
@@ -585,13 +615,18 @@ impl Supervisor {
             None => "the guest is not running".to_string(),
         };
         tracing::error!(guest = %name, %digest, %source, reason = reason.label(), "module rejected ({keeps}): {message}");
+        // A refusal before the bytes were read (quota) has no digest to name.
+        let module = match digest {
+            "" => String::new(),
+            d => format!(" [module sha256 {d}]"),
+        };
         // Reason and outcome first: Event messages are cut at 1 KiB (see `events`).
         self.event(
             &source,
             Type::Warning,
             "ModuleRejected",
             format!(
-                "guest {name}: module rejected ({}; {keeps}): {message} [module sha256 {digest}]",
+                "guest {name}: module rejected ({}; {keeps}): {message}{module}",
                 reason.label()
             ),
         );

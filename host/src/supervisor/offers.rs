@@ -151,6 +151,16 @@ impl<T> Slots<T> {
         self.pending.remove(name);
     }
 
+    /// Whether an offer for `name` waits behind the one its task is carrying out.
+    pub(super) fn has_newer(&self, name: &str) -> bool {
+        self.pending.get(name).is_some_and(Option::is_some)
+    }
+
+    /// Marks `name` as not settled: what was last offered for it was not carried out.
+    pub(super) fn unsettle(&mut self, name: &str) {
+        self.settled.remove(name);
+    }
+
     /// Whether the host is stopping.
     pub(super) fn is_closed(&self) -> bool {
         self.closed
@@ -159,7 +169,7 @@ impl<T> Slots<T> {
     /// Marks `name` settled, unless something newer is already waiting: this outcome is not
     /// that offer's.
     pub(super) fn settle(&mut self, name: &str) {
-        if !self.pending.get(name).is_some_and(Option::is_some) {
+        if !self.has_newer(name) {
             self.settled.insert(name.to_string());
         }
     }
@@ -184,10 +194,11 @@ impl<T> Slots<T> {
 }
 
 impl Supervisor {
-    /// Hands `offer` for guest `name` to its queue: see the module docs.
+    /// Hands `offer` for guest `name` to its queue: see the module docs. A tenant's guest
+    /// that would pass its namespace's quota waits instead (see `supervisor/quota.rs`).
     pub fn offer(self: &Arc<Self>, name: &str, offer: Offer) {
-        if self.offers.lock().unwrap().submit(name, offer) {
-            tokio::spawn(self.clone().drain(name.to_string()));
+        if self.submit_seated(name, offer) {
+            self.drain_all(vec![name.to_string()]);
         }
     }
 
@@ -203,7 +214,7 @@ impl Supervisor {
         self.offers.lock().unwrap().is_idle()
     }
 
-    async fn drain(self: Arc<Self>, name: String) {
+    pub(super) async fn drain(self: Arc<Self>, name: String) {
         // A panic in a load would otherwise leave the name pending, and every later offer for
         // the guest would wait for a task that is gone.
         struct Abandon<'a>(&'a Supervisor, &'a str);
@@ -249,6 +260,8 @@ impl Supervisor {
             if self.take(&name, offer).await {
                 self.offers.lock().unwrap().settle(&name);
             }
+            let ready = self.reseat(&name);
+            self.drain_all(ready);
         }
     }
 

@@ -2,6 +2,7 @@
 //! the Events a tenant's ConfigMap gets when its guest starts or stops failing.
 
 use super::*;
+use crate::ops::status::GuestMemory;
 
 impl Supervisor {
     /// The status document (`/status`, `reconciled status`); see [`crate::ops::status`] for what
@@ -10,12 +11,13 @@ impl Supervisor {
     /// The guests are read under one lock, the informers after it: the two lists may disagree
     /// for an instant about an informer a guest has just started or released.
     pub fn status(&self) -> Status {
+        let shares = self.cache_shares();
         let guests = self
             .guests
             .lock()
             .unwrap()
             .iter()
-            .map(|(name, e)| guest_status(name, e))
+            .map(|(name, e)| guest_status(name, e, shares.get(name).copied()))
             .collect();
         let sources_without_guests = self
             .source_problems
@@ -95,6 +97,7 @@ impl Supervisor {
     /// The `/metrics` text: OpenMetrics, to serve as [`metrics::CONTENT_TYPE`]. See
     /// [`metrics`] for the families.
     pub fn metrics(&self) -> String {
+        let shares = self.cache_shares();
         let guests: Vec<metrics::Guest> = self
             .guests
             .lock()
@@ -106,7 +109,12 @@ impl Supervisor {
                 loads: e.loads,
                 rejections: e.rejections.iter().map(|(r, n)| (r.label(), *n)).collect(),
                 last_load: e.last_load.map(|t| t.total),
+                memory: None,
                 controller: e.controller.as_ref().map(|c| c.snapshot()),
+            })
+            .map(|mut g| {
+                g.memory = (g.controller.as_ref()).map(|s| memory(s, shares.get(&g.name)));
+                g
             })
             .collect();
         let informers = self
@@ -122,6 +130,7 @@ impl Supervisor {
                     synced: i.status().state.is_synced(),
                     staleness: i.staleness(),
                     objects: i.store().len(),
+                    cached_bytes: i.store().object_bytes() as u64,
                 }
             })
             .collect();
@@ -255,8 +264,8 @@ pub(super) async fn report_failures(
     }
 }
 
-/// One guest's line of the status document.
-fn guest_status(name: &str, e: &Entry) -> GuestStatus {
+/// One guest's line of the status document; `share` is its part of the cache.
+fn guest_status(name: &str, e: &Entry, share: Option<u64>) -> GuestStatus {
     let snap = e.controller.as_ref().map(|c| c.snapshot());
     let (state, reason, blame) = match &snap {
         None if e.loading => (GuestState::Loading, Some("loading".to_string()), None),
@@ -290,6 +299,17 @@ fn guest_status(name: &str, e: &Entry) -> GuestStatus {
                 .map(|(kind, status, stale)| GuestInformer::new(kind, status, stale))
                 .collect()
         }),
+        memory: snap.as_ref().map(|s| memory(s, share.as_ref())),
+    }
+}
+
+/// What a serving guest holds in memory: `share` is its part of the cache (see
+/// [`super::memory`]).
+fn memory(s: &controller::Snapshot, share: Option<&u64>) -> GuestMemory {
+    GuestMemory {
+        cached_bytes: share.copied().unwrap_or(0),
+        peak_instance_bytes: s.peak_memory_bytes,
+        compiled_bytes: s.compiled_bytes as u64,
     }
 }
 

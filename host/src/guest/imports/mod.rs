@@ -13,8 +13,11 @@
 pub mod api;
 pub mod cache;
 pub mod client;
+mod limiter;
 pub mod log;
 pub mod names;
+
+pub use limiter::Limiter;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -91,6 +94,9 @@ pub struct Metrics {
     pub uncached_reads: AtomicU64,
     /// Writes sent to the API server.
     pub writes: AtomicU64,
+    /// The most linear memory one call (a reconcile or a `map`) reached, over all its memories:
+    /// see [`Limiter::peak`].
+    pub peak_memory_bytes: AtomicU64,
 }
 
 /// A kind the guest declared, with its informer and resolved resource.
@@ -399,54 +405,6 @@ pub fn check_access(
     Ok(())
 }
 
-/// Caps one call's memory across *all* its linear memories (a component may have several;
-/// `StoreLimits` would cap each one separately), and its tables.
-#[derive(Debug)]
-pub struct Limiter {
-    memory_used: usize,
-    memory_max: usize,
-}
-
-/// Largest table a guest may grow (function references; a Rust guest needs a few thousand).
-const MAX_TABLE_ELEMENTS: usize = 1 << 20;
-
-impl wasmtime::ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let after = self.memory_used - current.min(self.memory_used) + desired;
-        if after > self.memory_max {
-            return Ok(false);
-        }
-        self.memory_used = after;
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
-    }
-
-    fn instances(&self) -> usize {
-        16
-    }
-
-    fn memories(&self) -> usize {
-        16
-    }
-
-    fn tables(&self) -> usize {
-        64
-    }
-}
-
 /// The store data of one call: WASI (no files, no sockets, no environment), limits and
 /// accounting.
 pub struct HostState {
@@ -524,10 +482,7 @@ impl HostState {
         Self {
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            limits: Limiter {
-                memory_used: 0,
-                memory_max: limits.memory_bytes,
-            },
+            limits: Limiter::new(limits.memory_bytes),
             ctx,
             calls: 0,
             bytes_out: 0,
