@@ -16,6 +16,11 @@
 //! deadline_ms = 10000
 //! memory_bytes = 67108864
 //!
+//! [[guest]]
+//! name = "ops"
+//! module = "ops.wasm"
+//! service_account = "ops/reconciler"  # act as this ServiceAccount, not as the host
+//!
 //! # Load guests tenants deliver in ConfigMaps labelled reconciled.dev/reconciler=true; each is
 //! # confined to its ConfigMap's namespace.
 //! [tenants]
@@ -24,6 +29,7 @@
 //! max_module_bytes = 33554432
 //! max_guests_per_namespace = 20
 //! min_reload_interval_ms = 1000
+//! service_account = "reconciled-guest"  # each tenant's guests act as this SA of their namespace
 //! [tenants.limits]
 //! deadline_ms = 2000
 //! [tenants.grants.team-a]              # team-a's guests may also use namespace "shared"
@@ -36,6 +42,7 @@ use serde::Deserialize;
 
 use crate::controller::Settings;
 use crate::guest::grant::Grant;
+use crate::guest::identity::ServiceAccount;
 use crate::guest::imports::Limits;
 
 /// Errors reading the config file.
@@ -58,6 +65,15 @@ pub enum Error {
         /// What is wrong, with line and column.
         #[source]
         source: toml::de::Error,
+    },
+    /// `[tenants] service_account` is not a ServiceAccount name.
+    #[error("config {path}: tenants.service_account: {source}")]
+    ServiceAccount {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: crate::guest::identity::Error,
     },
     /// Two guests share a name.
     #[error(
@@ -107,6 +123,10 @@ pub struct GuestConfig {
     /// Per-call limits.
     #[serde(default)]
     pub limits: Limits,
+    /// `namespace/name` of a ServiceAccount its writes and uncached reads impersonate; omitted:
+    /// the host's own identity. Its cache reads are then reviewed as that ServiceAccount too.
+    #[serde(default)]
+    pub service_account: Option<ServiceAccount>,
 }
 
 fn one() -> usize {
@@ -122,6 +142,7 @@ impl GuestConfig {
             limits: self.limits,
             workers: self.workers,
             read_your_writes: self.read_your_writes,
+            identity: self.service_account.clone(),
         }
     }
 }
@@ -137,6 +158,15 @@ impl Config {
             path: path.into(),
             source,
         })?;
+        if let Some(t) = &config.tenants {
+            // Checked here, once, with any valid namespace: each tenant's namespace is valid.
+            ServiceAccount::new("default", &t.service_account).map_err(|source| {
+                Error::ServiceAccount {
+                    path: path.into(),
+                    source,
+                }
+            })?;
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         let mut names = std::collections::HashSet::new();
         for g in &mut config.guests {

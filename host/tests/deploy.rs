@@ -13,6 +13,7 @@ use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use reconciled::config::Config;
 use reconciled::guest::Runtime;
+use reconciled::guest::identity::Identities;
 use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
 use reconciled::sources::configmap::ConfigMapSource;
@@ -59,16 +60,19 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         "system:serviceaccounts:reconciled-system".into(),
         "system:authenticated".into(),
     ]);
-    let client = kube::Client::try_from(cfg).unwrap();
+    let identities = Identities::new(cfg).unwrap();
     let runtime = Runtime::new()
         .unwrap()
         .with_artifact_cache(&dir.join("cache"))
         .unwrap();
-    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
+    let factory = Arc::new(InformerFactory::new(
+        identities.host().clone(),
+        Options::default(),
+    ));
     let sup = Arc::new(Supervisor::new(
         runtime,
         factory,
-        client,
+        identities,
         supervisor::Options::default(),
     ));
     let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();

@@ -64,7 +64,7 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
     // Every reconcile of this key panics in the host's worker until the fault is cleared.
     fault::panic_worker(&guest, &format!("{ns}/work"), u32::MAX);
 
-    let sup = supervisor_with(&client, None);
+    let sup = supervisor_with(&cp.admin_config(), None);
     let addr = serve(&sup).await;
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();

@@ -226,24 +226,38 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// Holds the controller only for one step at a time, so that dropping it (unloading the guest)
 /// is never blocked by a worker waiting for an informer that will not sync.
 async fn work(controller: std::sync::Weak<Controller>) {
-    let queue = loop {
+    let (queue, mut hold) = loop {
         let Some(c) = controller.upgrade() else {
             return;
         };
         if c.synced(Duration::from_secs(1)).await {
             tracing::info!(guest = %c.name, "informers synced; reconciling");
-            break c.queue.clone();
+            break (c.queue.clone(), c.hold.subscribe());
         }
         drop(c);
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    while let Some(key) = queue.get().await {
+    loop {
+        // Held: wait without holding the controller (an unload drops the sender, which ends
+        // the wait).
+        if hold.wait_for(Option::is_none).await.is_err() {
+            return;
+        }
+        let Some(key) = queue.get().await else {
+            return;
+        };
         // Done whatever happens below, a panic included: a key never done is never handed out
         // again.
         let _done = Done {
             queue: &queue,
             key: &key,
         };
+        if hold.borrow().is_some() {
+            // Held while this worker waited for a key: the key goes back (queued again once
+            // done), unreconciled.
+            queue.add(key.clone(), Priority::High);
+            continue;
+        }
         let Some(c) = controller.upgrade() else {
             return;
         };

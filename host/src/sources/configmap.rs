@@ -43,6 +43,7 @@ use tokio::task::AbortHandle;
 
 use crate::controller::Settings;
 use crate::guest::grant::Grant;
+use crate::guest::identity::{ANNOTATION, DEFAULT_SERVICE_ACCOUNT, ServiceAccount};
 use crate::guest::imports::Limits;
 use crate::informer::factory::InformerFactory;
 use crate::informer::{Event, InformerKey, Namespaces, Scope};
@@ -91,6 +92,11 @@ pub struct TenantPolicy {
     /// sooner wait, and collapse into one load of the latest: a tenant editing in a loop gets
     /// one compile a second, not one per edit. Unloads never wait.
     pub min_reload_interval_ms: u64,
+    /// The ServiceAccount of its own namespace a tenant's guests act as [reconciled-guest]:
+    /// their writes and uncached reads impersonate it, and their cache reads are reviewed as
+    /// it. A ConfigMap may name another one of its namespace in the annotation
+    /// `reconciled.dev/service-account`.
+    pub service_account: String,
 }
 
 impl Default for TenantPolicy {
@@ -104,14 +110,26 @@ impl Default for TenantPolicy {
             grants: BTreeMap::new(),
             max_guests_per_namespace: 20,
             min_reload_interval_ms: 1000,
+            service_account: DEFAULT_SERVICE_ACCOUNT.into(),
         }
     }
 }
 
 impl TenantPolicy {
     /// The settings of guest `name` delivered in `namespace`: confined to it and no uncached
-    /// reads, unless [`TenantPolicy::grants`] says more for that namespace.
+    /// reads, unless [`TenantPolicy::grants`] says more for that namespace; acting as the
+    /// policy's ServiceAccount of that namespace.
     pub fn settings(&self, name: &str, namespace: &str) -> Settings {
+        let account = ServiceAccount {
+            namespace: namespace.to_string(),
+            // Checked when the host config was read (see `Config::load`).
+            name: self.service_account.clone(),
+        };
+        self.settings_as(name, namespace, account)
+    }
+
+    /// [`TenantPolicy::settings`], acting as `account`.
+    pub fn settings_as(&self, name: &str, namespace: &str, account: ServiceAccount) -> Settings {
         let mut grant = Grant {
             namespaces: Some([namespace.to_string()].into()),
             kinds: self.kinds.clone(),
@@ -132,6 +150,7 @@ impl TenantPolicy {
             limits: self.limits,
             workers: self.workers,
             read_your_writes: None,
+            identity: Some(account),
         }
     }
 }
@@ -285,7 +304,12 @@ fn offers_for(
     cm: &str,
     policy: &TenantPolicy,
     others: usize,
+    account: &Result<ServiceAccount, String>,
 ) -> (Vec<(String, Offer)>, BTreeSet<String>) {
+    let settings = |name: &str| match account {
+        Ok(a) => policy.settings_as(name, namespace, a.clone()),
+        Err(_) => policy.settings(name, namespace),
+    };
     let source = |key: &str| Source::ConfigMap {
         namespace: namespace.to_string(),
         name: cm.to_string(),
@@ -294,7 +318,7 @@ fn offers_for(
     };
     let refused = |name: &str, key: &str, message: String| Offer::Unreadable {
         source: source(key),
-        settings: policy.settings(name, namespace),
+        settings: settings(name),
         unreadable: Unreadable {
             digest: crate::guest::digest_of(message.as_bytes()),
             message,
@@ -322,13 +346,17 @@ fn offers_for(
             offers.push((name.clone(), refused(&name, &m.key, message)));
             continue;
         }
+        if let Err(message) = account {
+            offers.push((name.clone(), refused(&name, &m.key, message.clone())));
+            continue;
+        }
         room -= 1;
         let (key, packed, max) = (m.key.clone(), m.bytes, policy.max_module_bytes);
         offers.push((
             name.clone(),
             Offer::Load {
                 source: source(&m.key),
-                settings: policy.settings(&name, namespace),
+                settings: settings(&name),
                 read: Box::new(move || {
                     unpack(&key, packed, max)
                         .map(|bytes| (bytes, None))
@@ -431,7 +459,8 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
         .filter(|((ns, c), _)| *ns == namespace && *c != cm)
         .map(|(_, names)| names.len())
         .sum();
-    let (offers, wanted) = offers_for(modules, &namespace, &cm, &dispatch.policy, others);
+    let account = account_of(o, &namespace, &dispatch.policy);
+    let (offers, wanted) = offers_for(modules, &namespace, &cm, &dispatch.policy, others, &account);
     for (name, offer) in offers {
         dispatch.submit(name, offer);
     }
@@ -450,8 +479,46 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
     submitted
 }
 
-/// Whether `new` delivers the module bytes `old` did: the same object (uid) with the same
-/// `binaryData`, compared as text, without decoding.
+/// The `reconciled.dev/service-account` annotation of a ConfigMap, if it has one.
+///
+/// Where it may surprise: JSON the borrowing parse cannot read (an escaped character) counts as
+/// no annotation here and as changed modules in [`same_modules`], so it is read again: the
+/// value then comes from the full parse in [`account_of`].
+fn annotated_account(o: &ObjectRef) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Cm {
+        #[serde(default)]
+        metadata: Meta,
+    }
+    #[derive(Default, serde::Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        annotations: BTreeMap<String, String>,
+    }
+    serde_json::from_slice::<Cm>(o.json())
+        .ok()
+        .and_then(|mut cm| cm.metadata.annotations.remove(ANNOTATION))
+}
+
+/// The ServiceAccount the guests of `o` (in `namespace`) act as: the one its annotation names,
+/// or the policy's. A bad annotation is the message every module key of `o` is refused with.
+fn account_of(
+    o: &ObjectRef,
+    namespace: &str,
+    policy: &TenantPolicy,
+) -> Result<ServiceAccount, String> {
+    let name = annotated_account(o).unwrap_or_else(|| policy.service_account.clone());
+    ServiceAccount::new(namespace, &name).map_err(|e| {
+        format!(
+            "annotation {ANNOTATION} names no usable ServiceAccount of namespace {namespace}: {e}; name one (the guest acts as it), or remove the annotation to use {:?}",
+            policy.service_account
+        )
+    })
+}
+
+/// Whether `new` delivers the module bytes `old` did, as the same identity: the same object
+/// (uid) with the same `binaryData`, compared as text, without decoding, and the same
+/// ServiceAccount annotation.
 ///
 /// Where it may surprise: JSON whose `binaryData` cannot be borrowed as it stands (an escaped
 /// character, which neither base64 nor a ConfigMap key holds) counts as changed, so the
@@ -468,6 +535,7 @@ fn same_modules(old: &ObjectRef, new: &ObjectRef) -> bool {
             .map(|cm| cm.binary_data)
     }
     old.uid() == new.uid()
+        && annotated_account(old) == annotated_account(new)
         && match (binary_data(old), binary_data(new)) {
             (Some(a), Some(b)) => a == b,
             _ => false,
@@ -521,15 +589,15 @@ mod tests {
     /// for modules that never get as far as an informer.
     fn offline_dispatch() -> Dispatch {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
+        let identities = crate::guest::identity::Identities::new(config).unwrap();
         let factory = Arc::new(InformerFactory::new(
-            client.clone(),
+            identities.host().clone(),
             crate::informer::Options::default(),
         ));
         let supervisor = Supervisor::new(
             crate::guest::Runtime::new().unwrap(),
             factory,
-            client,
+            identities,
             crate::supervisor::Options {
                 events: false,
                 ..crate::supervisor::Options::default()
@@ -598,7 +666,14 @@ mod tests {
     #[test]
     fn each_module_key_is_a_load_of_its_guest_unpacked_in_the_guests_own_task() {
         let m = modules(serde_json::json!({"rec.wasm.gz": b64(&gzip(b"module"))}));
-        let (offers, wanted) = offers_for(m, "team-a", "cm", &TenantPolicy::default(), 0);
+        let (offers, wanted) = offers_for(
+            m,
+            "team-a",
+            "cm",
+            &TenantPolicy::default(),
+            0,
+            &guest_account(),
+        );
         assert_eq!(wanted, ["team-a/cm/rec".to_string()].into());
         let [
             (
@@ -628,11 +703,88 @@ mod tests {
         );
     }
 
+    fn guest_account() -> Result<ServiceAccount, String> {
+        Ok(ServiceAccount::parse("team-a/reconciled-guest").unwrap())
+    }
+
+    fn annotated(annotation: Option<&str>) -> ObjectRef {
+        let mut meta = serde_json::json!({"name": "my-rec", "namespace": "team-a", "uid": "u-1"});
+        if let Some(a) = annotation {
+            meta["annotations"] = serde_json::json!({ANNOTATION: a});
+        }
+        Arc::new(
+            Object::from_value(
+                serde_json::json!({"metadata": meta, "binaryData": {"rec.wasm": "AA=="}}),
+                &Transform::none(),
+                None,
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn guests_act_as_the_policys_service_account_unless_their_configmap_names_another() {
+        let policy = TenantPolicy::default();
+        let default = account_of(&annotated(None), "team-a", &policy).unwrap();
+        assert_eq!(
+            default.username(),
+            "system:serviceaccount:team-a:reconciled-guest"
+        );
+        let renamed = TenantPolicy {
+            service_account: "tenant-bot".into(),
+            ..TenantPolicy::default()
+        };
+        assert_eq!(
+            account_of(&annotated(None), "team-a", &renamed)
+                .unwrap()
+                .name,
+            "tenant-bot"
+        );
+        let picked = account_of(&annotated(Some("deployer")), "team-a", &policy).unwrap();
+        assert_eq!(
+            picked.to_string(),
+            "team-a/deployer",
+            "always of the ConfigMap's namespace"
+        );
+        let bad = account_of(&annotated(Some("team-b:x")), "team-a", &policy).unwrap_err();
+        assert!(
+            bad.contains(ANNOTATION) && bad.contains("DNS-1123"),
+            "{bad}"
+        );
+        let s = policy.settings("team-a/x/rec", "team-a");
+        assert_eq!(s.identity, Some(default));
+    }
+
+    #[test]
+    fn a_bad_service_account_annotation_refuses_every_module_and_a_changed_one_reloads() {
+        let m = modules(serde_json::json!({"a.wasm": b64(b"a")}));
+        let bad = Err("annotation is bad".to_string());
+        let (offers, _) = offers_for(m, "team-a", "cm", &TenantPolicy::default(), 0, &bad);
+        assert!(
+            matches!(&offers[..], [(_, Offer::Unreadable { unreadable, .. })] if unreadable.message == "annotation is bad")
+        );
+        assert!(
+            !same_modules(&annotated(None), &annotated(Some("deployer"))),
+            "another identity is another load, even with the same bytes"
+        );
+        assert!(same_modules(
+            &annotated(Some("deployer")),
+            &annotated(Some("deployer"))
+        ));
+    }
+
     #[test]
     fn two_keys_naming_one_guest_are_refused_naming_both() {
         let m =
             modules(serde_json::json!({"rec.wasm": b64(b"a"), "rec.wasm.gz": b64(&gzip(b"b"))}));
-        let (offers, wanted) = offers_for(m, "team-a", "cm", &TenantPolicy::default(), 0);
+        let (offers, wanted) = offers_for(
+            m,
+            "team-a",
+            "cm",
+            &TenantPolicy::default(),
+            0,
+            &guest_account(),
+        );
         assert_eq!(wanted.len(), 1);
         let [(_, Offer::Unreadable { unreadable, .. })] = <[_; 1]>::try_from(offers).unwrap()
         else {
@@ -652,7 +804,7 @@ mod tests {
             ..TenantPolicy::default()
         };
         let m = modules(serde_json::json!({"a.wasm": b64(b"a"), "b.wasm": b64(b"b")}));
-        let (offers, wanted) = offers_for(m, "team-a", "cm", &policy, 1);
+        let (offers, wanted) = offers_for(m, "team-a", "cm", &policy, 1, &guest_account());
         assert_eq!(wanted.len(), 2, "a refused guest is still this ConfigMap's");
         let kinds: Vec<(&str, &str)> = offers
             .iter()

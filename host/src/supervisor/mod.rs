@@ -22,6 +22,7 @@
 //!   informer RBAC forbade) is not remembered: the same bytes are tried again when the source
 //!   next offers them.
 
+mod access;
 mod offers;
 mod report;
 
@@ -37,6 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::controller::{self, Controller, Settings};
 use crate::events::Type;
 use crate::guest::artifact_cache::Origin;
+use crate::guest::identity::Identities;
 use crate::guest::{LoadError, Runtime, digest_of};
 use crate::informer::factory::InformerFactory;
 use crate::ops::metrics;
@@ -94,6 +96,8 @@ pub enum Reason {
     Grant,
     /// An informer only the new version reads did not sync.
     Informer,
+    /// The ServiceAccount it acts as may not list and watch what it reads from the cache.
+    Access,
     /// The host could not run it (engine trouble): not the module's fault.
     Host,
 }
@@ -108,6 +112,7 @@ impl Reason {
             Reason::Describe => "describe",
             Reason::Grant => "grant",
             Reason::Informer => "informer",
+            Reason::Access => "access",
             Reason::Host => "host",
         }
     }
@@ -146,6 +151,9 @@ pub struct Options {
     pub sync_timeout: Duration,
     /// Post Kubernetes Events on ConfigMap sources [true].
     pub events: bool,
+    /// How often a guest acting as a ServiceAccount has its cache reads reviewed again [60 s];
+    /// Role and RoleBinding changes trigger a review sooner.
+    pub review_period: Duration,
 }
 
 impl Default for Options {
@@ -153,6 +161,7 @@ impl Default for Options {
         Self {
             sync_timeout: Duration::from_secs(30),
             events: true,
+            review_period: Duration::from_secs(60),
         }
     }
 }
@@ -197,7 +206,9 @@ struct LoadTiming {
 pub struct Supervisor {
     runtime: Runtime,
     factory: Arc<InformerFactory>,
-    client: kube::Client,
+    identities: Identities,
+    /// Guests acting as a ServiceAccount, whose cache reads are reviewed again and again.
+    access: access::Access,
     options: Options,
     guests: Mutex<BTreeMap<String, Entry>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -221,16 +232,23 @@ impl std::fmt::Debug for Supervisor {
 
 impl Supervisor {
     /// A supervisor loading modules with `runtime` and reading through `factory`'s informers.
+    /// Guests act as the host through `identities`, or as the ServiceAccount their settings
+    /// name. Must be created inside a tokio runtime.
     pub fn new(
         runtime: Runtime,
         factory: Arc<InformerFactory>,
-        client: kube::Client,
+        identities: Identities,
         options: Options,
     ) -> Self {
         Self {
             runtime,
             factory,
-            client,
+            access: access::Access::new(
+                identities.host().clone(),
+                options.review_period,
+                options.events,
+            ),
+            identities,
             options,
             guests: Mutex::new(BTreeMap::new()),
             locks: Mutex::new(HashMap::new()),
@@ -270,6 +288,7 @@ impl Supervisor {
     /// that nothing loads a guest again meanwhile.
     pub async fn shutdown(&self) {
         self.offers.lock().unwrap().close();
+        self.access.stop();
         let entries: Vec<Entry> = std::mem::take(&mut *self.guests.lock().unwrap())
             .into_values()
             .collect();
@@ -401,7 +420,23 @@ impl Supervisor {
         };
         let compile = module.compile_time();
         let origin = module.origin();
+        let client = match self.identities.client(settings.identity.as_ref()) {
+            Ok(c) => c,
+            Err(e) => {
+                let message = e.to_string();
+                return self.reject_with(
+                    name,
+                    source,
+                    settings,
+                    &digest,
+                    Reason::Host,
+                    message,
+                    false,
+                );
+            }
+        };
         if let Some(old) = &replaced {
+            self.access.forget(name);
             // Its grant or limits changed: no overlap of the two, so a gap instead. Until the
             // new one starts (or is rejected) the guest is not serving, and says so.
             old.stop().await;
@@ -417,21 +452,16 @@ impl Supervisor {
                 .map(|reload| (c.clone(), Some(reload))),
             None if tenant => Controller::start_synced(
                 &self.factory,
-                self.client.clone(),
+                client,
                 module.clone(),
                 settings.clone(),
                 self.options.sync_timeout,
             )
             .await
             .map(|c| (c, None)),
-            None => Controller::start(
-                &self.factory,
-                self.client.clone(),
-                module.clone(),
-                settings.clone(),
-            )
-            .await
-            .map(|c| (c, None)),
+            None => Controller::start(&self.factory, client, module.clone(), settings.clone())
+                .await
+                .map(|c| (c, None)),
         };
         let (controller, reload) = match result {
             Ok(ok) => ok,
@@ -464,6 +494,25 @@ impl Supervisor {
                 return self.reject_with(name, source, settings, &digest, reason, message, lasting);
             }
         };
+        if let Err(e) = self
+            .review_access(name, &source, &controller, reload.is_some())
+            .await
+        {
+            controller.stop().await;
+            let reason = match e {
+                access::Error::Denied { .. } => Reason::Access,
+                access::Error::Request { .. } => Reason::Host,
+            };
+            return self.reject_with(
+                name,
+                source,
+                settings,
+                &digest,
+                reason,
+                e.to_string(),
+                false,
+            );
+        }
         // Validated: keep the native code for the next load of these bytes.
         module.persist_artifact();
         let timing = LoadTiming {
@@ -512,7 +561,7 @@ impl Supervisor {
             tokio::spawn(report_failures(
                 Arc::downgrade(&controller),
                 controller.watch_failing(),
-                self.client.clone(),
+                self.identities.host().clone(),
                 source,
             ));
         }
@@ -609,6 +658,7 @@ impl Supervisor {
         // The name's lock stays in `locks`: a load waiting on it must not race one that would
         // otherwise create a fresh lock for the same name.
         self.unloads.fetch_add(1, Ordering::Relaxed);
+        self.access.forget(name);
         let digest = entry.controller.as_ref().map(|c| c.digest());
         if let Some(c) = &entry.controller {
             c.stop().await;
@@ -627,7 +677,7 @@ impl Supervisor {
     /// never holds up a load. Other sources have no object to attach one to, and are ignored.
     pub fn event(&self, source: &Source, type_: Type, reason: &str, message: String) {
         if self.options.events {
-            post_event(&self.client, source, type_, reason, message);
+            post_event(self.identities.host(), source, type_, reason, message);
         }
     }
 
