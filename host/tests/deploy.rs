@@ -92,20 +92,7 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
     // which reconciles (writes as the tenant's ServiceAccount) and the host records an Event on
     // the ConfigMap.
     let ns = "team-deploy";
-    common::namespace(&admin, ns).await;
-    let tenant = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/tenant.yaml");
-    let out = cp
-        .kubectl()
-        .args(["apply", "--server-side", "-n", ns, "-f"])
-        .arg(&tenant)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply -n {ns} -f {}: {}",
-        tenant.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::tenant_namespace(cp, ns).await;
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
     cms.create(
         &PostParams::default(),

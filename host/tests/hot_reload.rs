@@ -385,7 +385,7 @@ async fn configmaps_deliver_reload_reject_and_unload_tenant_guests() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "team-a";
-    namespace(&client, ns).await;
+    common::tenant_namespace(cp, ns).await;
     let objects: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     objects
         .create(&PostParams::default(), &stamped("work", "1"))
@@ -555,7 +555,7 @@ async fn a_tenant_guest_cannot_watch_a_cluster_scoped_kind() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "team-c";
-    namespace(&client, ns).await;
+    common::tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let _source =
@@ -728,7 +728,7 @@ async fn tenants_get_a_guest_quota_and_rapid_edits_collapse_into_one_load() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "team-q";
-    namespace(&client, ns).await;
+    common::tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let policy = TenantPolicy {
@@ -798,7 +798,7 @@ async fn a_labelled_configmap_without_a_module_shows_in_status_until_it_goes() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "team-empty";
-    namespace(&client, ns).await;
+    common::tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let _source =

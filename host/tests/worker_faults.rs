@@ -9,7 +9,6 @@ mod common;
 use std::time::Duration;
 
 use common::host::{seen, serve, stamped, supervisor_with};
-use common::namespace;
 use common::wait::wait_event;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -54,7 +53,7 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "worker-faults";
-    namespace(&client, ns).await;
+    common::tenant_namespace(cp, ns).await;
     let objects: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     objects
         .create(&PostParams::default(), &stamped("work", "1"))
