@@ -19,6 +19,7 @@
 //!   a serving one keeps serving.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -267,6 +268,8 @@ struct Shared {
     wake: Notify,
     period: Duration,
     events: bool,
+    /// Passes run so far.
+    passes: AtomicU64,
 }
 
 impl Drop for Access {
@@ -287,6 +290,7 @@ impl Access {
                 wake: Notify::new(),
                 period,
                 events,
+                passes: AtomicU64::new(0),
             }),
             task: Mutex::new(None),
         }
@@ -392,6 +396,10 @@ async fn run(shared: Arc<Shared>, forwarders: Vec<AbortHandle>) {
             _ = shared.wake.notified() => {
                 tokio::time::sleep(SETTLE).await;
                 let dirty = std::mem::take(&mut *shared.dirty.lock().unwrap());
+                if dirty.is_empty() {
+                    // A wake-up left over from a burst the last pass already covered.
+                    continue;
+                }
                 // "" marks a resync of the RBAC informers: everything may have changed.
                 (!dirty.contains("")).then_some(dirty)
             }
@@ -400,17 +408,23 @@ async fn run(shared: Arc<Shared>, forwarders: Vec<AbortHandle>) {
     }
 }
 
-/// One pass: reviews the watched guests (those in `only`'s namespaces, if given) and holds or
-/// resumes each according to the answer.
-async fn pass(shared: &Shared, only: Option<&BTreeSet<String>>) {
-    let guests: Vec<(String, Watched)> = shared
-        .guests
-        .lock()
-        .unwrap()
+/// The guests a pass reviews: those acting as a ServiceAccount of a namespace in `only`, or all.
+fn due(
+    guests: &BTreeMap<String, Watched>,
+    only: Option<&BTreeSet<String>>,
+) -> Vec<(String, Watched)> {
+    guests
         .iter()
         .filter(|(_, w)| only.is_none_or(|ns| ns.contains(&w.account.namespace)))
         .map(|(n, w)| (n.clone(), w.clone()))
-        .collect();
+        .collect()
+}
+
+/// One pass: reviews the watched guests (those in `only`'s namespaces, if given) and holds or
+/// resumes each according to the answer.
+async fn pass(shared: &Shared, only: Option<&BTreeSet<String>>) {
+    shared.passes.fetch_add(1, Ordering::Relaxed);
+    let guests = due(&shared.guests.lock().unwrap(), only);
     let mut memo = Memo::default();
     for (name, w) in guests {
         let Some(controller) = w.controller.upgrade() else {
@@ -528,6 +542,61 @@ mod tests {
             verb: verb.into(),
             namespace: ns.map(str::to_string),
         }
+    }
+
+    fn watched(account: &str) -> Watched {
+        Watched {
+            account: ServiceAccount::parse(account).unwrap(),
+            controller: Weak::new(),
+            source: Source::File("x.wasm".into()),
+        }
+    }
+
+    #[test]
+    fn a_change_in_one_namespace_reviews_only_the_guests_acting_there() {
+        let guests: BTreeMap<String, Watched> = [
+            ("a1".to_string(), watched("team-a/reconciled-guest")),
+            ("a2".to_string(), watched("team-a/deployer")),
+            ("b".to_string(), watched("team-b/reconciled-guest")),
+        ]
+        .into();
+        let names = |only: Option<&BTreeSet<String>>| -> Vec<String> {
+            due(&guests, only).into_iter().map(|(n, _)| n).collect()
+        };
+        assert_eq!(names(Some(&["team-a".to_string()].into())), ["a1", "a2"]);
+        assert_eq!(
+            names(Some(&["team-c".to_string()].into())),
+            Vec::<String>::new()
+        );
+        assert_eq!(names(None), ["a1", "a2", "b"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reviews_run_every_period_and_shortly_after_an_rbac_change() {
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
+                .unwrap();
+        let access = Access::new(client, Duration::from_secs(60), false);
+        let shared = access.shared.clone();
+        let passes = || shared.passes.load(Ordering::Relaxed);
+        let task = tokio::spawn(run(shared.clone(), Vec::new()));
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        assert_eq!(passes(), 0, "not at load: the load reviewed already");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(passes(), 1, "one period");
+        // A burst of RBAC edits in team-a: one pass, once they settle.
+        for _ in 0..3 {
+            shared.dirty.lock().unwrap().insert("team-a".into());
+            shared.wake.notify_one();
+        }
+        tokio::time::sleep(SETTLE / 2).await;
+        assert_eq!(passes(), 1, "still settling");
+        tokio::time::sleep(SETTLE).await;
+        assert_eq!(passes(), 2);
+        assert!(shared.dirty.lock().unwrap().is_empty());
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(passes(), 2, "nothing more until the next period");
+        task.abort();
     }
 
     #[test]
