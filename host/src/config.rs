@@ -211,4 +211,29 @@ mod tests {
         assert!(err.contains("unknown field `namespace`"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn a_guest_acts_as_the_host_unless_it_names_a_service_account() {
+        let dir = std::env::temp_dir().join(format!("reconciled-config-sa-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.toml");
+        let guests = "[[guest]]\nname = \"a\"\nmodule = \"a.wasm\"\n[[guest]]\nname = \"b\"\nmodule = \"b.wasm\"\nservice_account = \"ops/reconciler\"\n";
+        std::fs::write(&path, guests).unwrap();
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.guests[0].settings().identity, None);
+        let b = c.guests[1].settings().identity.unwrap();
+        assert_eq!(b.username(), "system:serviceaccount:ops:reconciler");
+
+        std::fs::write(
+            &path,
+            "[[guest]]\nname = \"a\"\nmodule = \"a.wasm\"\nservice_account = \"reconciler\"\n",
+        )
+        .unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("namespace/name"), "{err}");
+        std::fs::write(&path, "[tenants]\nservice_account = \"Not Valid\"\n").unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("tenants.service_account"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -508,3 +508,74 @@ async fn a_revoked_right_holds_the_guest_and_a_restored_one_resumes_it_without_r
     eprintln!("held {held_after:?} after the RoleBinding was deleted (review period {period:?})");
     sup.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_may_pick_another_service_account_of_its_namespace_and_a_bad_one_is_refused() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "tenant-annotated";
+    tenant(
+        &admin,
+        ns,
+        vec![rule(
+            "",
+            &["configmaps"],
+            &["get", "list", "watch", "patch"],
+        )],
+    )
+    .await;
+    let sup = supervisor_options(&cp.admin_config(), None, supervisor::Options::default());
+    let policy = TenantPolicy {
+        namespaces: Some([ns.to_string()].into()),
+        kinds: Some(["v1/ConfigMap".to_string()].into()),
+        min_reload_interval_ms: 0,
+        ..TenantPolicy::default()
+    };
+    let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
+    deliver(&admin, ns, "stamp_v1").await;
+    let guest = format!("{ns}/rec/rec");
+    wait_serving(&sup, &guest).await;
+
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    let annotate = |value: &'static str| {
+        let cms = cms.clone();
+        async move {
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                "reconciled.dev/service-account": value,
+            }}});
+            cms.patch(
+                "rec",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(patch),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    // Another ServiceAccount, which may read nothing: the guest restarts as it, and is refused.
+    annotate("deployer").await;
+    wait_until(
+        "restarted as deployer and refused",
+        Duration::from_secs(30),
+        || {
+            sup.controller(&guest).is_none()
+                && sup
+                    .last_error(&guest)
+                    .is_some_and(|e| e.contains(&format!("ServiceAccount {ns}/deployer")))
+        },
+    )
+    .await;
+    // A name no ServiceAccount can have: refused, saying so on the ConfigMap.
+    annotate("Not_A_Name").await;
+    common::wait::wait_event(
+        &admin,
+        ns,
+        "rec",
+        "ModuleRejected",
+        "annotation reconciled.dev/service-account names no usable ServiceAccount",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(sup.controller(&guest).is_none());
+    sup.shutdown().await;
+}

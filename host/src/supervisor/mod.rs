@@ -19,8 +19,14 @@
 //!   is rejected if they do not sync, since an older version is serving and should keep doing
 //!   so.
 //! - A rejection that could pass next time (a `describe` deadline on a loaded host, an
-//!   informer RBAC forbade) is not remembered: the same bytes are tried again when the source
-//!   next offers them.
+//!   informer RBAC forbade, a ServiceAccount not yet granted its reads) is not remembered: the
+//!   same bytes are tried again when the source next offers them.
+//! - A guest acting as a ServiceAccount (every tenant's; an operator's that names one) is
+//!   loaded only if that ServiceAccount may list and watch what the guest reads from the
+//!   shared cache, and held while it may not (see `access`). A *reload* that reads a kind the
+//!   ServiceAccount may not is not rejected but held: the swap has happened by then.
+//! - A change of ServiceAccount is a change of settings: the guest restarts, as for a new
+//!   grant.
 
 mod access;
 mod offers;
@@ -503,15 +509,15 @@ impl Supervisor {
                 access::Error::Denied { .. } => Reason::Access,
                 access::Error::Request { .. } => Reason::Host,
             };
-            return self.reject_with(
-                name,
-                source,
-                settings,
-                &digest,
-                reason,
-                e.to_string(),
-                false,
-            );
+            let mut message = e.to_string();
+            if reason == Reason::Access && tenant {
+                // Nothing watches for the grant to load these bytes again: the source offers
+                // them again on the ConfigMap's next event.
+                message.push_str(
+                    " (once granted, touch the ConfigMap, for example with kubectl annotate, to load it again)",
+                );
+            }
+            return self.reject_with(name, source, settings, &digest, reason, message, false);
         }
         // Validated: keep the native code for the next load of these bytes.
         module.persist_artifact();
