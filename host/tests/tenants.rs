@@ -438,7 +438,11 @@ async fn a_revoked_right_holds_the_guest_and_a_restored_one_resumes_it_without_r
     // follow: all listed once before the count starts.
     wait_until("every informer synced", Duration::from_secs(30), || {
         let active = sup.factory().active();
-        active.len() == 4 && active.iter().all(|i| i.status().state.is_synced())
+        active.len() == 4
+            && active.iter().all(|i| {
+                let s = i.stats();
+                i.status().state.is_synced() && s.lists + s.watch_list_syncs > 0
+            })
     })
     .await;
     let before = lists(&sup);

@@ -87,6 +87,10 @@ pub struct Settings {
     pub read_your_writes: Option<bool>,
     /// The ServiceAccount its writes and uncached reads act as; `None`: the host's identity.
     /// The client handed to [`Controller::start`] must be the one acting as it.
+    ///
+    /// Where it may surprise: with one, the guest starts held, and is held again at each swap
+    /// to a new version, until [`Controller::hold`] releases it: whoever runs it must first
+    /// have checked that the ServiceAccount may read what the version reads from the cache.
     pub identity: Option<ServiceAccount>,
 }
 
@@ -303,7 +307,9 @@ impl Controller {
             in_flight: Mutex::new(HashSet::new()),
             last_errors: Mutex::new(HashMap::new()),
             held_back: Mutex::new(String::new()),
-            hold: watch::Sender::new(None),
+            hold: watch::Sender::new(settings.identity.as_ref().map(|account| {
+                format!("what ServiceAccount {account} may read is not reviewed yet")
+            })),
             counters: Counters::default(),
             failures: Mutex::new(Failures::default()),
             failing: watch::Sender::new(None),
@@ -418,6 +424,13 @@ impl Controller {
             self.metrics.clone(),
         );
         let digest = version.module.digest().to_string();
+        if let Some(account) = &self.settings.identity {
+            // Before the swap: no reconcile may run the new version until what it reads is
+            // reviewed (the worker reads the version, then the hold).
+            self.hold(Some(format!(
+                "what ServiceAccount {account} may read with the new version is not reviewed yet"
+            )));
+        }
         *self.current.write().unwrap() = Arc::new(version);
 
         let mut report = Reload {

@@ -515,7 +515,8 @@ impl Supervisor {
                 }
             }
             (Err(e), true) => {
-                tracing::warn!(guest = %name, "access review failed; the next one decides: {e}")
+                // The swap held the guest: it stays held until a review passes.
+                tracing::warn!(guest = %name, "access review of the new version failed; held until the next one passes: {e}")
             }
             (Ok(()), _) => {
                 controller.hold(None);
