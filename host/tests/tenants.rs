@@ -14,7 +14,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use reconciled::controller::Settings;
 use reconciled::guest::grant::Grant;
+use reconciled::guest::identity::ServiceAccount as IdentityAccount;
 use reconciled::ops::status::GuestState;
 use reconciled::sources::configmap::{ConfigMapSource, TenantPolicy};
 use reconciled::supervisor::{self, Applied, Reason, Source, Supervisor};
@@ -581,5 +583,65 @@ async fn a_configmap_may_pick_another_service_account_of_its_namespace_and_a_bad
     )
     .await;
     assert!(sup.controller(&guest).is_none());
+    sup.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_guest_acts_as_the_host_unless_its_config_names_a_service_account() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "operator-identity";
+    // The ServiceAccount may read ConfigMaps, not patch them.
+    tenant(
+        &admin,
+        ns,
+        vec![rule("", &["configmaps"], &["get", "list", "watch"])],
+    )
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    cms.create(&PostParams::default(), &stamped("work", "1"))
+        .await
+        .unwrap();
+    let sup = supervisor_options(&cp.admin_config(), None, supervisor::Options::default());
+    let module = common::guests::wasm("stamp_v1");
+    let bytes = std::fs::read(&module).unwrap();
+    let as_sa = Settings {
+        grant: Grant::namespaces([ns]),
+        identity: Some(IdentityAccount::parse(&format!("{ns}/{GUEST_SA}")).unwrap()),
+        ..Settings::new("ops")
+    };
+    let applied = sup
+        .apply(
+            "ops",
+            Source::File(module.clone()),
+            as_sa.clone(),
+            bytes.clone(),
+        )
+        .await;
+    assert!(matches!(applied, Applied::Loaded { .. }), "{applied:?}");
+    wait_until_async("a forbidden reconcile", Duration::from_secs(30), || async {
+        sup.controller("ops")
+            .and_then(|c| c.last_error(&format!("{ns}/work")))
+            .is_some_and(|e| {
+                e.contains(&format!("ServiceAccount {ns}/{GUEST_SA}"))
+                    && e.contains(r#"verbs:[\"patch\"]"#)
+            })
+    })
+    .await;
+    assert_eq!(seen(&cms, "work").await, None, "nothing written");
+
+    // The same guest without a ServiceAccount: restarted, and writing as the host.
+    let as_host = Settings {
+        identity: None,
+        ..as_sa
+    };
+    let applied = sup.apply("ops", Source::File(module), as_host, bytes).await;
+    assert!(matches!(applied, Applied::Loaded { .. }), "{applied:?}");
+    wait_until_async(
+        "reconciled as the host",
+        Duration::from_secs(30),
+        || async { seen(&cms, "work").await.as_deref() == Some("v1:1") },
+    )
+    .await;
     sup.shutdown().await;
 }

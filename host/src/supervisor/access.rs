@@ -37,7 +37,7 @@ use crate::controller::Controller;
 use crate::events::Type;
 use crate::guest::identity::{Rule, ServiceAccount};
 use crate::informer::factory::InformerFactory;
-use crate::informer::{Event, InformerKey, Namespaces, Scope};
+use crate::informer::{Event, InformerKey, Namespaces, Scope, State};
 
 /// Reviews in flight at once, over every guest: they are requests to the API server.
 pub(super) const CONCURRENT_REVIEWS: usize = 4;
@@ -120,14 +120,36 @@ fn denied_message(account: &ServiceAccount, missing: &[Rule]) -> String {
     )
 }
 
-/// The rules `controller`'s informers need the guest's identity to hold: `list` and `watch` of
-/// each resource, in each namespace it reads (or cluster-wide). Kinds not resolved yet are left
-/// out: a tenant's load waits for its informers to sync first, so this happens only to an
-/// operator's guest, whose informer will say why.
-pub(super) fn needed(controller: &Controller) -> Vec<Rule> {
-    let mut rules = Vec::new();
+/// What `controller`'s informers need the guest's identity to hold.
+#[derive(Debug, Default)]
+pub(super) struct Needed {
+    /// `list` and `watch` of each resource, in each namespace it reads (or cluster-wide).
+    rules: Vec<Rule>,
+    /// Kinds not resolved yet (discovery under way, or the kind not served), whose rules are
+    /// unknown: the guest stays held while there are any.
+    unresolved: Vec<String>,
+}
+
+impl Needed {
+    /// Why the guest stays held while some kinds are unresolved.
+    fn unresolved_reason(&self, account: &ServiceAccount) -> Option<String> {
+        (!self.unresolved.is_empty()).then(|| {
+            format!(
+                "what ServiceAccount {account} may read is reviewed once these kinds resolve: {}",
+                self.unresolved.join(", ")
+            )
+        })
+    }
+}
+
+/// What `controller` reads, as rules its identity must hold. A tenant's load waits for its
+/// informers to sync, so only an operator's guest can have unresolved kinds here.
+pub(super) fn needed(controller: &Controller) -> Needed {
+    let mut needed = Needed::default();
+    let rules = &mut needed.rules;
     for informer in controller.informers() {
         let Some(resource) = informer.resource() else {
+            needed.unresolved.push(informer.key().name().to_string());
             continue;
         };
         let namespaces: Vec<Option<String>> = match &informer.key().scope.namespaces {
@@ -148,7 +170,23 @@ pub(super) fn needed(controller: &Controller) -> Vec<Rule> {
             }
         }
     }
-    rules
+    needed
+}
+
+/// Waits up to `timeout` for `controller`'s informers to resolve their kinds (or fail to: a kind
+/// not served, a scope RBAC forbids), so a review at load sees every kind the guest reads.
+async fn resolved(controller: &Controller, timeout: Duration) -> Needed {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let pending = controller.informers().iter().any(|i| {
+            i.resource().is_none()
+                && !matches!(i.status().state, State::Forbidden | State::KindNotFound)
+        });
+        if !pending || tokio::time::Instant::now() >= deadline {
+            return needed(controller);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Asks the API server, as the host, what ServiceAccounts may do.
@@ -434,9 +472,12 @@ async fn pass(shared: &Shared, only: Option<&BTreeSet<String>>) {
         let needed = needed(&controller);
         match shared
             .reviewer
-            .review_with(&mut memo, &w.account, &needed)
+            .review_with(&mut memo, &w.account, &needed.rules)
             .await
         {
+            Ok(()) if !needed.unresolved.is_empty() => {
+                controller.hold(needed.unresolved_reason(&w.account));
+            }
             Ok(()) => {
                 if controller.hold(None) {
                     let message = format!(
@@ -495,11 +536,12 @@ impl Supervisor {
         let Some(account) = controller.settings().identity.clone() else {
             return Ok(());
         };
+        let needed = resolved(controller, self.options.sync_timeout).await;
         let verdict = self
             .access
             .shared
             .reviewer
-            .review(&account, &needed(controller))
+            .review(&account, &needed.rules)
             .await;
         match (verdict, reloaded) {
             (Err(e), false) => return Err(e),
@@ -519,7 +561,7 @@ impl Supervisor {
                 tracing::warn!(guest = %name, "access review of the new version failed; held until the next one passes: {e}")
             }
             (Ok(()), _) => {
-                controller.hold(None);
+                controller.hold(needed.unresolved_reason(&account));
             }
         }
         let watched = Watched {
