@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use reconciled::controller::Settings;
@@ -643,5 +643,96 @@ async fn an_operators_guest_acts_as_the_host_unless_its_config_names_a_service_a
         || async { seen(&cms, "work").await.as_deref() == Some("v1:1") },
     )
     .await;
+    sup.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_right_lost_through_a_clusterrole_edit_holds_the_guest_within_the_review_period() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "tenant-clusterrole";
+    common::namespace(&admin, ns).await;
+    // The tenant's rights come from a ClusterRole, whose edits no Role or RoleBinding event
+    // announces: only the periodic review sees them.
+    let cluster_roles: Api<ClusterRole> = Api::all(admin.clone());
+    let reader = |verbs: &[&str]| ClusterRole {
+        metadata: meta(&format!("{ns}-reader")),
+        rules: Some(vec![rule("", &["configmaps"], verbs)]),
+        ..Default::default()
+    };
+    cluster_roles
+        .create(
+            &PostParams::default(),
+            &reader(&["get", "list", "watch", "patch"]),
+        )
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &RoleBinding {
+                metadata: meta("tenant"),
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: format!("{ns}-reader"),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: GUEST_SA.into(),
+                    namespace: Some(ns.into()),
+                    ..Default::default()
+                }]),
+            },
+        )
+        .await
+        .unwrap();
+    common::wait_allowed(&admin, ns, GUEST_SA, ("", "configmaps", "list")).await;
+    let period = Duration::from_secs(2);
+    let sup = supervisor_options(
+        &cp.admin_config(),
+        None,
+        supervisor::Options {
+            review_period: period,
+            ..supervisor::Options::default()
+        },
+    );
+    let policy = TenantPolicy {
+        namespaces: Some([ns.to_string()].into()),
+        kinds: Some(["v1/ConfigMap".to_string()].into()),
+        min_reload_interval_ms: 0,
+        ..TenantPolicy::default()
+    };
+    let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
+    deliver(&admin, ns, "stamp_v1").await;
+    let guest = format!("{ns}/rec/rec");
+    wait_serving(&sup, &guest).await;
+    let controller = sup.controller(&guest).unwrap();
+
+    let mut edited = cluster_roles.get(&format!("{ns}-reader")).await.unwrap();
+    edited.rules = reader(&["get", "patch"]).rules;
+    cluster_roles
+        .replace(&format!("{ns}-reader"), &PostParams::default(), &edited)
+        .await
+        .unwrap();
+    // One period, plus the authorizer's own cache and a pass's reviews.
+    let held = wait_until("guest held", period * 4, || {
+        controller.snapshot().held_back.is_some()
+    })
+    .await;
+    let why = controller.snapshot().held_back.unwrap();
+    assert!(why.contains(r#"verbs:["list","watch"]"#), "{why}");
+
+    let mut restored = cluster_roles.get(&format!("{ns}-reader")).await.unwrap();
+    restored.rules = reader(&["get", "list", "watch", "patch"]).rules;
+    cluster_roles
+        .replace(&format!("{ns}-reader"), &PostParams::default(), &restored)
+        .await
+        .unwrap();
+    wait_until("guest resumed", period * 4, || {
+        controller.snapshot().held_back.is_none()
+    })
+    .await;
+    eprintln!("held {held:?} after the ClusterRole edit (review period {period:?})");
     sup.shutdown().await;
 }

@@ -9,8 +9,11 @@
 //!
 //! Where it may surprise:
 //! - Reviews run every [`Options::review_period`](super::Options::review_period) and shortly
-//!   after any Role or RoleBinding changes (a label-less informer on each, shared by every
-//!   guest). A right lost through a ClusterRole edit shows at the next period only.
+//!   after any Role or RoleBinding changes: a label-less informer on each, shared by every
+//!   guest, started with the first guest under review (so the host caches every Role and
+//!   RoleBinding of the cluster, and needs to list and watch them). An informer rather than a
+//!   bare watch, for its relists, bookmarks and reconnects. A right lost through a ClusterRole
+//!   edit shows at the next period only.
 //! - The API server's RBAC authorizer reads Roles through its own cache: a review right after
 //!   an edit may still see the old rules; the next one (at most a period later) sees the new.
 //! - One pass reviews each distinct (ServiceAccount, rule) once, however many guests share it,
@@ -385,6 +388,11 @@ fn rbac_changes(factory: &InformerFactory, shared: &Arc<Shared>) -> Vec<AbortHan
         tasks.push(
             tokio::spawn(async move {
                 while let Some(n) = sub.recv().await {
+                    // The initial list replayed, or a relist that changed nothing: no change
+                    // the last review did not see.
+                    if n.background && !matches!(n.event, Event::Resync) {
+                        continue;
+                    }
                     let namespace = match &n.event {
                         Event::Added(o) => o.namespace().map(str::to_string),
                         Event::Updated { new, .. } => new.namespace().map(str::to_string),
