@@ -12,8 +12,9 @@
 //!   after any Role or RoleBinding changes: a label-less informer on each, shared by every
 //!   guest, started with the first guest under review (so the host caches every Role and
 //!   RoleBinding of the cluster, and needs to list and watch them). An informer rather than a
-//!   bare watch, for its relists, bookmarks and reconnects. A right lost through a ClusterRole
-//!   edit shows at the next period only.
+//!   bare watch, for its relists, bookmarks and reconnects. Like every informer the host runs,
+//!   `/readyz` waits for them and names the rule to add if RBAC forbids them. A right lost
+//!   through a ClusterRole edit shows at the next period only.
 //! - The API server's RBAC authorizer reads Roles through its own cache: a review right after
 //!   an edit may still see the old rules; the next one (at most a period later) sees the new.
 //! - One pass reviews each distinct (ServiceAccount, rule) once, however many guests share it,
