@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
@@ -38,10 +38,17 @@ fn meta(name: &str) -> ObjectMeta {
     }
 }
 
-/// Creates the tenant's ServiceAccount, its Role `tenant` with `rules`, and the RoleBinding
-/// `tenant` of it to the ServiceAccount.
+/// Creates the namespace (unless it exists), the tenant's ServiceAccount, its Role `tenant` with
+/// `rules`, and the RoleBinding `tenant` of it to the ServiceAccount.
 async fn tenant(client: &kube::Client, ns: &str, rules: Vec<PolicyRule>) {
-    common::namespace(client, ns).await;
+    if Api::<Namespace>::all(client.clone())
+        .get_opt(ns)
+        .await
+        .unwrap()
+        .is_none()
+    {
+        common::namespace(client, ns).await;
+    }
     Api::<ServiceAccount>::namespaced(client.clone(), ns)
         .create(
             &PostParams::default(),
@@ -734,5 +741,56 @@ async fn a_right_lost_through_a_clusterrole_edit_holds_the_guest_within_the_revi
     })
     .await;
     eprintln!("held {held:?} after the ClusterRole edit (review period {period:?})");
+    sup.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_refused_for_access_loads_once_its_service_account_is_granted_without_an_edit() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "tenant-granted-later";
+    common::namespace(&admin, ns).await;
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    cms.create(&PostParams::default(), &stamped("work", "1"))
+        .await
+        .unwrap();
+    let sup = supervisor_options(&cp.admin_config(), None, supervisor::Options::default());
+    let policy = TenantPolicy {
+        namespaces: Some([ns.to_string()].into()),
+        kinds: Some(["v1/ConfigMap".to_string()].into()),
+        min_reload_interval_ms: 0,
+        ..TenantPolicy::default()
+    };
+    let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
+    deliver(&admin, ns, "stamp_v1").await;
+    let guest = format!("{ns}/rec/rec");
+    common::wait::wait_event(
+        &admin,
+        ns,
+        "rec",
+        "ModuleRejected",
+        "module rejected (access",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(sup.controller(&guest).is_none());
+
+    // The platform team creates the tenant's Role and RoleBinding; nobody touches the ConfigMap.
+    tenant(
+        &admin,
+        ns,
+        vec![rule(
+            "",
+            &["configmaps"],
+            &["get", "list", "watch", "patch"],
+        )],
+    )
+    .await;
+    wait_until_async(
+        "reconciled once granted",
+        Duration::from_secs(30),
+        || async { seen(&cms, "work").await.as_deref() == Some("v1:1") },
+    )
+    .await;
     sup.shutdown().await;
 }

@@ -33,7 +33,9 @@
 //!   modules are not decoded, unpacked or hashed again. Until then (a load in flight, a
 //!   rejection that may pass next time, a key over the namespace's quota) the same bytes are
 //!   offered again on the ConfigMap's next event or resync, which is how such a load is
-//!   retried; a guest refused for quota is not retried when room frees up elsewhere.
+//!   retried; a guest refused for quota is not retried when room frees up elsewhere. A guest
+//!   refused because its ServiceAccount may not read what it declares is offered again when a
+//!   Role or RoleBinding of its namespace changes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -203,7 +205,30 @@ async fn run(
         policy,
     };
     let mut seen = Seen::default();
-    while let Some(n) = sub.recv().await {
+    let mut access_changes = supervisor.access_changes();
+    loop {
+        let n = tokio::select! {
+            n = sub.recv() => match n {
+                Some(n) => n,
+                None => return,
+            },
+            ns = access_changes.recv() => {
+                let only = match ns {
+                    Ok(ns) if !ns.is_empty() => Some(ns),
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                    // The supervisor is gone; so is every reason to go on.
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                // A guest refused for access may load now. Offered again only if not settled:
+                // the others cost a comparison.
+                for o in informer.store().all() {
+                    if only.as_deref().is_none_or(|ns| o.namespace() == Some(ns)) {
+                        sync(&dispatch, &mut seen, &o).await;
+                    }
+                }
+                continue;
+            }
+        };
         match n.event {
             Event::Added(o) => {
                 sync(&dispatch, &mut seen, &o).await;

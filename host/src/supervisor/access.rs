@@ -32,7 +32,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Api;
 use kube::api::PostParams;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio::task::AbortHandle;
 
 use super::report::post_event;
@@ -47,8 +47,10 @@ use crate::informer::{Event, InformerKey, Namespaces, Scope, State};
 pub(super) const CONCURRENT_REVIEWS: usize = 4;
 
 /// How long after a Role or RoleBinding change the reviews run: a burst of RBAC edits (a
-/// `kubectl apply` of many objects) is one pass.
-const SETTLE: Duration = Duration::from_millis(250);
+/// `kubectl apply` of many objects) is one pass, and the API server's authorizer, which learns
+/// of the change through its own informer, has had time to see it too (a review before that
+/// would answer as before the change).
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// Why a review did not allow the guest's reads.
 #[derive(Debug, thiserror::Error)]
@@ -298,7 +300,9 @@ pub(super) struct Watched {
 #[derive(Debug)]
 pub(super) struct Access {
     shared: Arc<Shared>,
-    task: Mutex<Option<AbortHandle>>,
+    /// The reviewing task: `None` before the first review, and `Some(None)` once stopped, for
+    /// good.
+    task: Mutex<Option<Option<AbortHandle>>>,
 }
 
 #[derive(Debug)]
@@ -312,13 +316,14 @@ struct Shared {
     events: bool,
     /// Passes run so far.
     passes: AtomicU64,
+    /// Namespaces whose RBAC changed ("" for any), for sources to offer again what was refused
+    /// for access there.
+    changes: broadcast::Sender<String>,
 }
 
 impl Drop for Access {
     fn drop(&mut self) {
-        if let Some(t) = self.task.lock().unwrap().take() {
-            t.abort();
-        }
+        self.stop();
     }
 }
 
@@ -333,28 +338,38 @@ impl Access {
                 period,
                 events,
                 passes: AtomicU64::new(0),
+                changes: broadcast::Sender::new(64),
             }),
             task: Mutex::new(None),
         }
     }
 
-    /// Reviews `name` from now on; starts the reviewing task (and the RBAC informers) on first
-    /// use, so a host without such guests neither runs nor needs them.
-    pub(super) fn watch(&self, factory: &InformerFactory, name: &str, watched: Watched) {
+    /// Reviews `name` from now on.
+    pub(super) fn watch(&self, name: &str, watched: Watched) {
         self.shared
             .guests
             .lock()
             .unwrap()
             .insert(name.to_string(), watched);
+    }
+
+    /// Namespaces whose Roles or RoleBindings change from now on ("" for any).
+    pub(super) fn changes(&self) -> broadcast::Receiver<String> {
+        self.shared.changes.subscribe()
+    }
+
+    /// Starts the reviewing task (and the RBAC informers) unless it runs: at the first review,
+    /// so a host without guests acting as a ServiceAccount neither runs nor needs them.
+    fn start(&self, factory: &InformerFactory) {
         let mut task = self.task.lock().unwrap();
         if task.is_none() {
-            *task = Some(
+            *task = Some(Some(
                 tokio::spawn(run(
                     self.shared.clone(),
                     rbac_changes(factory, &self.shared),
                 ))
                 .abort_handle(),
-            );
+            ));
         }
     }
 
@@ -365,7 +380,7 @@ impl Access {
 
     /// Stops the reviewing task.
     pub(super) fn stop(&self) {
-        if let Some(t) = self.task.lock().unwrap().take() {
+        if let Some(t) = self.task.lock().unwrap().replace(None).flatten() {
             t.abort();
         }
     }
@@ -446,6 +461,10 @@ async fn run(shared: Arc<Shared>, forwarders: Vec<AbortHandle>) {
                 if dirty.is_empty() {
                     // A wake-up left over from a burst the last pass already covered.
                     continue;
+                }
+                for ns in &dirty {
+                    // Nobody listening is fine: no source wants them.
+                    let _ = shared.changes.send(ns.clone());
                 }
                 // "" marks a resync of the RBAC informers: everything may have changed.
                 (!dirty.contains("")).then_some(dirty)
@@ -545,6 +564,7 @@ impl Supervisor {
         let Some(account) = controller.settings().identity.clone() else {
             return Ok(());
         };
+        self.access.start(&self.factory);
         let needed = resolved(controller, self.options.sync_timeout).await;
         let verdict = self
             .access
@@ -578,7 +598,7 @@ impl Supervisor {
             controller: Arc::downgrade(controller),
             source: source.clone(),
         };
-        self.access.watch(&self.factory, name, watched);
+        self.access.watch(name, watched);
         Ok(())
     }
 }

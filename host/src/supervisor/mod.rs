@@ -303,6 +303,16 @@ impl Supervisor {
         futures::future::join_all(controllers.iter().map(|c| c.stop())).await;
     }
 
+    /// Namespaces whose Roles or RoleBindings change from now on (`""` for any: missed
+    /// changes), once the host has reviewed any guest's access: a source may offer again there
+    /// what was refused for access, since the same bytes may now load.
+    ///
+    /// Where it may surprise: a receiver that falls behind gets `Lagged`, which it should take
+    /// as "any namespace".
+    pub fn access_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.access.changes()
+    }
+
     /// The informer factory guests share.
     pub fn factory(&self) -> &Arc<InformerFactory> {
         &self.factory
@@ -511,10 +521,10 @@ impl Supervisor {
             };
             let mut message = e.to_string();
             if reason == Reason::Access && tenant {
-                // Nothing watches for the grant to load these bytes again: the source offers
-                // them again on the ConfigMap's next event.
+                // The ConfigMap source offers the bytes again when a Role or RoleBinding of the
+                // namespace changes; a ClusterRole's change it cannot see.
                 message.push_str(
-                    " (once granted, touch the ConfigMap, for example with kubectl annotate, to load it again)",
+                    " (it is loaded again when a Role or RoleBinding of its namespace changes; after granting through a ClusterRole, touch the ConfigMap)",
                 );
             }
             return self.reject_with(name, source, settings, &digest, reason, message, false);
