@@ -79,6 +79,25 @@ pub(super) enum Error {
 /// Verbs by (group, resource), by namespace (`None`: cluster-wide).
 type ByPlace<'a> = BTreeMap<Option<&'a str>, BTreeMap<(&'a str, &'a str), Vec<&'a str>>>;
 
+impl Error {
+    /// How a load refused by this error is rejected: the reason and the message (for a
+    /// tenant's guest, saying when it is tried again).
+    pub(super) fn rejection(&self, tenant: bool) -> (super::Reason, String) {
+        match self {
+            Error::Denied { .. } if tenant => (
+                super::Reason::Access,
+                // The ConfigMap source offers the bytes again when a Role or RoleBinding of the
+                // namespace changes; a ClusterRole's change it cannot see.
+                format!(
+                    "{self} (it is loaded again when a Role or RoleBinding of its namespace changes; after granting through a ClusterRole, touch the ConfigMap)"
+                ),
+            ),
+            Error::Denied { .. } => (super::Reason::Access, self.to_string()),
+            Error::Request { .. } => (super::Reason::Host, self.to_string()),
+        }
+    }
+}
+
 /// `ServiceAccount a/b may not list, watch configmaps in namespace "a" ...; create ...`.
 fn denied_message(account: &ServiceAccount, missing: &[Rule]) -> String {
     let mut by_place: ByPlace<'_> = BTreeMap::new();

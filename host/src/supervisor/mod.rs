@@ -515,18 +515,7 @@ impl Supervisor {
             .await
         {
             controller.stop().await;
-            let reason = match e {
-                access::Error::Denied { .. } => Reason::Access,
-                access::Error::Request { .. } => Reason::Host,
-            };
-            let mut message = e.to_string();
-            if reason == Reason::Access && tenant {
-                // The ConfigMap source offers the bytes again when a Role or RoleBinding of the
-                // namespace changes; a ClusterRole's change it cannot see.
-                message.push_str(
-                    " (it is loaded again when a Role or RoleBinding of its namespace changes; after granting through a ClusterRole, touch the ConfigMap)",
-                );
-            }
+            let (reason, message) = e.rejection(tenant);
             return self.reject_with(name, source, settings, &digest, reason, message, false);
         }
         // Validated: keep the native code for the next load of these bytes.
