@@ -221,6 +221,10 @@ pub fn forbidden(account: &ServiceAccount, rule: Option<&Rule>, server: &str) ->
 
 /// Clients by identity: the host's own, and one impersonating each ServiceAccount a guest acts
 /// as, built on first use from the host's `kube::Config` and then reused.
+///
+/// Where it may surprise: the API server takes one impersonation per request, so if the host's
+/// own config impersonates someone, a guest's client replaces that: its requests come from the
+/// config's real credentials, which must then be allowed to impersonate the ServiceAccount.
 pub struct Identities {
     config: kube::Config,
     host: kube::Client,
