@@ -86,6 +86,7 @@ variants=(
     "hostile_bad_kind:hostile:describe-kind"
     "hostile_bad_selector:hostile:describe-selector"
     "hostile_bad_index:hostile:describe-index"
+    "hostile_escalate:hostile:escalate"
 )
 if $bench; then
     variants+=("stamp_big:stamp:big")

@@ -68,6 +68,10 @@ k get configmaps -l example.reconciled.dev/generator=greeting
 
 step "a tenant delivers a reconciler in a ConfigMap (guest team-a/my-rec/rec)"
 k create namespace team-a --dry-run=client -o yaml | k apply -f -
+# The ServiceAccount the tenant's guests act as, with its Role and RoleBinding: what they may do.
+k apply --server-side -n team-a -f deploy/tenant.yaml
+until_ok 10 "the tenant's RoleBinding in effect" \
+  k auth can-i list configmaps -n team-a --as system:serviceaccount:team-a:reconciled-guest
 k -n team-a create configmap work --from-literal=v=1 --dry-run=client -o yaml \
   | k label --local -f - stamp.reconciled.dev/enabled=true -o yaml | k apply -f -
 target/debug/reconciled pack "$stamp_v1" --name my-rec -n team-a --key rec | k apply --server-side -f -

@@ -16,6 +16,11 @@
 //! deadline_ms = 10000
 //! memory_bytes = 67108864
 //!
+//! [[guest]]
+//! name = "ops"
+//! module = "ops.wasm"
+//! service_account = "ops/reconciler"  # act as this ServiceAccount, not as the host
+//!
 //! # Load guests tenants deliver in ConfigMaps labelled reconciled.dev/reconciler=true; each is
 //! # confined to its ConfigMap's namespace.
 //! [tenants]
@@ -26,6 +31,7 @@
 //! max_guests_per_namespace = 20                # serving or loading; a refused one waits for room
 //! max_cached_bytes_per_namespace = 268435456   # omitted: no cap; shared informers split evenly
 //! min_reload_interval_ms = 1000
+//! service_account = "reconciled-guest"  # each tenant's guests act as this SA of their namespace
 //! [tenants.limits]
 //! deadline_ms = 2000
 //! [tenants.grants.team-a]              # team-a's guests may also use namespace "shared"
@@ -38,6 +44,7 @@ use serde::Deserialize;
 
 use crate::controller::Settings;
 use crate::guest::grant::Grant;
+use crate::guest::identity::ServiceAccount;
 use crate::guest::imports::Limits;
 
 /// Errors reading the config file.
@@ -60,6 +67,15 @@ pub enum Error {
         /// What is wrong, with line and column.
         #[source]
         source: toml::de::Error,
+    },
+    /// `[tenants] service_account` is not a ServiceAccount name.
+    #[error("config {path}: tenants.service_account: {source}")]
+    ServiceAccount {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: crate::guest::identity::Error,
     },
     /// Two guests share a name.
     #[error(
@@ -109,6 +125,10 @@ pub struct GuestConfig {
     /// Per-call limits.
     #[serde(default)]
     pub limits: Limits,
+    /// `namespace/name` of a ServiceAccount its writes and uncached reads impersonate; omitted:
+    /// the host's own identity. Its cache reads are then reviewed as that ServiceAccount too.
+    #[serde(default)]
+    pub service_account: Option<ServiceAccount>,
 }
 
 fn one() -> usize {
@@ -124,6 +144,7 @@ impl GuestConfig {
             limits: self.limits,
             workers: self.workers,
             read_your_writes: self.read_your_writes,
+            identity: self.service_account.clone(),
         }
     }
 }
@@ -139,6 +160,15 @@ impl Config {
             path: path.into(),
             source,
         })?;
+        if let Some(t) = &config.tenants {
+            // Checked here, once, with any valid namespace: each tenant's namespace is valid.
+            ServiceAccount::new("default", &t.service_account).map_err(|source| {
+                Error::ServiceAccount {
+                    path: path.into(),
+                    source,
+                }
+            })?;
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         let mut names = std::collections::HashSet::new();
         for g in &mut config.guests {
@@ -181,6 +211,31 @@ mod tests {
         .unwrap();
         let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains("unknown field `namespace`"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_guest_acts_as_the_host_unless_it_names_a_service_account() {
+        let dir = std::env::temp_dir().join(format!("reconciled-config-sa-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.toml");
+        let guests = "[[guest]]\nname = \"a\"\nmodule = \"a.wasm\"\n[[guest]]\nname = \"b\"\nmodule = \"b.wasm\"\nservice_account = \"ops/reconciler\"\n";
+        std::fs::write(&path, guests).unwrap();
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.guests[0].settings().identity, None);
+        let b = c.guests[1].settings().identity.unwrap();
+        assert_eq!(b.username(), "system:serviceaccount:ops:reconciler");
+
+        std::fs::write(
+            &path,
+            "[[guest]]\nname = \"a\"\nmodule = \"a.wasm\"\nservice_account = \"reconciler\"\n",
+        )
+        .unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("namespace/name"), "{err}");
+        std::fs::write(&path, "[tenants]\nservice_account = \"Not Valid\"\n").unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains("tenants.service_account"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -10,6 +10,7 @@ use reconciled::config::{Config, GuestConfig};
 use reconciled::controller::Settings;
 use reconciled::guest::Runtime;
 use reconciled::guest::artifact_cache::ArtifactCache;
+use reconciled::guest::identity::Identities;
 use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
 use reconciled::sources::configmap::{self, ConfigMapSource, TenantPolicy};
@@ -162,16 +163,18 @@ type Embedded = testenv::ControlPlane;
 #[cfg(not(feature = "embedded-control-plane"))]
 type Embedded = std::convert::Infallible;
 
-async fn client(args: &ClusterArgs) -> anyhow::Result<(kube::Client, Option<Embedded>)> {
+/// The host's connection settings: guests acting as a ServiceAccount get clients built from
+/// them, impersonating it.
+async fn config(args: &ClusterArgs) -> anyhow::Result<(kube::Config, Option<Embedded>)> {
     if let Some(path) = &args.kubeconfig {
         let kc = kube::config::Kubeconfig::read_from(path)?;
         let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-        return Ok((kube::Client::try_from(cfg)?, None));
+        return Ok((cfg, None));
     }
     if std::env::var_os("KUBECONFIG").is_some()
         || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
     {
-        return Ok((kube::Client::try_default().await?, None));
+        return Ok((kube::Config::infer().await?, None));
     }
     #[cfg(not(feature = "embedded-control-plane"))]
     anyhow::bail!(
@@ -182,14 +185,14 @@ async fn client(args: &ClusterArgs) -> anyhow::Result<(kube::Client, Option<Embe
 }
 
 #[cfg(feature = "embedded-control-plane")]
-async fn embedded(args: &ClusterArgs) -> anyhow::Result<(kube::Client, Option<Embedded>)> {
+async fn embedded(args: &ClusterArgs) -> anyhow::Result<(kube::Config, Option<Embedded>)> {
     tracing::info!("no kubeconfig given: starting an embedded control plane on loopback");
     let cp = tokio::task::spawn_blocking(testenv::ControlPlane::start).await??;
     if let Some(out) = &args.write_kubeconfig {
         std::fs::copy(cp.kubeconfig_path(), out)?;
     }
     tracing::info!(kubeconfig = %cp.kubeconfig_path().display(), "embedded control plane ready; try: kubectl --kubeconfig {} get configmaps -A", cp.kubeconfig_path().display());
-    Ok((cp.admin_client(), Some(cp)))
+    Ok((cp.admin_config(), Some(cp)))
 }
 
 /// A connected host: the supervisor and, once [`Host::serve`] is called, the endpoints.
@@ -202,16 +205,20 @@ struct Host {
 }
 
 async fn host(args: &ClusterArgs) -> anyhow::Result<Host> {
-    let (client, embedded) = client(args).await?;
+    let (config, embedded) = config(args).await?;
+    let identities = Identities::new(config)?;
     let mut runtime = Runtime::new()?;
     if let Err(e) = runtime.use_artifact_cache(&ArtifactCache::default_dir()) {
         tracing::warn!("{e}");
     }
-    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
+    let factory = Arc::new(InformerFactory::new(
+        identities.host().clone(),
+        Options::default(),
+    ));
     let supervisor = Arc::new(Supervisor::new(
         runtime,
         factory,
-        client,
+        identities,
         supervisor::Options::default(),
     ));
     Ok(Host {
@@ -282,6 +289,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             read_your_writes: None,
             grant: s.grant,
             limits: s.limits,
+            service_account: None,
         });
     }
     let tenants = match (&config.tenants, args.configmaps) {

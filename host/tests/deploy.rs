@@ -1,6 +1,7 @@
-//! `deploy/reconciled.yaml` against the real apiserver: it applies cleanly, and a host running
-//! as its ServiceAccount (impersonated) with its `host.toml` is ready and serves a tenant's
-//! reconciler with exactly those RBAC rules.
+//! `deploy/reconciled.yaml` and `deploy/tenant.yaml` against the real apiserver: they apply
+//! cleanly, and a host running as the host's ServiceAccount with its `host.toml` is ready and
+//! serves a tenant's reconciler, acting as the tenant's ServiceAccount, with exactly those RBAC
+//! rules; without one of the tenant's rules, the reconciler is refused, naming it.
 
 mod common;
 
@@ -9,10 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::api::rbac::v1::Role;
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use reconciled::config::Config;
 use reconciled::guest::Runtime;
+use reconciled::guest::identity::Identities;
 use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
 use reconciled::sources::configmap::ConfigMapSource;
@@ -51,24 +54,31 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
     let config = Config::load(&dir.join("host.toml")).unwrap();
     let policy = config.tenants.expect("the deployed config loads tenants");
 
-    // The host's identity.
-    let mut cfg = cp.admin_config();
-    cfg.auth_info.impersonate = Some(SA.into());
-    cfg.auth_info.impersonate_groups = Some(vec![
-        "system:serviceaccounts".into(),
-        "system:serviceaccounts:reconciled-system".into(),
-        "system:authenticated".into(),
-    ]);
-    let client = kube::Client::try_from(cfg).unwrap();
+    // The host's identity: a certificate for the ServiceAccount's user name and groups, so that
+    // RBAC treats it as the ServiceAccount. (Not impersonation: the host impersonates tenants'
+    // ServiceAccounts itself, and the API server takes one impersonation per request.)
+    let host = cp
+        .user(
+            SA,
+            &[
+                "system:serviceaccounts",
+                "system:serviceaccounts:reconciled-system",
+            ],
+        )
+        .unwrap();
+    let identities = Identities::new(host.config.clone()).unwrap();
     let runtime = Runtime::new()
         .unwrap()
         .with_artifact_cache(&dir.join("cache"))
         .unwrap();
-    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
+    let factory = Arc::new(InformerFactory::new(
+        identities.host().clone(),
+        Options::default(),
+    ));
     let sup = Arc::new(Supervisor::new(
         runtime,
         factory,
-        client,
+        identities,
         supervisor::Options::default(),
     ));
     let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
@@ -78,10 +88,11 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // A tenant delivers a reconciler; it reconciles (writes as the ServiceAccount) and the
-    // host records an Event on the ConfigMap.
+    // A tenant namespace, as deploy/tenant.yaml sets one up; the tenant delivers a reconciler,
+    // which reconciles (writes as the tenant's ServiceAccount) and the host records an Event on
+    // the ConfigMap.
     let ns = "team-deploy";
-    common::namespace(&admin, ns).await;
+    common::tenant_namespace(cp, ns).await;
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
     cms.create(
         &PostParams::default(),
@@ -140,5 +151,67 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         assert!(Instant::now() < deadline, "no ModuleLoaded Event");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+
+    // Without one of tenant.yaml's verbs (patch, which stamp writes with), the next write is
+    // refused: the reconcile error names the ServiceAccount and the rule to add, and nothing
+    // changes on the server.
+    let roles: Api<Role> = Api::namespaced(admin.clone(), ns);
+    let mut role = roles.get("reconciled-guest").await.unwrap();
+    for rule in role.rules.iter_mut().flatten() {
+        rule.verbs.retain(|v| v != "patch");
+    }
+    roles
+        .replace("reconciled-guest", &PostParams::default(), &role)
+        .await
+        .unwrap();
+    // The RBAC authorizer reads Roles through its own informer: wait until it refuses.
+    let guest = Api::<ConfigMap>::namespaced(
+        kube::Client::try_from({
+            let mut c = cp.admin_config();
+            c.auth_info.impersonate = Some(format!("system:serviceaccount:{ns}:reconciled-guest"));
+            c
+        })
+        .unwrap(),
+        ns,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while guest
+        .patch(
+            "work",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({})),
+        )
+        .await
+        .is_ok()
+    {
+        assert!(Instant::now() < deadline, "the Role edit never took effect");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut work = cms.get("work").await.unwrap();
+    work.data = Some([("v".into(), "8".into())].into());
+    cms.replace("work", &PostParams::default(), &work)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let error = loop {
+        let error = sup
+            .controller("team-deploy/rec/rec")
+            .and_then(|c| c.last_error("team-deploy/work"));
+        if let Some(e) = error.filter(|e| e.contains("Forbidden")) {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "no forbidden reconcile");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        error.contains("ServiceAccount team-deploy/reconciled-guest")
+            && error.contains(r#"add rule {apiGroups:[\"\"], resources:[\"configmaps\"], verbs:[\"patch\"]} to a Role bound to it in namespace \"team-deploy\""#),
+        "{error}"
+    );
+    assert_eq!(
+        common::host::seen(&cms, "work").await.as_deref(),
+        Some("v1:7"),
+        "the refused write changed nothing"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -89,7 +89,7 @@ async fn swaps_under_a_stream_of_updates_keep_cache_queue_and_order() {
     }
     let (v1, v2) = (wasm("stamp_v1"), wasm("stamp_v2"));
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let loaded = sup
         .apply(
             "stamp",
@@ -250,7 +250,7 @@ async fn bad_modules_are_rejected_and_the_old_version_keeps_serving() {
         .await
         .unwrap();
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let v1 = wasm("stamp_v1");
     let good = sup
         .apply(
@@ -385,14 +385,14 @@ async fn configmaps_deliver_reload_reject_and_unload_tenant_guests() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "team-a";
-    namespace(&client, ns).await;
+    common::tenant_namespace(cp, ns).await;
     let objects: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     objects
         .create(&PostParams::default(), &stamped("work", "1"))
         .await
         .unwrap();
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
     let guest = "team-a/my-rec/rec";
@@ -555,9 +555,9 @@ async fn a_tenant_guest_cannot_watch_a_cluster_scoped_kind() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "team-c";
-    namespace(&client, ns).await;
+    common::tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
@@ -595,7 +595,7 @@ async fn a_new_declaration_starts_new_informers_releases_old_ones_and_keeps_shar
         .await
         .unwrap();
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let open = |name: &str| Settings {
         grant: Grant::namespaces([ns]),
         ..Settings::new(name)
@@ -700,9 +700,8 @@ async fn a_new_declaration_starts_new_informers_releases_old_ones_and_keeps_shar
 async fn a_host_that_may_not_watch_configmaps_is_not_ready_and_says_which_rule_to_add() {
     let cp = ControlPlane::shared();
     let user = cp.user("host-without-configmaps", &[]).unwrap();
-    let client = kube::Client::try_from(user.config.clone()).unwrap();
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&user.config, Some(&artifacts));
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -729,9 +728,9 @@ async fn tenants_get_a_guest_quota_and_rapid_edits_collapse_into_one_load() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "team-q";
-    namespace(&client, ns).await;
+    common::tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let policy = TenantPolicy {
         max_guests_per_namespace: 1,
         min_reload_interval_ms: 1000,
@@ -799,9 +798,9 @@ async fn a_labelled_configmap_without_a_module_shows_in_status_until_it_goes() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "team-empty";
-    namespace(&client, ns).await;
+    common::tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);

@@ -173,7 +173,7 @@ async fn metrics_parse_as_openmetrics_and_agree_with_the_reconciles_done() {
     // The first reconcile of `a` panics in the host's worker: an error and a retry to count.
     fault::panic_worker(guest, &format!("{ns}/a"), 1);
 
-    let sup = supervisor_with(&client, None);
+    let sup = supervisor_with(&cp.admin_config(), None);
     let addr = serve(&sup).await;
 
     let settings = Settings {

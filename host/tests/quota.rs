@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::host::{ENABLED, TempDir, seen, stamped, supervisor_with};
-use common::namespace;
+use common::tenant_namespace;
 use common::wait::{wait_event, wait_until};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -130,9 +130,9 @@ async fn the_quota_counts_serving_guests_lets_reloads_through_and_loads_a_refuse
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "team-quota";
-    namespace(&client, ns).await;
+    tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("quota");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let policy = TenantPolicy {
         max_guests_per_namespace: 3,
         min_reload_interval_ms: 0,
@@ -228,8 +228,8 @@ async fn a_load_past_the_namespaces_cache_cap_is_refused_and_shared_informers_ar
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let (big, small) = ("team-cache-big", "team-cache-small");
-    namespace(&client, big).await;
-    namespace(&client, small).await;
+    tenant_namespace(cp, big).await;
+    tenant_namespace(cp, small).await;
     // About 40 KiB for the stamp guest's informer in `big`, 2 small objects in `small`.
     let objects = |ns| Api::<ConfigMap>::namespaced(client.clone(), ns);
     for i in 0..4 {
@@ -247,7 +247,7 @@ async fn a_load_past_the_namespaces_cache_cap_is_refused_and_shared_informers_ar
             .unwrap();
     }
     let artifacts = TempDir::new("cache-cap");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let cap = 16u64 << 10;
     let policy = TenantPolicy {
         max_cached_bytes_per_namespace: Some(cap),

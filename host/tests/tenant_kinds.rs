@@ -4,8 +4,8 @@
 mod common;
 
 use common::host::{TempDir, supervisor_with};
-use common::namespace;
 use common::wait::{wait_event, wait_until};
+use common::{tenant_namespace, wait_allowed};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::PostParams;
@@ -30,9 +30,9 @@ async fn by_default_a_tenant_guest_loads_nothing_and_is_told_which_setting_allow
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "deny-default";
-    namespace(&client, ns).await;
+    tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
     deliver(&client, ns, "writer", "stamp_v1").await;
@@ -65,9 +65,9 @@ async fn a_wildcard_does_not_let_a_tenant_guest_declare_pods() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "deny-wildcard";
-    namespace(&client, ns).await;
+    tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&client, Some(&artifacts));
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
     // probe watches Pods (and ServiceAccounts and ConfigMaps); stamp only ConfigMaps.
@@ -92,8 +92,22 @@ async fn a_wildcard_does_not_let_a_tenant_guest_declare_pods() {
 
     // Named, Pods are allowed: the same module loads once the operator lists them.
     let ns = "allow-named";
-    namespace(&client, ns).await;
-    let sup = supervisor_with(&client, Some(&artifacts));
+    tenant_namespace(cp, ns).await;
+    // The second wall: the tenant's ServiceAccount must also be let read what probe reads.
+    for args in [
+        "create role probe-reads --verb=list,watch --resource=pods,serviceaccounts",
+        "create rolebinding probe-reads --role=probe-reads --serviceaccount=allow-named:reconciled-guest",
+    ] {
+        let out = cp
+            .kubectl()
+            .args(args.split(' '))
+            .args(["-n", ns])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "kubectl {args}: {out:?}");
+    }
+    wait_allowed(&client, ns, "reconciled-guest", ("", "pods", "watch")).await;
+    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
     let _source = ConfigMapSource::start(
         sup.factory(),
         sup.clone(),

@@ -9,7 +9,6 @@ mod common;
 use std::time::Duration;
 
 use common::host::{seen, serve, stamped, supervisor_with};
-use common::namespace;
 use common::wait::wait_event;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -54,7 +53,7 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "worker-faults";
-    namespace(&client, ns).await;
+    common::tenant_namespace(cp, ns).await;
     let objects: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     objects
         .create(&PostParams::default(), &stamped("work", "1"))
@@ -64,7 +63,7 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
     // Every reconcile of this key panics in the host's worker until the fault is cleared.
     fault::panic_worker(&guest, &format!("{ns}/work"), u32::MAX);
 
-    let sup = supervisor_with(&client, None);
+    let sup = supervisor_with(&cp.admin_config(), None);
     let addr = serve(&sup).await;
     let _source =
         ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();

@@ -120,6 +120,7 @@ async fn run(cp: &testenv::ControlPlane, wasm: &Path, n: usize) -> anyhow::Resul
     let ctx = Arc::new(GuestContext {
         name: "bench".into(),
         client,
+        identity: None,
         grant: Grant::default(),
         declared: HashMap::from([(
             Gvk::new("", "v1", "ConfigMap"),

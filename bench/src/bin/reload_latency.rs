@@ -58,6 +58,7 @@ use kube::api::{ListParams, ObjectMeta, PostParams};
 use reconciled::controller::Settings;
 use reconciled::guest::artifact_cache::Origin;
 use reconciled::guest::grant::Grant;
+use reconciled::guest::identity::Identities;
 use reconciled::guest::{Runtime, digest_of};
 use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
@@ -471,10 +472,13 @@ async fn restart(
     module: &Path,
 ) -> anyhow::Result<Restart> {
     let t0 = Instant::now();
-    let client = cp.admin_client();
+    let identities = Identities::new(cp.admin_config())?;
     let runtime = Runtime::new()?.with_artifact_cache(artifacts)?;
-    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
-    let sup = Supervisor::new(runtime, factory, client, supervisor::Options::default());
+    let factory = Arc::new(InformerFactory::new(
+        identities.host().clone(),
+        Options::default(),
+    ));
+    let sup = Supervisor::new(runtime, factory, identities, supervisor::Options::default());
     let setup = t0.elapsed();
     let bytes = std::fs::read(module)?;
     let applied = sup
@@ -619,7 +623,7 @@ async fn run(
     let sup = Arc::new(Supervisor::new(
         runtime,
         factory,
-        client.clone(),
+        Identities::new(cp.admin_config())?,
         supervisor::Options::default(),
     ));
     let (source, mut changes) = DirSource::start(&folder.0, Settle::default())?;

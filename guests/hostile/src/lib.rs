@@ -11,6 +11,7 @@
 //! | `budget-`   | pages through ConfigMaps labelled [`FILLER`] (cache, then api), then reads `filler-0` after each refused page |
 //! | `event-`    | records an Event on itself with reason `HostileCheck` and data `message`      |
 //! | `mapped-`   | records `secrets:<n>`: the Secrets in its namespace annotated [`FOR`] with its name |
+//! | `escalate-` | tries what a tenant should not get through the host (below); once             |
 //! | anything else | records `seen`                                                              |
 //!
 //! `calls-` records one line per call, `<got>\t<expected>\t<call>`, where `got` and `expected`
@@ -20,6 +21,12 @@
 //! hostile text before the results are written, so a trap there shows as no result at all.
 //! `calls-` and `event-` have side effects (a 10 MB allocation per body, an Event), so they run
 //! once: when the annotation is there they do nothing.
+//!
+//! `escalate-` (in the `escalate` variant, which declares the kinds) deletes the Deployment named
+//! by data `deployment`, reads the Secret named by data `secret` uncached, and creates a
+//! RoleBinding `escalated` of the Role named by data `role` to the ServiceAccount named by data
+//! `subject`, all in its own namespace. It records one line per call,
+//! `<call>\t<case>\t<message>` (`ok` and no message on success; never the Secret's content).
 //!
 //! `budget-` records `<cache list>,<cache get>,<api list>,<api get>` as cases; with a byte budget
 //! smaller than the filler ConfigMaps together but larger than one, a host that charges what it
@@ -35,6 +42,7 @@
 //! | `describe-kind`     | `hostile_bad_kind.wasm`     | owns a kind named `a/b`                     |
 //! | `describe-selector` | `hostile_bad_selector.wasm` | label selector `a in (`                     |
 //! | `describe-index`    | `hostile_bad_index.wasm`    | field index `spec..name` on ConfigMaps      |
+//! | `escalate`          | `hostile_escalate.wasm`     | also owns Deployments, Secrets, RoleBindings |
 
 use reconciled_guest::bindings::reconciled::runtime::client::{ApplyPatch, PatchBody};
 use reconciled_guest::bindings::reconciled::runtime::log::Level;
@@ -72,6 +80,12 @@ impl Reconciler for Hostile {
         }
         if cfg!(feature = "map") {
             d = d.watches_guest_map::<Secret>();
+        }
+        if cfg!(feature = "escalate") {
+            d = d
+                .owns_gvk(gvk("apps", "v1", "Deployment"))
+                .owns_gvk(gvk("", "v1", "Secret"))
+                .owns_gvk(gvk("rbac.authorization.k8s.io", "v1", "RoleBinding"));
         }
         let mut description = d.build();
         if cfg!(feature = "describe-kind") {
@@ -120,6 +134,11 @@ impl Reconciler for Hostile {
             .to_string()
         } else if name.starts_with("mapped-") {
             mapped_secrets(&req)?
+        } else if name.starts_with("escalate-") {
+            if done {
+                return Ok(Outcome::Done);
+            }
+            escalate(&req, &cm)
         } else {
             "seen".to_string()
         };
@@ -161,6 +180,42 @@ fn record(req: &Request, cm: &Value, result: &str) -> Result<Outcome> {
         &PatchBody::Merge(patch.to_string()),
     )?;
     Ok(Outcome::Done)
+}
+
+/// What a tenant should get only if its own ServiceAccount may: one line per call.
+fn escalate(req: &Request, cm: &Value) -> String {
+    let data = |k: &str| cm["data"][k].as_str().unwrap_or_default().to_string();
+    let ns = req.namespace.as_str();
+    let line = |call: &str, r: Result<()>| match r {
+        Ok(()) => format!("{call}\tok\t"),
+        Err(e) => format!("{call}\t{}\t{}", e.case(), e.message()),
+    };
+    let binding = json!({
+        "metadata": {"name": "escalated"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": data("role")},
+        "subjects": [{"kind": "ServiceAccount", "name": data("subject"), "namespace": ns}],
+    });
+    [
+        line(
+            "delete-deployment",
+            client::delete(&gvk("apps", "v1", "Deployment"), ns, &data("deployment")),
+        ),
+        // The Secret's content never goes into the result.
+        line(
+            "get-secret",
+            api::get(&gvk("", "v1", "Secret"), ns, &data("secret")).map(|_| ()),
+        ),
+        line(
+            "create-rolebinding",
+            client::create(
+                &gvk("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+                ns,
+                &binding.to_string(),
+            )
+            .map(|_| ()),
+        ),
+    ]
+    .join("\n")
 }
 
 /// The WIT case of an answer, or `ok`.

@@ -29,6 +29,7 @@ use crate::controller::work_queue::{Priority, WorkQueue};
 use crate::controller::worker::{Failures, supervise};
 use crate::guest::bindings::Gvk;
 use crate::guest::grant::{self, Grant};
+use crate::guest::identity::ServiceAccount;
 use crate::guest::imports::{Declared, GuestContext, Limits, Metrics};
 use crate::guest::read_your_writes::Floors;
 use crate::guest::{Blame, CallError, Module};
@@ -92,6 +93,13 @@ pub struct Settings {
     pub workers: usize,
     /// `Some(false)` turns read-your-writes off whatever the guest declares.
     pub read_your_writes: Option<bool>,
+    /// The ServiceAccount its writes and uncached reads act as; `None`: the host's identity.
+    /// The client handed to [`Controller::start`] must be the one acting as it.
+    ///
+    /// Where it may surprise: with one, the guest starts held, and is held again at each swap
+    /// to a new version, until [`Controller::hold`] releases it: whoever runs it must first
+    /// have checked that the ServiceAccount may read what the version reads from the cache.
+    pub identity: Option<ServiceAccount>,
 }
 
 impl Settings {
@@ -103,6 +111,7 @@ impl Settings {
             limits: Limits::default(),
             workers: 1,
             read_your_writes: None,
+            identity: None,
         }
     }
 }
@@ -171,6 +180,9 @@ pub struct Controller {
     in_flight: Mutex<HashSet<String>>,
     last_errors: Mutex<HashMap<String, String>>,
     held_back: Mutex<String>,
+    /// Why reconciles are held whatever the informers say (the guest's identity lost a right
+    /// it reads with); see [`Controller::hold`].
+    hold: watch::Sender<Option<String>>,
     counters: Counters,
     failures: Mutex<Failures>,
     /// The summary of `failures`: `Some` while the guest cannot run (see [`Failing`]); watched
@@ -253,7 +265,8 @@ pub struct Snapshot {
     pub worker_panics: u64,
     /// Why the guest cannot run, if it cannot.
     pub failing: Option<Failing>,
-    /// Why reconciles are held back (an informer not synced), if they are.
+    /// Why reconciles are held back (held by [`Controller::hold`], or an informer not synced),
+    /// if they are.
     pub held_back: Option<String>,
     /// Keys waiting.
     pub queued: usize,
@@ -307,6 +320,9 @@ impl Controller {
             in_flight: Mutex::new(HashSet::new()),
             last_errors: Mutex::new(HashMap::new()),
             held_back: Mutex::new(String::new()),
+            hold: watch::Sender::new(settings.identity.as_ref().map(|account| {
+                format!("what ServiceAccount {account} may read is not reviewed yet")
+            })),
             counters: Counters::default(),
             failures: Mutex::new(Failures::default()),
             failing: watch::Sender::new(None),
@@ -433,6 +449,13 @@ impl Controller {
             self.metrics.clone(),
         );
         let digest = version.module.digest().to_string();
+        if let Some(account) = &self.settings.identity {
+            // Before the swap: no reconcile may run the new version until what it reads is
+            // reviewed (the worker reads the version, then the hold).
+            self.hold(Some(format!(
+                "what ServiceAccount {account} may read with the new version is not reviewed yet"
+            )));
+        }
         *self.current.write().unwrap() = Arc::new(version);
 
         let mut report = Reload {
@@ -560,7 +583,7 @@ impl Controller {
             errors_by_blame: Blame::ALL.map(|b| self.counters.errors(b)),
             worker_panics: self.counters.worker_panics.load(Ordering::Relaxed),
             failing: self.failing(),
-            held_back: self.not_ready(),
+            held_back: self.held().or_else(|| self.not_ready()),
             queued: self.queue.len(),
             reconciles: self.counters.reconciles.stats(),
             queue: self.queue.stats(),
@@ -568,6 +591,29 @@ impl Controller {
             peak_memory_bytes: m.peak_memory_bytes.load(Ordering::Relaxed),
             compiled_bytes: v.module.compiled_bytes(),
         }
+    }
+
+    /// Holds every reconcile (`Some(why)`) or lets them run again (`None`); returns whether
+    /// that changed anything. Held, no reconcile starts and keys stay queued, events still
+    /// queue them, and informers keep running: releasing needs no relist. A reconcile already
+    /// running finishes.
+    pub fn hold(&self, reason: Option<String>) -> bool {
+        self.hold.send_if_modified(|h| {
+            let changed = *h != reason;
+            if changed {
+                match &reason {
+                    Some(why) => tracing::warn!(guest = %self.name, "reconciles held: {why}"),
+                    None => tracing::info!(guest = %self.name, "reconciles resumed"),
+                }
+                *h = reason;
+            }
+            changed
+        })
+    }
+
+    /// Why reconciles are held by [`Controller::hold`], if they are.
+    pub fn held(&self) -> Option<String> {
+        self.hold.borrow().clone()
     }
 
     /// Why the guest cannot run, if it cannot (see [`Failing`]).
@@ -662,6 +708,7 @@ fn build_version_from(
     let ctx = Arc::new(GuestContext {
         name: settings.name.clone(),
         client: client.clone(),
+        identity: settings.identity.clone(),
         grant: settings.grant.clone(),
         declared,
         read_your_writes: plan.read_your_writes,

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -11,7 +12,7 @@ use futures::FutureExt;
 
 use crate::controller::reconciles::ReconcileResult;
 use crate::controller::work_queue::{Priority, WorkQueue};
-use crate::controller::{Controller, Failing};
+use crate::controller::{Controller, Failing, Version};
 use crate::guest::Blame;
 use crate::guest::bindings::{Outcome, Request};
 use crate::guest::imports::Metrics;
@@ -100,7 +101,9 @@ impl Controller {
         self.set_failing(key, reason, Blame::Host);
     }
 
-    async fn reconcile_one(&self, key: &str) -> ReconcileResult {
+    /// Reconciles `key` on `version`: the whole call runs on the version current when the
+    /// worker took the key, even if a reload swaps another in meanwhile.
+    async fn reconcile_one(&self, version: Arc<Version>, key: &str) -> ReconcileResult {
         let (namespace, name) = key.split_once('/').map_or(("", key), |(n, m)| (n, m));
         let request = Request {
             namespace: namespace.to_string(),
@@ -116,9 +119,6 @@ impl Controller {
         if fault::take_worker_panic(&self.name, key) {
             panic!("injected worker panic (fault-injection feature)");
         }
-        // The whole call runs on the version current at its start, even if a reload swaps
-        // another in meanwhile.
-        let version = self.current();
         let started = Instant::now();
         let reconciled = version.module.reconcile(version.ctx.clone(), request).await;
         drop(version);
@@ -226,18 +226,26 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// Holds the controller only for one step at a time, so that dropping it (unloading the guest)
 /// is never blocked by a worker waiting for an informer that will not sync.
 async fn work(controller: std::sync::Weak<Controller>) {
-    let queue = loop {
+    let (queue, mut hold) = loop {
         let Some(c) = controller.upgrade() else {
             return;
         };
         if c.synced(Duration::from_secs(1)).await {
             tracing::info!(guest = %c.name, "informers synced; reconciling");
-            break c.queue.clone();
+            break (c.queue.clone(), c.hold.subscribe());
         }
         drop(c);
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    while let Some(key) = queue.get().await {
+    loop {
+        // Held: wait without holding the controller (an unload drops the sender, which ends
+        // the wait).
+        if hold.wait_for(Option::is_none).await.is_err() {
+            return;
+        }
+        let Some(key) = queue.get().await else {
+            return;
+        };
         // Done whatever happens below, a panic included: a key never done is never handed out
         // again.
         let _done = Done {
@@ -247,9 +255,21 @@ async fn work(controller: std::sync::Weak<Controller>) {
         let Some(c) = controller.upgrade() else {
             return;
         };
+        // Pinned before the hold is read: a swap that must be reviewed holds first (see
+        // `Controller::reload`), so a version seen unheld is one that may run.
+        let version = c.current();
+        if hold.borrow().is_some() {
+            // Held while this worker waited for a key: the key goes back (queued again once
+            // done), unreconciled.
+            queue.add(key.clone(), Priority::High);
+            continue;
+        }
         let _active = c.counters.reconciles.active();
         let started = Instant::now();
-        let result = match AssertUnwindSafe(c.reconcile_one(&key)).catch_unwind().await {
+        let result = match AssertUnwindSafe(c.reconcile_one(version, &key))
+            .catch_unwind()
+            .await
+        {
             Ok(result) => result,
             Err(panic) => {
                 c.worker_panicked(&key, &panic_message(&*panic));

@@ -10,6 +10,7 @@
 pub mod artifact_cache;
 pub mod bindings;
 pub mod grant;
+pub mod identity;
 pub mod imports;
 pub mod read_your_writes;
 

@@ -33,7 +33,8 @@
 //!   modules are not decoded, unpacked or hashed again. Until then (a load in flight, a
 //!   rejection that may pass next time, a guest waiting for a seat) the same bytes are
 //!   offered again on the ConfigMap's next event or resync, which is how such a load is
-//!   retried.
+//!   retried. A guest refused because its ServiceAccount may not read what it declares is
+//!   offered again when a Role or RoleBinding of its namespace changes.
 //! - **Quota.** [`TenantPolicy::max_guests_per_namespace`] counts the guests of a namespace
 //!   that serve or are loading, over all its ConfigMaps; the supervisor keeps the count (see
 //!   [`TenantLimits`]). A guest refused for it is rejected (Event, log, `/status`) and loads by
@@ -47,6 +48,7 @@ use tokio::task::AbortHandle;
 
 use crate::controller::Settings;
 use crate::guest::grant::Grant;
+use crate::guest::identity::{ANNOTATION, DEFAULT_SERVICE_ACCOUNT, ServiceAccount};
 use crate::guest::imports::Limits;
 use crate::informer::factory::InformerFactory;
 use crate::informer::{Event, InformerKey, Namespaces, Scope};
@@ -107,6 +109,11 @@ pub struct TenantPolicy {
     /// sooner wait, and collapse into one load of the latest: a tenant editing in a loop gets
     /// one compile a second, not one per edit. Unloads never wait.
     pub min_reload_interval_ms: u64,
+    /// The ServiceAccount of its own namespace a tenant's guests act as [reconciled-guest]:
+    /// their writes and uncached reads impersonate it, and their cache reads are reviewed as
+    /// it. A ConfigMap may name another one of its namespace in the annotation
+    /// `reconciled.dev/service-account`.
+    pub service_account: String,
 }
 
 impl Default for TenantPolicy {
@@ -121,14 +128,26 @@ impl Default for TenantPolicy {
             max_guests_per_namespace: 20,
             max_cached_bytes_per_namespace: None,
             min_reload_interval_ms: 1000,
+            service_account: DEFAULT_SERVICE_ACCOUNT.into(),
         }
     }
 }
 
 impl TenantPolicy {
     /// The settings of guest `name` delivered in `namespace`: confined to it and no uncached
-    /// reads, unless [`TenantPolicy::grants`] says more for that namespace.
+    /// reads, unless [`TenantPolicy::grants`] says more for that namespace; acting as the
+    /// policy's ServiceAccount of that namespace.
     pub fn settings(&self, name: &str, namespace: &str) -> Settings {
+        let account = ServiceAccount {
+            namespace: namespace.to_string(),
+            // Checked when the host config was read (see `Config::load`).
+            name: self.service_account.clone(),
+        };
+        self.settings_as(name, namespace, account)
+    }
+
+    /// [`TenantPolicy::settings`], acting as `account`.
+    pub fn settings_as(&self, name: &str, namespace: &str, account: ServiceAccount) -> Settings {
         let mut grant = Grant {
             namespaces: Some([namespace.to_string()].into()),
             kinds: Some(self.kinds.clone()),
@@ -149,6 +168,7 @@ impl TenantPolicy {
             limits: self.limits,
             workers: self.workers,
             read_your_writes: None,
+            identity: Some(account),
         }
     }
 }
@@ -205,7 +225,30 @@ async fn run(
         policy,
     };
     let mut seen = Seen::default();
-    while let Some(n) = sub.recv().await {
+    let mut access_changes = supervisor.access_changes();
+    loop {
+        let n = tokio::select! {
+            n = sub.recv() => match n {
+                Some(n) => n,
+                None => return,
+            },
+            ns = access_changes.recv() => {
+                let only = match ns {
+                    Ok(ns) if !ns.is_empty() => Some(ns),
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                    // The supervisor is gone; so is every reason to go on.
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                // A guest refused for access may load now. Offered again only if not settled:
+                // the others cost a comparison.
+                for o in informer.store().all() {
+                    if only.as_deref().is_none_or(|ns| o.namespace() == Some(ns)) {
+                        sync(&dispatch, &mut seen, &o).await;
+                    }
+                }
+                continue;
+            }
+        };
         match n.event {
             Event::Added(o) => {
                 sync(&dispatch, &mut seen, &o).await;
@@ -307,7 +350,12 @@ fn offers_for(
     namespace: &str,
     cm: &str,
     policy: &TenantPolicy,
+    account: &Result<ServiceAccount, String>,
 ) -> (Vec<(String, Offer)>, BTreeSet<String>) {
+    let settings = |name: &str| match account {
+        Ok(a) => policy.settings_as(name, namespace, a.clone()),
+        Err(_) => policy.settings(name, namespace),
+    };
     let source = |key: &str| Source::ConfigMap {
         namespace: namespace.to_string(),
         name: cm.to_string(),
@@ -316,7 +364,7 @@ fn offers_for(
     };
     let refused = |name: &str, key: &str, message: String| Offer::Unreadable {
         source: source(key),
-        settings: policy.settings(name, namespace),
+        settings: settings(name),
         unreadable: Unreadable {
             digest: crate::guest::digest_of(message.as_bytes()),
             message,
@@ -335,12 +383,16 @@ fn offers_for(
     for m in modules.modules {
         let name = format!("{namespace}/{cm}/{}", m.stem);
         wanted.insert(name.clone());
+        if let Err(message) = account {
+            offers.push((name.clone(), refused(&name, &m.key, message.clone())));
+            continue;
+        }
         let (key, packed, max) = (m.key.clone(), m.bytes, policy.max_module_bytes);
         offers.push((
             name.clone(),
             Offer::Load {
                 source: source(&m.key),
-                settings: policy.settings(&name, namespace),
+                settings: settings(&name),
                 read: Box::new(move || {
                     unpack(&key, packed, max)
                         .map(|bytes| (bytes, None))
@@ -437,7 +489,8 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
             );
         }
     }
-    let (offers, wanted) = offers_for(modules, &namespace, &cm, &dispatch.policy);
+    let account = account_of(o, &namespace, &dispatch.policy);
+    let (offers, wanted) = offers_for(modules, &namespace, &cm, &dispatch.policy, &account);
     for (name, offer) in offers {
         dispatch.submit(name, offer);
     }
@@ -456,8 +509,46 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
     submitted
 }
 
-/// Whether `new` delivers the module bytes `old` did: the same object (uid) with the same
-/// `binaryData`, compared as text, without decoding.
+/// The `reconciled.dev/service-account` annotation of a ConfigMap, if it has one.
+///
+/// Where it may surprise: JSON the borrowing parse cannot read (an escaped character) counts as
+/// no annotation here and as changed modules in [`same_modules`], so it is read again: the
+/// value then comes from the full parse in [`account_of`].
+fn annotated_account(o: &ObjectRef) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Cm {
+        #[serde(default)]
+        metadata: Meta,
+    }
+    #[derive(Default, serde::Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        annotations: BTreeMap<String, String>,
+    }
+    serde_json::from_slice::<Cm>(o.json())
+        .ok()
+        .and_then(|mut cm| cm.metadata.annotations.remove(ANNOTATION))
+}
+
+/// The ServiceAccount the guests of `o` (in `namespace`) act as: the one its annotation names,
+/// or the policy's. A bad annotation is the message every module key of `o` is refused with.
+fn account_of(
+    o: &ObjectRef,
+    namespace: &str,
+    policy: &TenantPolicy,
+) -> Result<ServiceAccount, String> {
+    let name = annotated_account(o).unwrap_or_else(|| policy.service_account.clone());
+    ServiceAccount::new(namespace, &name).map_err(|e| {
+        format!(
+            "annotation {ANNOTATION} names no usable ServiceAccount of namespace {namespace}: {e}; name one (the guest acts as it), or remove the annotation to use {:?}",
+            policy.service_account
+        )
+    })
+}
+
+/// Whether `new` delivers the module bytes `old` did, as the same identity: the same object
+/// (uid) with the same `binaryData`, compared as text, without decoding, and the same
+/// ServiceAccount annotation.
 ///
 /// Where it may surprise: JSON whose `binaryData` cannot be borrowed as it stands (an escaped
 /// character, which neither base64 nor a ConfigMap key holds) counts as changed, so the
@@ -474,6 +565,7 @@ fn same_modules(old: &ObjectRef, new: &ObjectRef) -> bool {
             .map(|cm| cm.binary_data)
     }
     old.uid() == new.uid()
+        && annotated_account(old) == annotated_account(new)
         && match (binary_data(old), binary_data(new)) {
             (Some(a), Some(b)) => a == b,
             _ => false,
@@ -527,15 +619,15 @@ mod tests {
     /// for modules that never get as far as an informer.
     fn offline_dispatch() -> Dispatch {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
+        let identities = crate::guest::identity::Identities::new(config).unwrap();
         let factory = Arc::new(InformerFactory::new(
-            client.clone(),
+            identities.host().clone(),
             crate::informer::Options::default(),
         ));
         let supervisor = Supervisor::new(
             crate::guest::Runtime::new().unwrap(),
             factory,
-            client,
+            identities,
             crate::supervisor::Options {
                 events: false,
                 ..crate::supervisor::Options::default()
@@ -604,7 +696,13 @@ mod tests {
     #[test]
     fn each_module_key_is_a_load_of_its_guest_unpacked_in_the_guests_own_task() {
         let m = modules(serde_json::json!({"rec.wasm.gz": b64(&gzip(b"module"))}));
-        let (offers, wanted) = offers_for(m, "team-a", "cm", &TenantPolicy::default());
+        let (offers, wanted) = offers_for(
+            m,
+            "team-a",
+            "cm",
+            &TenantPolicy::default(),
+            &guest_account(),
+        );
         assert_eq!(wanted, ["team-a/cm/rec".to_string()].into());
         let [
             (
@@ -634,11 +732,87 @@ mod tests {
         );
     }
 
+    fn guest_account() -> Result<ServiceAccount, String> {
+        Ok(ServiceAccount::parse("team-a/reconciled-guest").unwrap())
+    }
+
+    fn annotated(annotation: Option<&str>) -> ObjectRef {
+        let mut meta = serde_json::json!({"name": "my-rec", "namespace": "team-a", "uid": "u-1"});
+        if let Some(a) = annotation {
+            meta["annotations"] = serde_json::json!({ANNOTATION: a});
+        }
+        Arc::new(
+            Object::from_value(
+                serde_json::json!({"metadata": meta, "binaryData": {"rec.wasm": "AA=="}}),
+                &Transform::none(),
+                None,
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn guests_act_as_the_policys_service_account_unless_their_configmap_names_another() {
+        let policy = TenantPolicy::default();
+        let default = account_of(&annotated(None), "team-a", &policy).unwrap();
+        assert_eq!(
+            default.username(),
+            "system:serviceaccount:team-a:reconciled-guest"
+        );
+        let renamed = TenantPolicy {
+            service_account: "tenant-bot".into(),
+            ..TenantPolicy::default()
+        };
+        assert_eq!(
+            account_of(&annotated(None), "team-a", &renamed)
+                .unwrap()
+                .name,
+            "tenant-bot"
+        );
+        let picked = account_of(&annotated(Some("deployer")), "team-a", &policy).unwrap();
+        assert_eq!(
+            picked.to_string(),
+            "team-a/deployer",
+            "always of the ConfigMap's namespace"
+        );
+        let bad = account_of(&annotated(Some("team-b:x")), "team-a", &policy).unwrap_err();
+        assert!(
+            bad.contains(ANNOTATION) && bad.contains("DNS-1123"),
+            "{bad}"
+        );
+        let s = policy.settings("team-a/x/rec", "team-a");
+        assert_eq!(s.identity, Some(default));
+    }
+
+    #[test]
+    fn a_bad_service_account_annotation_refuses_every_module_and_a_changed_one_reloads() {
+        let m = modules(serde_json::json!({"a.wasm": b64(b"a")}));
+        let bad = Err("annotation is bad".to_string());
+        let (offers, _) = offers_for(m, "team-a", "cm", &TenantPolicy::default(), &bad);
+        assert!(
+            matches!(&offers[..], [(_, Offer::Unreadable { unreadable, .. })] if unreadable.message == "annotation is bad")
+        );
+        assert!(
+            !same_modules(&annotated(None), &annotated(Some("deployer"))),
+            "another identity is another load, even with the same bytes"
+        );
+        assert!(same_modules(
+            &annotated(Some("deployer")),
+            &annotated(Some("deployer"))
+        ));
+    }
+
     #[test]
     fn two_keys_naming_one_guest_are_refused_naming_both() {
         let m =
             modules(serde_json::json!({"rec.wasm": b64(b"a"), "rec.wasm.gz": b64(&gzip(b"b"))}));
-        let (offers, wanted) = offers_for(m, "team-a", "cm", &TenantPolicy::default());
+        let (offers, wanted) = offers_for(
+            m,
+            "team-a",
+            "cm",
+            &TenantPolicy::default(),
+            &guest_account(),
+        );
         assert_eq!(wanted.len(), 1);
         let [(_, Offer::Unreadable { unreadable, .. })] = <[_; 1]>::try_from(offers).unwrap()
         else {

@@ -198,10 +198,11 @@ impl Supervisor {
         source: &Source,
         module: Module,
         settings: &Settings,
+        client: kube::Client,
     ) -> Result<Arc<Controller>, controller::Error> {
         let c = Controller::start_synced(
             &self.factory,
-            self.client.clone(),
+            client,
             module,
             settings.clone(),
             self.options.sync_timeout,

@@ -19,13 +19,20 @@
 //!   is rejected if they do not sync, since an older version is serving and should keep doing
 //!   so.
 //! - A rejection that could pass next time (a `describe` deadline on a loaded host, an
-//!   informer RBAC forbade) is not remembered: the same bytes are tried again when the source
-//!   next offers them.
+//!   informer RBAC forbade, a ServiceAccount not yet granted its reads) is not remembered: the
+//!   same bytes are tried again when the source next offers them.
+//! - A guest acting as a ServiceAccount (every tenant's; an operator's that names one) is
+//!   loaded only if that ServiceAccount may list and watch what the guest reads from the
+//!   shared cache, and held while it may not (see `access`). A *reload* that reads a kind the
+//!   ServiceAccount may not is not rejected but held: the swap has happened by then.
+//! - A change of ServiceAccount is a change of settings: the guest restarts, as for a new
+//!   grant.
 //! - A tenant's load may also be refused for its namespace's quota of guests (see
 //!   `supervisor/quota.rs`), or, once its informers have synced, for the namespace's cap on
 //!   cache bytes (see `supervisor/memory.rs`); both may pass later, and a quota refusal is
 //!   retried on its own.
 
+mod access;
 mod memory;
 mod offers;
 mod quota;
@@ -44,6 +51,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::controller::{self, Controller, Settings};
 use crate::events::Type;
 use crate::guest::artifact_cache::Origin;
+use crate::guest::identity::Identities;
 use crate::guest::{LoadError, Runtime, digest_of};
 use crate::informer::factory::InformerFactory;
 use crate::ops::metrics;
@@ -105,6 +113,8 @@ pub enum Reason {
     Quota,
     /// Its informers would take its namespace's guests over their cache bytes cap.
     CacheBytes,
+    /// The ServiceAccount it acts as may not list and watch what it reads from the cache.
+    Access,
     /// The host could not run it (engine trouble): not the module's fault.
     Host,
 }
@@ -121,6 +131,7 @@ impl Reason {
             Reason::Informer => "informer",
             Reason::Quota => "quota",
             Reason::CacheBytes => "cache-bytes",
+            Reason::Access => "access",
             Reason::Host => "host",
         }
     }
@@ -159,6 +170,9 @@ pub struct Options {
     pub sync_timeout: Duration,
     /// Post Kubernetes Events on ConfigMap sources [true].
     pub events: bool,
+    /// How often a guest acting as a ServiceAccount has its cache reads reviewed again [60 s];
+    /// Role and RoleBinding changes trigger a review sooner.
+    pub review_period: Duration,
 }
 
 impl Default for Options {
@@ -166,6 +180,7 @@ impl Default for Options {
         Self {
             sync_timeout: Duration::from_secs(30),
             events: true,
+            review_period: Duration::from_secs(60),
         }
     }
 }
@@ -210,7 +225,9 @@ struct LoadTiming {
 pub struct Supervisor {
     runtime: Runtime,
     factory: Arc<InformerFactory>,
-    client: kube::Client,
+    identities: Identities,
+    /// Guests acting as a ServiceAccount, whose cache reads are reviewed again and again.
+    access: access::Access,
     options: Options,
     guests: Mutex<BTreeMap<String, Entry>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -240,16 +257,23 @@ impl std::fmt::Debug for Supervisor {
 
 impl Supervisor {
     /// A supervisor loading modules with `runtime` and reading through `factory`'s informers.
+    /// Guests act as the host through `identities`, or as the ServiceAccount their settings
+    /// name. Must be created inside a tokio runtime.
     pub fn new(
         runtime: Runtime,
         factory: Arc<InformerFactory>,
-        client: kube::Client,
+        identities: Identities,
         options: Options,
     ) -> Self {
         Self {
             runtime,
             factory,
-            client,
+            access: access::Access::new(
+                identities.host().clone(),
+                options.review_period,
+                options.events,
+            ),
+            identities,
             options,
             guests: Mutex::new(BTreeMap::new()),
             locks: Mutex::new(HashMap::new()),
@@ -293,12 +317,23 @@ impl Supervisor {
     pub async fn shutdown(&self) {
         self.offers.lock().unwrap().close();
         self.seats.lock().unwrap().clear_waiting();
+        self.access.stop();
         let entries: Vec<Entry> = std::mem::take(&mut *self.guests.lock().unwrap())
             .into_values()
             .collect();
         let controllers: Vec<Arc<Controller>> =
             entries.into_iter().filter_map(|e| e.controller).collect();
         futures::future::join_all(controllers.iter().map(|c| c.stop())).await;
+    }
+
+    /// Namespaces whose Roles or RoleBindings change from now on (`""` for any: missed
+    /// changes), once the host has reviewed any guest's access: a source may offer again there
+    /// what was refused for access, since the same bytes may now load.
+    ///
+    /// Where it may surprise: a receiver that falls behind gets `Lagged`, which it should take
+    /// as "any namespace".
+    pub fn access_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.access.changes()
     }
 
     /// The informer factory guests share.
@@ -424,7 +459,23 @@ impl Supervisor {
         };
         let compile = module.compile_time();
         let origin = module.origin();
+        let client = match self.identities.client(settings.identity.as_ref()) {
+            Ok(c) => c,
+            Err(e) => {
+                let message = e.to_string();
+                return self.reject_with(
+                    name,
+                    source,
+                    settings,
+                    &digest,
+                    Reason::Host,
+                    message,
+                    false,
+                );
+            }
+        };
         if let Some(old) = &replaced {
+            self.access.forget(name);
             // Its grant or limits changed: no overlap of the two, so a gap instead. Until the
             // new one starts (or is rejected) the guest is not serving, and says so.
             old.stop().await;
@@ -447,17 +498,12 @@ impl Supervisor {
                 reload.map(|reload| (c.clone(), Some(reload)))
             }
             None if tenant => {
-                let started = self.start_tenant(name, &source, module.clone(), &settings);
+                let started = self.start_tenant(name, &source, module.clone(), &settings, client);
                 started.await.map(|c| (c, None))
             }
-            None => Controller::start(
-                &self.factory,
-                self.client.clone(),
-                module.clone(),
-                settings.clone(),
-            )
-            .await
-            .map(|c| (c, None)),
+            None => Controller::start(&self.factory, client, module.clone(), settings.clone())
+                .await
+                .map(|c| (c, None)),
         };
         let (controller, reload) = match result {
             Ok(ok) => ok,
@@ -495,6 +541,14 @@ impl Supervisor {
                 return self.reject_with(name, source, settings, &digest, reason, message, lasting);
             }
         };
+        if let Err(e) = self
+            .review_access(name, &source, &controller, reload.is_some())
+            .await
+        {
+            controller.stop().await;
+            let (reason, message) = e.rejection(tenant);
+            return self.reject_with(name, source, settings, &digest, reason, message, false);
+        }
         // Validated: keep the native code for the next load of these bytes.
         module.persist_artifact();
         let timing = LoadTiming {
@@ -543,7 +597,7 @@ impl Supervisor {
             tokio::spawn(report_failures(
                 Arc::downgrade(&controller),
                 controller.watch_failing(),
-                self.client.clone(),
+                self.identities.host().clone(),
                 source,
             ));
         }
@@ -645,6 +699,7 @@ impl Supervisor {
         // The name's lock stays in `locks`: a load waiting on it must not race one that would
         // otherwise create a fresh lock for the same name.
         self.unloads.fetch_add(1, Ordering::Relaxed);
+        self.access.forget(name);
         let digest = entry.controller.as_ref().map(|c| c.digest());
         if let Some(c) = &entry.controller {
             c.stop().await;
@@ -663,7 +718,7 @@ impl Supervisor {
     /// never holds up a load. Other sources have no object to attach one to, and are ignored.
     pub fn event(&self, source: &Source, type_: Type, reason: &str, message: String) {
         if self.options.events {
-            post_event(&self.client, source, type_, reason, message);
+            post_event(self.identities.host(), source, type_, reason, message);
         }
     }
 

@@ -283,15 +283,15 @@ mod tests {
     /// before they reach an informer.
     fn offline() -> Arc<Supervisor> {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
+        let identities = crate::guest::identity::Identities::new(config).unwrap();
         let factory = crate::informer::factory::InformerFactory::new(
-            client.clone(),
+            identities.host().clone(),
             crate::informer::Options::default(),
         );
         Arc::new(Supervisor::new(
             crate::guest::Runtime::new().unwrap(),
             Arc::new(factory),
-            client,
+            identities,
             super::super::Options {
                 events: false,
                 ..super::super::Options::default()

@@ -71,7 +71,13 @@ impl Supervisor {
             controllers
                 .iter()
                 .filter(|(_, tenant)| !tenant)
-                .filter_map(|(c, _)| c.not_ready().map(|r| format!("guest {}: {r}", c.name()))),
+                .filter_map(|(c, _)| {
+                    // Held (its ServiceAccount lost a right) or not synced: either way, not
+                    // serving what the operator configured.
+                    c.held()
+                        .or_else(|| c.not_ready())
+                        .map(|r| format!("guest {}: {r}", c.name()))
+                }),
         );
         let guests_read: Vec<Arc<crate::informer::Informer>> = controllers
             .iter()

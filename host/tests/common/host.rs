@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta};
 use reconciled::guest::Runtime;
+use reconciled::guest::identity::Identities;
 use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
 use reconciled::supervisor::{self, Supervisor};
@@ -43,8 +44,18 @@ impl Drop for TempDir {
     }
 }
 
-/// A supervisor on `client`; with `artifacts`, its runtime keeps compiled modules there.
-pub fn supervisor_with(client: &kube::Client, artifacts: Option<&TempDir>) -> Arc<Supervisor> {
+/// A supervisor connecting with `config` (guests acting as a ServiceAccount impersonate it from
+/// there); with `artifacts`, its runtime keeps compiled modules there.
+pub fn supervisor_with(config: &kube::Config, artifacts: Option<&TempDir>) -> Arc<Supervisor> {
+    supervisor_options(config, artifacts, supervisor::Options::default())
+}
+
+/// [`supervisor_with`] and these options.
+pub fn supervisor_options(
+    config: &kube::Config,
+    artifacts: Option<&TempDir>,
+    options: supervisor::Options,
+) -> Arc<Supervisor> {
     let runtime = match artifacts {
         Some(dir) => Runtime::new()
             .unwrap()
@@ -52,13 +63,12 @@ pub fn supervisor_with(client: &kube::Client, artifacts: Option<&TempDir>) -> Ar
             .unwrap(),
         None => Runtime::new().unwrap(),
     };
-    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
-    Arc::new(Supervisor::new(
-        runtime,
-        factory,
-        client.clone(),
-        supervisor::Options::default(),
-    ))
+    let identities = Identities::new(config.clone()).unwrap();
+    let factory = Arc::new(InformerFactory::new(
+        identities.host().clone(),
+        Options::default(),
+    ));
+    Arc::new(Supervisor::new(runtime, factory, identities, options))
 }
 
 /// Serves `sup`'s endpoints on a free loopback port, for as long as the test runs.

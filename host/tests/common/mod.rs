@@ -22,6 +22,80 @@ pub async fn namespace(client: &kube::Client, name: &str) {
         .unwrap();
 }
 
+/// Creates namespace `name` set up for tenants' guests as `deploy/tenant.yaml` sets one up (the
+/// ServiceAccount `reconciled-guest` their guests act as, its Role and RoleBinding), and waits
+/// until the API server's authorizer sees the binding.
+pub async fn tenant_namespace(cp: &testenv::ControlPlane, name: &str) {
+    namespace(&cp.admin_client(), name).await;
+    let tenant = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/tenant.yaml");
+    let out = cp
+        .kubectl()
+        .args(["apply", "--server-side", "-n", name, "-f"])
+        .arg(&tenant)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply -n {name} -f {}: {}",
+        tenant.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_allowed(
+        &cp.admin_client(),
+        name,
+        "reconciled-guest",
+        ("", "configmaps", "watch"),
+    )
+    .await;
+}
+
+/// Waits until the API server's RBAC authorizer (which reads Roles and RoleBindings through its
+/// own cache, a moment behind) says ServiceAccount `ns/sa` may `verb` `resource` of `group` in
+/// `ns`.
+pub async fn wait_allowed(
+    client: &kube::Client,
+    ns: &str,
+    sa: &str,
+    (group, resource, verb): (&str, &str, &str),
+) {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("system:serviceaccount:{ns}:{sa}")),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{ns}"),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                verb: Some(verb.into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = Api::<SubjectAccessReview>::all(client.clone())
+            .create(&Default::default(), &review)
+            .await
+            .unwrap();
+        if answer.status.is_some_and(|s| s.allowed) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{ns}/{sa} never allowed to {verb} {resource}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A ConfigMap named `name` with `data`.
 pub fn cm(name: &str, data: &[(&str, &str)]) -> ConfigMap {
     ConfigMap {

@@ -56,3 +56,20 @@ pub async fn wait_event(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// [`wait_until`] for a condition that must ask the API server: polls `f` every 100 ms.
+pub async fn wait_until_async<F, Fut>(what: &str, timeout: Duration, mut f: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !f().await {
+        assert!(
+            started.elapsed() < timeout,
+            "{what}: not within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    started.elapsed()
+}

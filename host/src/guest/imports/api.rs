@@ -39,7 +39,7 @@ async fn get(
     );
     let req = request(http::Method::GET, url, None, Vec::new())?;
     Metrics::bump(&ctx.metrics.uncached_reads);
-    let text = state.send(&ctx.client, req).await?;
+    let text = state.send(ctx, req).await?;
     state.charge(text.len())?;
     Ok(text)
 }
@@ -108,7 +108,7 @@ async fn list(
         Vec::new(),
     )?;
     Metrics::bump(&ctx.metrics.uncached_reads);
-    let text = state.send(&ctx.client, req).await?;
+    let text = state.send(ctx, req).await?;
     let mut page: Value = serde_json::from_str(&text)
         .map_err(|e| GuestError::Other(format!("unreadable list from the API server: {e}")))?;
     let continue_token = page["metadata"]["continue"]

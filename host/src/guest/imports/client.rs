@@ -93,7 +93,7 @@ async fn write(
     req: http::Request<Vec<u8>>,
 ) -> Result<String, GuestError> {
     Metrics::bump(&ctx.metrics.writes);
-    let text = state.send(&ctx.client, req).await?;
+    let text = state.send(ctx, req).await?;
     state.note_bytes(text.len());
     let answer: Value = serde_json::from_str(&text)
         .map_err(|e| GuestError::Other(format!("unreadable answer from the API server: {e}")))?;
@@ -288,7 +288,7 @@ async fn delete(
         Vec::new(),
     )?;
     // The answer is not delivered to the guest (delete returns nothing), so it is not charged.
-    let text = state.send(&ctx.client, req).await?;
+    let text = state.send(ctx, req).await?;
     let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
     let uid = match (answer.get("kind").and_then(Value::as_str), cached_uid) {
         (Some("Status"), cached) => answer["details"]["uid"]
@@ -393,7 +393,7 @@ async fn record_event(
         event.body().to_string().into_bytes(),
     )?;
     // Not delivered to the guest (record-event returns nothing), so not charged.
-    state.send(&ctx.client, req).await?;
+    state.send(ctx, req).await?;
     Ok(())
 }
 

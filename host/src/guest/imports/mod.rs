@@ -13,6 +13,7 @@
 pub mod api;
 pub mod cache;
 pub mod client;
+pub mod errors;
 mod limiter;
 pub mod log;
 pub mod names;
@@ -31,10 +32,13 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::guest::bindings::{GuestError, Gvk, Request};
 use crate::guest::grant::Grant;
+use crate::guest::identity::Rule;
 use crate::guest::read_your_writes::Floors;
 use crate::informer::discovery::Resource;
 use crate::informer::{Informer, Namespaces};
 use crate::object::object_key;
+pub use errors::api_error;
+use errors::is_cluster_failure;
 
 /// Limits for one reconcile (or describe, or map) call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -115,8 +119,12 @@ pub struct Declared {
 pub struct GuestContext {
     /// The guest's name (from the host config).
     pub name: String,
-    /// The host's client: writes and uncached reads go through it.
+    /// The client writes and uncached reads go through: the host's, or one impersonating
+    /// `identity`.
     pub client: kube::Client,
+    /// The ServiceAccount the guest acts as, if not the host: a 403 then names it and the rule
+    /// to add.
+    pub identity: Option<crate::guest::identity::ServiceAccount>,
     /// What the operator granted.
     pub grant: Grant,
     /// Kinds from `describe`.
@@ -541,20 +549,27 @@ impl HostState {
     /// guest should see. Every import's API request goes through here, so that the time spent
     /// waiting on the server ([`HostState::api_wait`]) and whether the cluster failed
     /// ([`HostState::cluster_failed`]) are measured in one place.
+    ///
+    /// A 403 to a guest acting as a ServiceAccount names it and the rule to add (see
+    /// [`identity::forbidden`](crate::guest::identity::forbidden)).
     pub async fn send(
         &mut self,
-        client: &kube::Client,
+        ctx: &GuestContext,
         request: http::Request<Vec<u8>>,
     ) -> Result<String, GuestError> {
+        let needed = ctx
+            .identity
+            .as_ref()
+            .and_then(|_| Rule::of_request(request.method(), request.uri().path()));
         // Until an answer comes, the request counts as failed by the cluster: one still waiting
         // when the call is cut off at its deadline was the server's slowness.
         self.cluster_failed = true;
         let answer = {
             let _waiting = Stopwatch::start(&mut self.api_wait);
-            client.request_text(request).await
+            ctx.client.request_text(request).await
         };
         self.cluster_failed = answer.as_ref().is_err_and(is_cluster_failure);
-        answer.map_err(api_error)
+        answer.map_err(|e| errors::guest_error(ctx.identity.as_ref(), needed.as_ref(), e))
     }
 
     /// Runs one of the host's own waits (read-your-writes) and counts its time in
@@ -607,36 +622,6 @@ impl HostState {
     /// The limits of this call.
     pub fn call_limits(&self) -> &Limits {
         &self.call_limits
-    }
-}
-
-/// Whether an API request failed because of the cluster rather than because of what was asked:
-/// the connection (transport errors), the server (5xx) or its flow control (429).
-fn is_cluster_failure(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
-        _ => false,
-    }
-}
-
-/// Maps an API server error to the WIT variant the guest matches on.
-pub fn api_error(e: kube::Error) -> GuestError {
-    match e {
-        kube::Error::Api(s) => {
-            let msg = format!("{} ({})", s.message, s.reason);
-            match s.code {
-                404 => GuestError::NotFound(msg),
-                409 => GuestError::Conflict(msg),
-                403 => GuestError::Forbidden(msg),
-                400 | 422 => GuestError::Invalid(msg),
-                // A body, URL or headers the server would not read.
-                413 | 414 | 431 => GuestError::TooLarge(msg),
-                504 => GuestError::Timeout(msg),
-                _ => GuestError::Other(format!("HTTP {}: {msg}", s.code)),
-            }
-        }
-        other => GuestError::Other(other.to_string()),
     }
 }
 
@@ -823,9 +808,18 @@ mod tests {
         let mut s = state();
         // Nothing listens on port 1 of loopback: the connection is refused.
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
+        let ctx = GuestContext {
+            name: "g".into(),
+            client: kube::Client::try_from(config).unwrap(),
+            identity: None,
+            grant: Grant::default(),
+            declared: HashMap::new(),
+            read_your_writes: false,
+            limits: Limits::default(),
+            metrics: Arc::default(),
+        };
         let req = request_to("/api/v1/namespaces");
-        let err = s.send(&client, req).await.unwrap_err();
+        let err = s.send(&ctx, req).await.unwrap_err();
         assert!(matches!(err, GuestError::Other(_)), "{err:?}");
         assert!(s.cluster_failed());
         assert!(s.api_wait() > Duration::ZERO);
