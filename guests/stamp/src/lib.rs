@@ -19,6 +19,8 @@
 //! | `trap-describe` | `stamp_trap.wasm`   | `describe()` panics: the component traps at load time |
 //! | `greedy`        | `stamp_greedy.wasm` | `describe()` also asks for namespace `kube-system` and owned v1 Secrets: more than a tenant is granted, so the host must refuse it |
 //! | `cluster-scoped`| `stamp_cluster.wasm`| `describe()` also watches v1 Namespaces (cluster-scoped) through `map`: a guest confined to namespaces must be refused |
+//! | `burn`          | `stamp_burn.wasm`   | `reconcile` spins for 5 ms (or `data.burn_ms`, at most 1000) and writes nothing: a CPU-heavy tenant for the fairness benchmark |
+//! | `spin`          | `stamp_spin.wasm`   | `reconcile` loops until the host interrupts it at its deadline |
 //! | `big`           | `stamp_big.wasm`    | embeds 12 MB of incompressible ballast (from `build.rs`): a ~12 MB component, for benchmarks (built only by `build.sh --bench`) |
 
 use std::hint::black_box;
@@ -60,6 +62,9 @@ impl Reconciler for Stamp {
     }
 
     fn reconcile(req: Request) -> Result<Outcome> {
+        if cfg!(feature = "spin") {
+            spin_until_interrupted();
+        }
         let kind = ConfigMap::gvk();
         let json = match reconciled_guest::cache::get_raw(&kind, &req.namespace, &req.name) {
             Ok(json) => json,
@@ -69,6 +74,16 @@ impl Reconciler for Stamp {
         };
         let cm: Value = serde_json::from_str(&json)
             .map_err(|e| Error::Other(format!("stamp: the host's ConfigMap is not JSON: {e}")))?;
+        if cfg!(feature = "burn") {
+            // The object may ask for another cost; capped so a typo cannot reach the deadline.
+            let ms = cm["data"]["burn_ms"]
+                .as_str()
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(5)
+                .min(1000);
+            burn(std::time::Duration::from_millis(ms));
+            return Ok(Outcome::Done);
+        }
         let v = cm["data"]["v"].as_str().unwrap_or_default();
         let desired = format!("{VERSION}:{v}");
         if cm["metadata"]["annotations"][SEEN].as_str() == Some(desired.as_str()) {
@@ -82,6 +97,27 @@ impl Reconciler for Stamp {
             &PatchBody::Merge(patch.to_string()),
         )?;
         Ok(Outcome::Done)
+    }
+}
+
+/// Spins for `d` by the wall clock. The host may run other tasks on this thread when the guest
+/// yields (every epoch tick), so the CPU spent can be a little less than `d`, never more.
+fn burn(d: std::time::Duration) {
+    let start = std::time::Instant::now();
+    let mut x = 0u64;
+    while start.elapsed() < d {
+        for i in 0..1000u64 {
+            x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+    }
+    black_box(x);
+}
+
+/// Never returns: only the host's deadline ends the call.
+fn spin_until_interrupted() -> ! {
+    let mut x = 0u64;
+    loop {
+        x = black_box(x.wrapping_add(1));
     }
 }
 

@@ -5,6 +5,7 @@
 //! No reconcile runs before every informer the guest depends on has synced; until then the
 //! controller's status says why (syncing, forbidden with the rule to add, kind not found).
 
+pub mod fair_share;
 pub mod handlers;
 mod plan;
 pub mod reconciles;

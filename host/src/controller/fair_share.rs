@@ -1,0 +1,1009 @@
+//! Fair share: one scheduler for the whole host that hands out reconcile slots by weighted fair
+//! queuing, across tenants first and then across each tenant's guests, and holds back a tenant
+//! that has spent its CPU budget.
+//!
+//! Every controller keeps its own work queue and workers; a worker that has taken a key asks
+//! here for a slot before it calls the guest, and gives it back with the CPU the call measured.
+//! The number of slots bounds how many guest calls run at once, host-wide (by default one per
+//! core), so a tenant with 10 000 keys and many workers cannot crowd out one with a single key.
+//!
+//! The order is start-time fair queuing (Goyal et al., 1996) over measured cost:
+//! - each tenant has a virtual time, advanced by the CPU each of its reconciles used divided by
+//!   its weight; among tenants with a worker waiting, the one with the least virtual time gets
+//!   the next free slot, and within it the guest with the least virtual time;
+//! - a tenant (or guest) that was idle starts at the virtual time of the latest grant, not where
+//!   it left off: idle time is not banked, so a tenant quiet for an hour cannot then hold the
+//!   host for a minute;
+//! - a call's cost is only known when it ends, so each grant charges the guest's recent average
+//!   at once and corrects it at the end; otherwise a tenant could take every free slot while its
+//!   virtual time stood still.
+//!
+//! Where it may surprise:
+//! - Fairness is over CPU, not over slot time: a guest waiting on the API server holds its slot
+//!   but is charged only for the CPU it used. With few slots, slow writes therefore cost others
+//!   latency; raise [`Config::slots`] for guests that mostly wait.
+//! - A CPU budget is a token bucket that may go negative: a call is never cut short for the
+//!   budget (its deadline bounds it), so a tenant pays for an expensive call afterwards, by
+//!   waiting until the bucket is positive again. Throttling delays reconciles; it never fails
+//!   one.
+//! - The operator's guests (config file, `--guest`, dev folder) are the tenant [`OPERATOR`],
+//!   which is never throttled.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::Deserialize;
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+/// The tenant of the operator's own guests: never throttled, weight from [`Config::weights`]
+/// under the key `""` like any other.
+pub const OPERATOR: &str = "";
+
+/// What a fresh guest's first calls are assumed to cost, until its own calls are measured.
+const FIRST_ESTIMATE: Duration = Duration::from_millis(1);
+
+/// How the host shares execution between tenants.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Guest calls that may run at once, host-wide [the number of cores]. Each guest's own
+    /// `workers` still bounds its share of them.
+    pub slots: usize,
+    /// Each tenant namespace's weight [1]; a tenant of weight 2 gets twice the CPU of a tenant
+    /// of weight 1 when both have work. The operator's guests are the tenant `""`.
+    pub weights: BTreeMap<String, u32>,
+    /// CPU a tenant's guests may use per minute, compile time included, in milliseconds
+    /// [unlimited]. Over it, the tenant's reconciles wait until the budget refills (it refills
+    /// continuously, and holds at most ten seconds' worth), and are never failed for it. Not
+    /// applied to the operator's guests.
+    pub cpu_budget_ms_per_minute: Option<u64>,
+    /// Longest a low-priority key (initial list, resync) waits behind high-priority ones before
+    /// it is handed out anyway, in milliseconds [30 000].
+    pub low_priority_max_wait_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            slots: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            weights: BTreeMap::new(),
+            cpu_budget_ms_per_minute: None,
+            low_priority_max_wait_ms: 30_000,
+        }
+    }
+}
+
+/// A tenant's CPU use and throttling, for `/status` and `/metrics`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantUsage {
+    /// The tenant namespace; [`OPERATOR`] for the operator's guests.
+    pub tenant: String,
+    /// Its weight.
+    pub weight: u32,
+    /// CPU its guests' calls used, measured per call.
+    pub cpu: Duration,
+    /// Time its guests' modules took to compile (or load precompiled), wall time: compiling
+    /// runs on other threads than the calls, and on several at once.
+    pub compile: Duration,
+    /// CPU plus compile time over the last minute: what the budget is compared with.
+    pub used_last_minute: Duration,
+    /// The budget per minute, if it has one.
+    pub budget_per_minute: Option<Duration>,
+    /// Since when it is throttled, if it is.
+    pub throttled_since: Option<SystemTime>,
+    /// Time spent throttled so far, the current spell included.
+    pub throttled: Duration,
+    /// Spells of throttling so far.
+    pub throttles: u64,
+    /// Workers waiting for a slot.
+    pub waiting: usize,
+    /// Slots it holds.
+    pub running: usize,
+}
+
+/// One spell of a tenant's throttling, as the Event about it needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spell {
+    /// Counts the tenant's spells from 1: a reporter that saw spell 3 knows a spell 4 is new,
+    /// even if it began and ended between two looks.
+    pub number: u64,
+    /// The guest whose call took the tenant over budget: its ConfigMap gets the Event.
+    pub guest: String,
+    /// The budget per minute.
+    pub budget: Duration,
+    /// What the tenant used over the last minute when the spell began.
+    pub used: Duration,
+    /// When it began.
+    pub since: SystemTime,
+    /// Whether it is over.
+    pub ended: bool,
+}
+
+/// Every tenant's latest spell of throttling, by tenant.
+pub type Spells = BTreeMap<String, Spell>;
+
+/// The host-wide scheduler. Share it by `Arc`; each guest uses it through a [`Share`].
+#[derive(Debug)]
+pub struct FairShare {
+    core: Mutex<Core>,
+    spells: watch::Sender<Spells>,
+    low_priority_max_wait: Duration,
+}
+
+impl Default for FairShare {
+    fn default() -> Self {
+        Self::new(Config::default())
+    }
+}
+
+impl FairShare {
+    /// A scheduler with `config`; zero slots count as one.
+    pub fn new(config: Config) -> Self {
+        Self {
+            low_priority_max_wait: Duration::from_millis(config.low_priority_max_wait_ms),
+            core: Mutex::new(Core::new(config, Instant::now())),
+            spells: watch::Sender::new(Spells::new()),
+        }
+    }
+
+    /// The handle guest `guest` of `tenant` schedules through.
+    pub fn share(self: &Arc<Self>, tenant: &str, guest: &str) -> Share {
+        Share {
+            scheduler: self.clone(),
+            tenant: tenant.into(),
+            guest: guest.into(),
+        }
+    }
+
+    /// How long a low-priority key may wait behind high-priority ones.
+    pub fn low_priority_max_wait(&self) -> Duration {
+        self.low_priority_max_wait
+    }
+
+    /// Charges `time` to `tenant`'s budget and totals as compile time (a module of its guest
+    /// `guest` was compiled or loaded).
+    pub fn charge_compile(&self, tenant: &str, guest: &str, time: Duration) {
+        self.with_core(|core, now| core.charge(tenant, guest, time, Cost::Compile, now));
+    }
+
+    /// Every tenant's CPU use and throttling, by tenant name.
+    pub fn usage(&self) -> Vec<TenantUsage> {
+        let wall = SystemTime::now();
+        self.with_core(|core, now| core.usage(now, wall))
+    }
+
+    /// Every tenant's latest spell of throttling; the receiver sees each change.
+    pub fn watch_spells(&self) -> watch::Receiver<Spells> {
+        self.spells.subscribe()
+    }
+
+    /// Runs `f` on the core at the current time, then grants what can be granted and publishes
+    /// any change of throttling.
+    fn with_core<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
+        let now = Instant::now();
+        let mut core = self.core.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut core, now);
+        core.dispatch(now);
+        if std::mem::take(&mut core.spells_changed) {
+            let spells = core.spells();
+            self.spells.send_replace(spells);
+        }
+        r
+    }
+}
+
+/// One guest's handle on the scheduler. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Share {
+    scheduler: Arc<FairShare>,
+    tenant: Arc<str>,
+    guest: Arc<str>,
+}
+
+impl Share {
+    /// A handle on a scheduler of its own, with default settings: for a guest run outside a
+    /// supervisor (tests, benchmarks), which shares nothing with anyone.
+    pub fn alone(guest: &str) -> Self {
+        Arc::new(FairShare::default()).share(OPERATOR, guest)
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// The scheduler.
+    pub fn scheduler(&self) -> &Arc<FairShare> {
+        &self.scheduler
+    }
+
+    /// Waits for a slot. Cancel-safe: dropping the future gives up the place in line, or the
+    /// slot if it was granted meanwhile.
+    pub async fn slot(&self) -> Slot {
+        let (tx, rx) = oneshot::channel();
+        let id = self
+            .scheduler
+            .with_core(|core, now| core.enqueue(&self.tenant, &self.guest, tx, now));
+        let mut waiting = Waiting {
+            share: self,
+            id,
+            rx,
+            granted: false,
+        };
+        loop {
+            // A throttled tenant's turn comes with time, not with another worker's finish, so
+            // waiters also wake when the budget refills.
+            let wake = self.scheduler.with_core(|core, _| core.next_refill());
+            let granted = match wake {
+                Some(at) => tokio::select! {
+                    g = &mut waiting.rx => Some(g),
+                    _ = tokio::time::sleep_until(at) => None,
+                },
+                None => Some((&mut waiting.rx).await),
+            };
+            let Some(granted) = granted else {
+                self.scheduler.with_core(|_, _| {});
+                continue;
+            };
+            waiting.granted = true;
+            return Slot {
+                share: self.clone(),
+                grant: granted.expect("the scheduler answers every waiter it keeps"),
+                cpu: Duration::ZERO,
+            };
+        }
+    }
+
+    /// Charges CPU a call used outside a slot (`map`, `describe`) to the tenant and guest.
+    pub fn charge(&self, cpu: Duration) {
+        self.scheduler
+            .with_core(|core, now| core.charge(&self.tenant, &self.guest, cpu, Cost::Cpu, now));
+    }
+}
+
+/// A place in line, given up if dropped before the grant.
+struct Waiting<'a> {
+    share: &'a Share,
+    id: u64,
+    rx: oneshot::Receiver<Grant>,
+    granted: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.granted {
+            return;
+        }
+        // Grants are sent under the core's lock, so under it this waiter is either still in
+        // line or its grant is in the channel.
+        let (id, rx) = (self.id, &mut self.rx);
+        self.share.scheduler.with_core(|core, now| {
+            if !core.cancel(id)
+                && let Ok(grant) = rx.try_recv()
+            {
+                core.finish(&grant, Duration::ZERO, now);
+            }
+        });
+    }
+}
+
+/// A granted slot: hold it while the guest runs, [`Slot::charge`] what the call used, and drop
+/// it to hand the slot on.
+#[derive(Debug)]
+pub struct Slot {
+    share: Share,
+    grant: Grant,
+    cpu: Duration,
+}
+
+impl Slot {
+    /// Records the CPU the call used; charged when the slot is dropped.
+    pub fn charge(&mut self, cpu: Duration) {
+        self.cpu += cpu;
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (grant, cpu) = (&self.grant, self.cpu);
+        self.share
+            .scheduler
+            .with_core(|core, now| core.finish(grant, cpu, now));
+    }
+}
+
+/// What a grant charged in advance, to correct when the call ends.
+#[derive(Debug, Clone)]
+struct Grant {
+    tenant: Arc<str>,
+    guest: Arc<str>,
+    estimate: Duration,
+}
+
+/// What a charge was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cost {
+    Cpu,
+    Compile,
+}
+
+/// The scheduler's state: pure, driven by the times it is given.
+///
+/// Invariant: `busy` is the number of grants not yet finished, and each waiter id is in exactly
+/// one guest's `line` and in `senders`.
+#[derive(Debug)]
+struct Core {
+    config: Config,
+    busy: usize,
+    /// The virtual time of the latest grant: where an idle tenant starts again.
+    clock: f64,
+    tenants: BTreeMap<Arc<str>, Tenant>,
+    senders: HashMap<u64, oneshot::Sender<Grant>>,
+    next_id: u64,
+    started: Instant,
+    spells_changed: bool,
+}
+
+#[derive(Debug)]
+struct Tenant {
+    weight: u32,
+    vtime: f64,
+    /// Virtual time of this tenant's latest grant: where an idle guest of it starts again.
+    clock: f64,
+    guests: BTreeMap<Arc<str>, Guest>,
+    waiting: usize,
+    running: usize,
+    cpu: Duration,
+    compile: Duration,
+    bucket: Option<Bucket>,
+    window: Window,
+    /// The current spell, or the latest one.
+    spell: Option<Spell>,
+    since: Option<Instant>,
+    throttled: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Guest {
+    vtime: f64,
+    line: VecDeque<u64>,
+    running: usize,
+    /// Recent average cost of a call: what a grant charges in advance.
+    estimate: Option<Duration>,
+}
+
+/// CPU seconds a tenant may still spend; negative when it owes.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    capacity: f64,
+    /// Seconds of budget per second.
+    rate: f64,
+    budget: Duration,
+    last: Instant,
+}
+
+impl Bucket {
+    fn new(budget: Duration, now: Instant) -> Self {
+        let rate = budget.as_secs_f64() / 60.0;
+        Self {
+            tokens: rate * 10.0,
+            capacity: rate * 10.0,
+            rate,
+            budget,
+            last: now,
+        }
+    }
+
+    /// Adds what accrued since the last refill; returns when it crossed back above zero, if it
+    /// did.
+    fn refill(&mut self, now: Instant) -> Option<Instant> {
+        let (before, last) = (self.tokens, self.last);
+        let elapsed = now.saturating_duration_since(last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.capacity);
+        self.last = now;
+        (before <= 0.0 && self.tokens > 0.0)
+            .then(|| last + Duration::from_secs_f64(-before / self.rate))
+    }
+
+    fn over(&self) -> bool {
+        self.tokens <= 0.0
+    }
+
+    /// When it will be positive again.
+    fn positive_at(&self) -> Instant {
+        // A nanosecond late rather than exactly at zero, which is still over budget.
+        self.last + Duration::from_secs_f64(-self.tokens / self.rate) + Duration::from_nanos(1)
+    }
+}
+
+/// What was spent in each of the last 60 seconds.
+#[derive(Debug)]
+struct Window {
+    seconds: [(u64, Duration); 60],
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Self {
+            seconds: [(0, Duration::ZERO); 60],
+        }
+    }
+}
+
+impl Window {
+    fn add(&mut self, second: u64, d: Duration) {
+        let slot = &mut self.seconds[(second % 60) as usize];
+        if slot.0 != second {
+            *slot = (second, Duration::ZERO);
+        }
+        slot.1 += d;
+    }
+
+    fn sum(&self, second: u64) -> Duration {
+        self.seconds
+            .iter()
+            .filter(|(s, _)| *s + 60 > second && *s <= second)
+            .map(|(_, d)| *d)
+            .sum()
+    }
+}
+
+impl Core {
+    fn new(mut config: Config, now: Instant) -> Self {
+        config.slots = config.slots.max(1);
+        Self {
+            config,
+            busy: 0,
+            clock: 0.0,
+            tenants: BTreeMap::new(),
+            senders: HashMap::new(),
+            next_id: 0,
+            started: now,
+            spells_changed: false,
+        }
+    }
+
+    fn tenant(&mut self, name: &str, now: Instant) -> &mut Tenant {
+        if !self.tenants.contains_key(name) {
+            let budget = self
+                .config
+                .cpu_budget_ms_per_minute
+                .filter(|_| name != OPERATOR)
+                .map(|ms| Bucket::new(Duration::from_millis(ms), now));
+            let tenant = Tenant {
+                weight: self.config.weights.get(name).copied().unwrap_or(1).max(1),
+                vtime: self.clock,
+                clock: 0.0,
+                guests: BTreeMap::new(),
+                waiting: 0,
+                running: 0,
+                cpu: Duration::ZERO,
+                compile: Duration::ZERO,
+                bucket: budget,
+                window: Window::default(),
+                spell: None,
+                since: None,
+                throttled: Duration::ZERO,
+            };
+            self.tenants.insert(name.into(), tenant);
+        }
+        self.tenants.get_mut(name).expect("inserted above")
+    }
+
+    /// Puts a waiter of `guest` in line; returns its id.
+    fn enqueue(
+        &mut self,
+        tenant: &Arc<str>,
+        guest: &Arc<str>,
+        tx: oneshot::Sender<Grant>,
+        now: Instant,
+    ) -> u64 {
+        let (id, clock) = (self.next_id, self.clock);
+        self.next_id += 1;
+        self.senders.insert(id, tx);
+        let t = self.tenant(tenant, now);
+        if t.waiting + t.running == 0 {
+            // Start-time fair queuing: an idle tenant starts at the current virtual time.
+            t.vtime = t.vtime.max(clock);
+        }
+        let tenant_clock = t.clock;
+        t.waiting += 1;
+        let g = t.guests.entry(guest.clone()).or_default();
+        if g.line.is_empty() && g.running == 0 {
+            g.vtime = g.vtime.max(tenant_clock);
+        }
+        g.line.push_back(id);
+        id
+    }
+
+    /// Takes waiter `id` out of line; false if it is not in line (already granted).
+    fn cancel(&mut self, id: u64) -> bool {
+        if self.senders.remove(&id).is_none() {
+            return false;
+        }
+        for t in self.tenants.values_mut() {
+            for g in t.guests.values_mut() {
+                if let Some(i) = g.line.iter().position(|w| *w == id) {
+                    g.line.remove(i);
+                    t.waiting -= 1;
+                    return true;
+                }
+            }
+        }
+        unreachable!("a waiter with a sender is in some line")
+    }
+
+    /// Grants free slots to waiters in fair order.
+    fn dispatch(&mut self, now: Instant) {
+        self.refill(now);
+        while self.busy < self.config.slots {
+            let Some(name) = self
+                .tenants
+                .iter()
+                .filter(|(_, t)| t.waiting > 0 && !t.bucket.as_ref().is_some_and(Bucket::over))
+                .min_by(|a, b| a.1.vtime.total_cmp(&b.1.vtime))
+                .map(|(n, _)| n.clone())
+            else {
+                return;
+            };
+            let t = self.tenants.get_mut(&name).expect("just found");
+            let (guest, g) = t
+                .guests
+                .iter_mut()
+                .filter(|(_, g)| !g.line.is_empty())
+                .min_by(|a, b| a.1.vtime.total_cmp(&b.1.vtime))
+                .expect("a waiting tenant has a guest in line");
+            let id = g.line.pop_front().expect("filtered on a non-empty line");
+            let estimate = g.estimate.unwrap_or(FIRST_ESTIMATE);
+            t.clock = g.vtime;
+            g.vtime += estimate.as_secs_f64();
+            g.running += 1;
+            let guest = guest.clone();
+            self.clock = t.vtime;
+            t.vtime += estimate.as_secs_f64() / f64::from(t.weight);
+            t.waiting -= 1;
+            t.running += 1;
+            self.busy += 1;
+            let grant = Grant {
+                tenant: name,
+                guest,
+                estimate,
+            };
+            let tx = self
+                .senders
+                .remove(&id)
+                .expect("every waiter in line has a sender");
+            if let Err(grant) = tx.send(grant) {
+                // Its future is gone (a stopped controller): the slot goes to the next.
+                self.release(&grant, Duration::ZERO, now);
+            }
+        }
+    }
+
+    /// A granted call ended, having used `cpu`.
+    fn finish(&mut self, grant: &Grant, cpu: Duration, now: Instant) {
+        self.release(grant, cpu, now);
+        self.charge(&grant.tenant, &grant.guest, cpu, Cost::Cpu, now);
+    }
+
+    /// Gives the slot back and corrects the virtual times from the estimate to `cpu`.
+    fn release(&mut self, grant: &Grant, cpu: Duration, now: Instant) {
+        self.busy -= 1;
+        let t = self.tenant(&grant.tenant, now);
+        t.running -= 1;
+        let error = cpu.as_secs_f64() - grant.estimate.as_secs_f64();
+        t.vtime += error / f64::from(t.weight);
+        let g = t.guests.entry(grant.guest.clone()).or_default();
+        g.running -= 1;
+        g.vtime += error;
+        // A stopped call (cpu zero) says nothing about what calls cost.
+        if !cpu.is_zero() {
+            g.estimate = Some(match g.estimate {
+                Some(e) => (e * 7 + cpu) / 8,
+                None => cpu,
+            });
+        }
+    }
+
+    /// Adds `d` to the tenant's totals and budget; starts a spell of throttling if that took it
+    /// over budget.
+    fn charge(&mut self, tenant: &str, guest: &str, d: Duration, cost: Cost, now: Instant) {
+        let second = now.saturating_duration_since(self.started).as_secs();
+        let t = self.tenant(tenant, now);
+        match cost {
+            Cost::Cpu => t.cpu += d,
+            Cost::Compile => t.compile += d,
+        }
+        t.window.add(second, d);
+        let Some(bucket) = &mut t.bucket else {
+            return;
+        };
+        bucket.refill(now);
+        let was_over = bucket.over();
+        bucket.tokens -= d.as_secs_f64();
+        if was_over || !bucket.over() {
+            return;
+        }
+        let number = t.spell.as_ref().map_or(1, |s| s.number + 1);
+        t.spell = Some(Spell {
+            number,
+            guest: guest.to_string(),
+            budget: bucket.budget,
+            used: t.window.sum(second),
+            since: SystemTime::now(),
+            ended: false,
+        });
+        t.since = Some(now);
+        self.spells_changed = true;
+    }
+
+    /// Refills every budget; ends the spells of tenants back under it.
+    fn refill(&mut self, now: Instant) {
+        for t in self.tenants.values_mut() {
+            let Some(bucket) = &mut t.bucket else {
+                continue;
+            };
+            let Some(back) = bucket.refill(now) else {
+                continue;
+            };
+            if let Some(since) = t.since.take() {
+                t.throttled += back.saturating_duration_since(since);
+                if let Some(s) = &mut t.spell {
+                    s.ended = true;
+                }
+                self.spells_changed = true;
+            }
+        }
+    }
+
+    /// When the earliest throttled tenant with a waiter may run again.
+    fn next_refill(&self) -> Option<Instant> {
+        self.tenants
+            .values()
+            .filter(|t| t.waiting > 0)
+            .filter_map(|t| t.bucket.as_ref().filter(|b| b.over()))
+            .map(Bucket::positive_at)
+            .min()
+    }
+
+    fn spells(&self) -> Spells {
+        self.tenants
+            .iter()
+            .filter_map(|(n, t)| Some((n.to_string(), t.spell.clone()?)))
+            .collect()
+    }
+
+    fn usage(&mut self, now: Instant, wall: SystemTime) -> Vec<TenantUsage> {
+        self.refill(now);
+        let second = now.saturating_duration_since(self.started).as_secs();
+        self.tenants
+            .iter()
+            .map(|(name, t)| {
+                let current = t.since.map(|s| now.saturating_duration_since(s));
+                TenantUsage {
+                    tenant: name.to_string(),
+                    weight: t.weight,
+                    cpu: t.cpu,
+                    compile: t.compile,
+                    used_last_minute: t.window.sum(second),
+                    budget_per_minute: t.bucket.as_ref().map(|b| b.budget),
+                    throttled_since: current.map(|c| wall - c),
+                    throttled: t.throttled + current.unwrap_or_default(),
+                    throttles: t.spell.as_ref().map_or(0, |s| s.number),
+                    waiting: t.waiting,
+                    running: t.running,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Workers that always have another key: each, once its call ends, waits in line again.
+    struct Sim {
+        core: Core,
+        now: Instant,
+        lines: Vec<(String, String, oneshot::Receiver<Grant>)>,
+    }
+
+    impl Sim {
+        fn new(config: Config) -> Self {
+            let now = Instant::now();
+            Self {
+                core: Core::new(config, now),
+                now,
+                lines: Vec::new(),
+            }
+        }
+
+        fn wait(&mut self, tenant: &str, guest: &str) {
+            let (tx, rx) = oneshot::channel();
+            self.core
+                .enqueue(&tenant.into(), &guest.into(), tx, self.now);
+            self.lines.push((tenant.into(), guest.into(), rx));
+        }
+
+        /// Grants what can be granted; returns the grants, oldest waiter first.
+        fn granted(&mut self) -> Vec<(String, String, Grant)> {
+            self.core.dispatch(self.now);
+            let mut out = Vec::new();
+            self.lines.retain_mut(|(t, g, rx)| match rx.try_recv() {
+                Ok(grant) => {
+                    out.push((t.clone(), g.clone(), grant));
+                    false
+                }
+                Err(_) => true,
+            });
+            out
+        }
+
+        /// One slot: the next call runs for `cost` of CPU (and of time), then its worker waits
+        /// again. Returns whose call it was.
+        fn step(&mut self, cost: impl Fn(&str) -> Duration) -> String {
+            let mut granted = self.granted();
+            assert_eq!(granted.len(), 1, "one slot, one grant");
+            let (tenant, guest, grant) = granted.pop().expect("checked");
+            self.now += cost(&guest);
+            self.core.finish(&grant, cost(&guest), self.now);
+            self.wait(&tenant, &guest);
+            guest
+        }
+
+        fn count(
+            &mut self,
+            steps: usize,
+            cost: impl Fn(&str) -> Duration,
+        ) -> BTreeMap<String, usize> {
+            let mut counts = BTreeMap::new();
+            for _ in 0..steps {
+                *counts.entry(self.step(&cost)).or_default() += 1;
+            }
+            counts
+        }
+    }
+
+    #[test]
+    fn a_tenant_with_one_key_runs_next_however_many_the_other_has_waiting() {
+        let mut sim = Sim::new(Config {
+            slots: 1,
+            ..Config::default()
+        });
+        for _ in 0..50 {
+            sim.wait("team-a", "flood");
+        }
+        for _ in 0..10 {
+            sim.step(|_| ms(5));
+        }
+        sim.wait("team-b", "edit");
+        assert_eq!(
+            sim.step(|_| ms(5)),
+            "edit",
+            "b waits for no more than the call running"
+        );
+    }
+
+    #[test]
+    fn cpu_is_shared_by_weight_when_both_tenants_always_have_work() {
+        let mut sim = Sim::new(Config {
+            slots: 1,
+            weights: [("team-a".into(), 2)].into(),
+            ..Config::default()
+        });
+        sim.wait("team-a", "a");
+        sim.wait("team-b", "b");
+        let counts = sim.count(300, |_| ms(10));
+        assert_eq!((counts["a"], counts["b"]), (200, 100));
+    }
+
+    #[test]
+    fn fairness_is_over_measured_cost_not_over_calls() {
+        let mut sim = Sim::new(Config {
+            slots: 1,
+            ..Config::default()
+        });
+        sim.wait("team-a", "heavy");
+        sim.wait("team-b", "light");
+        let counts = sim.count(220, |g| if g == "heavy" { ms(10) } else { ms(1) });
+        // Equal CPU: 20 heavy calls (200 ms) against 200 light ones (200 ms).
+        assert!(
+            (19..=21).contains(&counts["heavy"]),
+            "heavy ran {} times of 220",
+            counts["heavy"]
+        );
+    }
+
+    #[test]
+    fn idle_time_is_not_banked() {
+        let mut sim = Sim::new(Config {
+            slots: 1,
+            ..Config::default()
+        });
+        sim.wait("team-a", "a");
+        sim.count(100, |_| ms(10));
+        sim.wait("team-b", "b");
+        let order: Vec<String> = (0..6).map(|_| sim.step(|_| ms(10))).collect();
+        assert_eq!(
+            order,
+            ["b", "a", "b", "a", "b", "a"],
+            "b, idle while a ran 100 calls, gets its share from now on, not 100 calls in a row"
+        );
+    }
+
+    #[test]
+    fn a_tenants_guests_share_its_part_fairly() {
+        let mut sim = Sim::new(Config {
+            slots: 1,
+            ..Config::default()
+        });
+        sim.wait("team-a", "a1");
+        sim.wait("team-a", "a1");
+        sim.wait("team-a", "a1");
+        sim.wait("team-a", "a2");
+        sim.wait("team-b", "b");
+        let counts = sim.count(400, |_| ms(1));
+        assert_eq!((counts["a1"], counts["a2"], counts["b"]), (100, 100, 200));
+    }
+
+    #[test]
+    fn no_more_grants_than_slots_and_a_finish_hands_its_slot_on() {
+        let mut sim = Sim::new(Config {
+            slots: 2,
+            ..Config::default()
+        });
+        for _ in 0..5 {
+            sim.wait("team-a", "a");
+        }
+        let first = sim.granted();
+        assert_eq!(first.len(), 2);
+        assert!(sim.granted().is_empty(), "both slots are held");
+        sim.core.finish(&first[0].2, ms(1), sim.now);
+        assert_eq!(sim.granted().len(), 1);
+        assert_eq!(sim.core.busy, 2);
+    }
+
+    #[test]
+    fn a_waiter_that_gives_up_leaves_the_line() {
+        let mut sim = Sim::new(Config {
+            slots: 1,
+            ..Config::default()
+        });
+        sim.wait("team-a", "a");
+        let held = sim.granted();
+        sim.wait("team-b", "b");
+        let id = sim.core.next_id - 1;
+        assert!(sim.core.cancel(id));
+        assert!(!sim.core.cancel(id), "only once");
+        sim.core.finish(&held[0].2, ms(1), sim.now);
+        assert!(sim.granted().is_empty());
+        assert_eq!(sim.core.busy, 0);
+    }
+
+    fn budgeted(ms_per_minute: u64) -> Config {
+        Config {
+            slots: 1,
+            cpu_budget_ms_per_minute: Some(ms_per_minute),
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn a_tenant_over_budget_waits_for_the_refill_and_others_go_on() {
+        // 600 ms a minute: 10 ms a second, at most 100 ms banked.
+        let mut sim = Sim::new(budgeted(600));
+        sim.wait("team-a", "spin");
+        sim.step(|_| ms(300));
+        // The operator has no budget, so its share shows plainly.
+        sim.wait(OPERATOR, "b");
+        assert_eq!(sim.step(|_| ms(1)), "b");
+        assert_eq!(
+            sim.step(|_| ms(1)),
+            "b",
+            "team-a owes 200 ms: 20 s of budget"
+        );
+        let usage = sim.core.usage(sim.now, SystemTime::now());
+        assert_eq!(usage[1].tenant, "team-a");
+        assert!(usage[1].throttled_since.is_some());
+        assert_eq!(usage[1].throttles, 1);
+        assert_eq!(usage[1].used_last_minute, ms(300));
+        // Past the refill, team-a runs again once b has had the CPU team-a had before:
+        // throttling delays, and the fair order still holds.
+        sim.now += Duration::from_secs(20);
+        let b_first = (0..400).take_while(|_| sim.step(|_| ms(1)) == "b").count();
+        assert!(
+            (290..=300).contains(&b_first),
+            "b ran {b_first} calls first"
+        );
+        let usage = sim.core.usage(sim.now, SystemTime::now());
+        assert_eq!(usage[1].throttled_since, None);
+        let throttled = usage[1].throttled.as_secs_f64();
+        assert!((19.9..20.1).contains(&throttled), "throttled {throttled} s");
+    }
+
+    #[test]
+    fn a_spell_names_the_guest_that_went_over_and_is_counted_once() {
+        let mut sim = Sim::new(budgeted(600));
+        sim.wait("team-a", "spin");
+        sim.step(|_| ms(300));
+        let spells = sim.core.spells();
+        let spell = &spells["team-a"];
+        assert_eq!(
+            (spell.number, spell.guest.as_str(), spell.ended),
+            (1, "spin", false)
+        );
+        assert_eq!(spell.budget, ms(600));
+        assert!(std::mem::take(&mut sim.core.spells_changed));
+        sim.core
+            .charge("team-a", "spin", ms(50), Cost::Cpu, sim.now);
+        assert!(
+            !sim.core.spells_changed,
+            "more cost while throttled is the same spell"
+        );
+        sim.now += Duration::from_secs(60);
+        sim.core.refill(sim.now);
+        assert!(sim.core.spells()["team-a"].ended);
+        sim.core
+            .charge("team-a", "other", ms(500), Cost::Compile, sim.now);
+        assert_eq!(sim.core.spells()["team-a"].number, 2);
+        assert_eq!(sim.core.spells()["team-a"].guest, "other");
+    }
+
+    #[test]
+    fn the_operator_is_never_throttled() {
+        let mut sim = Sim::new(budgeted(600));
+        sim.wait(OPERATOR, "op");
+        let counts = sim.count(10, |_| Duration::from_secs(1));
+        assert_eq!(counts["op"], 10);
+        assert!(sim.core.spells().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_slot_comes_when_the_budget_refills() {
+        let scheduler = Arc::new(FairShare::new(budgeted(600)));
+        let share = scheduler.share("team-a", "spin");
+        let mut slot = share.slot().await;
+        slot.charge(ms(300));
+        drop(slot);
+        let spells = scheduler.watch_spells();
+        assert_eq!(spells.borrow()["team-a"].number, 1);
+        let started = Instant::now();
+        let _slot = share.slot().await;
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(20) && waited < Duration::from_secs(21),
+            "owed 200 ms at 10 ms/s, waited {waited:?}"
+        );
+        assert!(spells.borrow()["team-a"].ended);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_wait_gives_up_its_place_and_a_dropped_slot_frees_it() {
+        let scheduler = Arc::new(FairShare::new(Config {
+            slots: 1,
+            ..Config::default()
+        }));
+        let a = scheduler.share("team-a", "a");
+        let held = a.slot().await;
+        let gave_up = tokio::time::timeout(ms(10), a.slot()).await;
+        assert!(gave_up.is_err(), "the only slot is held");
+        drop(held);
+        let next = tokio::time::timeout(ms(10), scheduler.share("team-b", "b").slot()).await;
+        assert!(
+            next.is_ok(),
+            "the slot was not kept for the waiter that gave up"
+        );
+        assert_eq!(
+            scheduler.usage().iter().map(|t| t.waiting).sum::<usize>(),
+            0
+        );
+    }
+}
