@@ -6,6 +6,7 @@
 //! stage comes before it.
 
 pub mod http;
+pub mod metering;
 pub mod metrics;
 pub mod process;
 pub mod status;

@@ -91,6 +91,14 @@ pub struct TenantPolicy {
     /// sooner wait, and collapse into one load of the latest: a tenant editing in a loop gets
     /// one compile a second, not one per edit. Unloads never wait.
     pub min_reload_interval_ms: u64,
+    /// CPU each tenant namespace's guests may use per minute, compile time included, in
+    /// milliseconds [unlimited]. A tenant over it has its reconciles delayed (never failed)
+    /// until the budget refills, with a Warning Event when that starts; see
+    /// [`crate::controller::fair_share`].
+    pub cpu_budget_ms_per_minute: Option<u64>,
+    /// Each tenant namespace's share of the host's CPU when tenants compete [1 each];
+    /// `[tenants.weights]` with `team-a = 2` gives team-a twice the share of a tenant of weight 1.
+    pub weights: BTreeMap<String, u32>,
 }
 
 impl Default for TenantPolicy {
@@ -104,6 +112,8 @@ impl Default for TenantPolicy {
             grants: BTreeMap::new(),
             max_guests_per_namespace: 20,
             min_reload_interval_ms: 1000,
+            cpu_budget_ms_per_minute: None,
+            weights: BTreeMap::new(),
         }
     }
 }

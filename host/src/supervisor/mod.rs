@@ -22,11 +22,13 @@
 //!   informer RBAC forbade) is not remembered: the same bytes are tried again when the source
 //!   next offers them.
 
+mod metering;
 mod offers;
 mod report;
 
 pub use offers::{Offer, Read, Unreadable};
 
+use metering::report_throttling;
 use report::{post_event, report_failures};
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,6 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::controller::fair_share::{self, FairShare};
 use crate::controller::{self, Controller, Settings};
 use crate::events::Type;
 use crate::guest::artifact_cache::Origin;
@@ -62,6 +65,17 @@ pub enum Source {
         /// Its uid, for Events.
         uid: String,
     },
+}
+
+impl Source {
+    /// The tenant whose share of the host the guest runs in: a ConfigMap's namespace, or
+    /// [`fair_share::OPERATOR`] for the operator's own guests.
+    pub fn tenant(&self) -> &str {
+        match self {
+            Source::ConfigMap { namespace, .. } => namespace,
+            Source::File(_) | Source::DevFolder(_) => fair_share::OPERATOR,
+        }
+    }
 }
 
 impl std::fmt::Display for Source {
@@ -146,6 +160,8 @@ pub struct Options {
     pub sync_timeout: Duration,
     /// Post Kubernetes Events on ConfigMap sources [true].
     pub events: bool,
+    /// How guests share the host's CPU: slots, tenant weights, CPU budgets.
+    pub fair_share: fair_share::Config,
 }
 
 impl Default for Options {
@@ -153,6 +169,7 @@ impl Default for Options {
         Self {
             sync_timeout: Duration::from_secs(30),
             events: true,
+            fair_share: fair_share::Config::default(),
         }
     }
 }
@@ -199,6 +216,8 @@ pub struct Supervisor {
     factory: Arc<InformerFactory>,
     client: kube::Client,
     options: Options,
+    /// The one scheduler every guest's reconciles take turns in.
+    scheduler: Arc<FairShare>,
     guests: Mutex<BTreeMap<String, Entry>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     compiles: tokio::sync::Semaphore,
@@ -231,6 +250,7 @@ impl Supervisor {
             runtime,
             factory,
             client,
+            scheduler: Arc::new(FairShare::new(options.fair_share.clone())),
             options,
             guests: Mutex::new(BTreeMap::new()),
             locks: Mutex::new(HashMap::new()),
@@ -276,6 +296,11 @@ impl Supervisor {
         let controllers: Vec<Arc<Controller>> =
             entries.into_iter().filter_map(|e| e.controller).collect();
         futures::future::join_all(controllers.iter().map(|c| c.stop())).await;
+    }
+
+    /// The scheduler guests share the host's CPU through.
+    pub fn scheduler(&self) -> &Arc<FairShare> {
+        &self.scheduler
     }
 
     /// The informer factory guests share.
@@ -401,6 +426,11 @@ impl Supervisor {
         };
         let compile = module.compile_time();
         let origin = module.origin();
+        let tenant = source.tenant();
+        // Compiling is work done for the tenant, and a tenant delivering a new module in a loop
+        // must pay for it like for any other CPU.
+        self.scheduler.charge_compile(tenant, name, compile);
+        let share = self.scheduler.share(tenant, name);
         if let Some(old) = &replaced {
             // Its grant or limits changed: no overlap of the two, so a gap instead. Until the
             // new one starts (or is rejected) the guest is not serving, and says so.
@@ -420,6 +450,7 @@ impl Supervisor {
                 self.client.clone(),
                 module.clone(),
                 settings.clone(),
+                share,
                 self.options.sync_timeout,
             )
             .await
@@ -429,6 +460,7 @@ impl Supervisor {
                 self.client.clone(),
                 module.clone(),
                 settings.clone(),
+                share,
             )
             .await
             .map(|c| (c, None)),
@@ -512,6 +544,12 @@ impl Supervisor {
             tokio::spawn(report_failures(
                 Arc::downgrade(&controller),
                 controller.watch_failing(),
+                self.client.clone(),
+                source.clone(),
+            ));
+            tokio::spawn(report_throttling(
+                Arc::downgrade(&controller),
+                self.scheduler.watch_spells(),
                 self.client.clone(),
                 source,
             ));

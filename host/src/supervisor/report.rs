@@ -38,6 +38,7 @@ impl Supervisor {
             informers,
             sources_without_guests,
             uptime_seconds: self.started.elapsed().as_secs(),
+            tenants: self.tenant_status(),
         }
     }
 
@@ -133,6 +134,7 @@ impl Supervisor {
             unloads: self.unloads.load(Ordering::Relaxed),
             informers,
             process,
+            tenants: self.scheduler.usage(),
         })
     }
 }
@@ -293,7 +295,7 @@ fn guest_status(name: &str, e: &Entry) -> GuestStatus {
     }
 }
 
-fn rfc3339(t: SystemTime) -> String {
+pub(super) fn rfc3339(t: SystemTime) -> String {
     k8s_openapi::jiff::Timestamp::try_from(t)
         .map(|t| {
             t.round(k8s_openapi::jiff::Unit::Second)

@@ -1,322 +1,18 @@
-//! Fair share: one scheduler for the whole host that hands out reconcile slots by weighted fair
-//! queuing, across tenants first and then across each tenant's guests, and holds back a tenant
-//! that has spent its CPU budget.
-//!
-//! Every controller keeps its own work queue and workers; a worker that has taken a key asks
-//! here for a slot before it calls the guest, and gives it back with the CPU the call measured.
-//! The number of slots bounds how many guest calls run at once, host-wide (by default one per
-//! core), so a tenant with 10 000 keys and many workers cannot crowd out one with a single key.
-//!
-//! The order is start-time fair queuing (Goyal et al., 1996) over measured cost:
-//! - each tenant has a virtual time, advanced by the CPU each of its reconciles used divided by
-//!   its weight; among tenants with a worker waiting, the one with the least virtual time gets
-//!   the next free slot, and within it the guest with the least virtual time;
-//! - a tenant (or guest) that was idle starts at the virtual time of the latest grant, not where
-//!   it left off: idle time is not banked, so a tenant quiet for an hour cannot then hold the
-//!   host for a minute;
-//! - a call's cost is only known when it ends, so each grant charges the guest's recent average
-//!   at once and corrects it at the end; otherwise a tenant could take every free slot while its
-//!   virtual time stood still.
-//!
-//! Where it may surprise:
-//! - Fairness is over CPU, not over slot time: a guest waiting on the API server holds its slot
-//!   but is charged only for the CPU it used. With few slots, slow writes therefore cost others
-//!   latency; raise [`Config::slots`] for guests that mostly wait.
-//! - A CPU budget is a token bucket that may go negative: a call is never cut short for the
-//!   budget (its deadline bounds it), so a tenant pays for an expensive call afterwards, by
-//!   waiting until the bucket is positive again. Throttling delays reconciles; it never fails
-//!   one.
-//! - The operator's guests (config file, `--guest`, dev folder) are the tenant [`OPERATOR`],
-//!   which is never throttled.
+//! The scheduler's state, pure: virtual times, lines of waiters, CPU budgets. Every method is
+//! given the time, so tests drive it without a clock.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use serde::Deserialize;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// The tenant of the operator's own guests: never throttled, weight from [`Config::weights`]
-/// under the key `""` like any other.
-pub const OPERATOR: &str = "";
-
-/// What a fresh guest's first calls are assumed to cost, until its own calls are measured.
-const FIRST_ESTIMATE: Duration = Duration::from_millis(1);
-
-/// How the host shares execution between tenants.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Config {
-    /// Guest calls that may run at once, host-wide [the number of cores]. Each guest's own
-    /// `workers` still bounds its share of them.
-    pub slots: usize,
-    /// Each tenant namespace's weight [1]; a tenant of weight 2 gets twice the CPU of a tenant
-    /// of weight 1 when both have work. The operator's guests are the tenant `""`.
-    pub weights: BTreeMap<String, u32>,
-    /// CPU a tenant's guests may use per minute, compile time included, in milliseconds
-    /// [unlimited]. Over it, the tenant's reconciles wait until the budget refills (it refills
-    /// continuously, and holds at most ten seconds' worth), and are never failed for it. Not
-    /// applied to the operator's guests.
-    pub cpu_budget_ms_per_minute: Option<u64>,
-    /// Longest a low-priority key (initial list, resync) waits behind high-priority ones before
-    /// it is handed out anyway, in milliseconds [30 000].
-    pub low_priority_max_wait_ms: u64,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            slots: std::thread::available_parallelism().map_or(2, |n| n.get()),
-            weights: BTreeMap::new(),
-            cpu_budget_ms_per_minute: None,
-            low_priority_max_wait_ms: 30_000,
-        }
-    }
-}
-
-/// A tenant's CPU use and throttling, for `/status` and `/metrics`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TenantUsage {
-    /// The tenant namespace; [`OPERATOR`] for the operator's guests.
-    pub tenant: String,
-    /// Its weight.
-    pub weight: u32,
-    /// CPU its guests' calls used, measured per call.
-    pub cpu: Duration,
-    /// Time its guests' modules took to compile (or load precompiled), wall time: compiling
-    /// runs on other threads than the calls, and on several at once.
-    pub compile: Duration,
-    /// CPU plus compile time over the last minute: what the budget is compared with.
-    pub used_last_minute: Duration,
-    /// The budget per minute, if it has one.
-    pub budget_per_minute: Option<Duration>,
-    /// Since when it is throttled, if it is.
-    pub throttled_since: Option<SystemTime>,
-    /// Time spent throttled so far, the current spell included.
-    pub throttled: Duration,
-    /// Spells of throttling so far.
-    pub throttles: u64,
-    /// Workers waiting for a slot.
-    pub waiting: usize,
-    /// Slots it holds.
-    pub running: usize,
-}
-
-/// One spell of a tenant's throttling, as the Event about it needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Spell {
-    /// Counts the tenant's spells from 1: a reporter that saw spell 3 knows a spell 4 is new,
-    /// even if it began and ended between two looks.
-    pub number: u64,
-    /// The guest whose call took the tenant over budget: its ConfigMap gets the Event.
-    pub guest: String,
-    /// The budget per minute.
-    pub budget: Duration,
-    /// What the tenant used over the last minute when the spell began.
-    pub used: Duration,
-    /// When it began.
-    pub since: SystemTime,
-    /// Whether it is over.
-    pub ended: bool,
-}
-
-/// Every tenant's latest spell of throttling, by tenant.
-pub type Spells = BTreeMap<String, Spell>;
-
-/// The host-wide scheduler. Share it by `Arc`; each guest uses it through a [`Share`].
-#[derive(Debug)]
-pub struct FairShare {
-    core: Mutex<Core>,
-    spells: watch::Sender<Spells>,
-    low_priority_max_wait: Duration,
-}
-
-impl Default for FairShare {
-    fn default() -> Self {
-        Self::new(Config::default())
-    }
-}
-
-impl FairShare {
-    /// A scheduler with `config`; zero slots count as one.
-    pub fn new(config: Config) -> Self {
-        Self {
-            low_priority_max_wait: Duration::from_millis(config.low_priority_max_wait_ms),
-            core: Mutex::new(Core::new(config, Instant::now())),
-            spells: watch::Sender::new(Spells::new()),
-        }
-    }
-
-    /// The handle guest `guest` of `tenant` schedules through.
-    pub fn share(self: &Arc<Self>, tenant: &str, guest: &str) -> Share {
-        Share {
-            scheduler: self.clone(),
-            tenant: tenant.into(),
-            guest: guest.into(),
-        }
-    }
-
-    /// How long a low-priority key may wait behind high-priority ones.
-    pub fn low_priority_max_wait(&self) -> Duration {
-        self.low_priority_max_wait
-    }
-
-    /// Charges `time` to `tenant`'s budget and totals as compile time (a module of its guest
-    /// `guest` was compiled or loaded).
-    pub fn charge_compile(&self, tenant: &str, guest: &str, time: Duration) {
-        self.with_core(|core, now| core.charge(tenant, guest, time, Cost::Compile, now));
-    }
-
-    /// Every tenant's CPU use and throttling, by tenant name.
-    pub fn usage(&self) -> Vec<TenantUsage> {
-        let wall = SystemTime::now();
-        self.with_core(|core, now| core.usage(now, wall))
-    }
-
-    /// Every tenant's latest spell of throttling; the receiver sees each change.
-    pub fn watch_spells(&self) -> watch::Receiver<Spells> {
-        self.spells.subscribe()
-    }
-
-    /// Runs `f` on the core at the current time, then grants what can be granted and publishes
-    /// any change of throttling.
-    fn with_core<R>(&self, f: impl FnOnce(&mut Core, Instant) -> R) -> R {
-        let now = Instant::now();
-        let mut core = self.core.lock().unwrap_or_else(|e| e.into_inner());
-        let r = f(&mut core, now);
-        core.dispatch(now);
-        if std::mem::take(&mut core.spells_changed) {
-            let spells = core.spells();
-            self.spells.send_replace(spells);
-        }
-        r
-    }
-}
-
-/// One guest's handle on the scheduler. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct Share {
-    scheduler: Arc<FairShare>,
-    tenant: Arc<str>,
-    guest: Arc<str>,
-}
-
-impl Share {
-    /// A handle on a scheduler of its own, with default settings: for a guest run outside a
-    /// supervisor (tests, benchmarks), which shares nothing with anyone.
-    pub fn alone(guest: &str) -> Self {
-        Arc::new(FairShare::default()).share(OPERATOR, guest)
-    }
-
-    /// The tenant.
-    pub fn tenant(&self) -> &str {
-        &self.tenant
-    }
-
-    /// The scheduler.
-    pub fn scheduler(&self) -> &Arc<FairShare> {
-        &self.scheduler
-    }
-
-    /// Waits for a slot. Cancel-safe: dropping the future gives up the place in line, or the
-    /// slot if it was granted meanwhile.
-    pub async fn slot(&self) -> Slot {
-        let (tx, rx) = oneshot::channel();
-        let id = self
-            .scheduler
-            .with_core(|core, now| core.enqueue(&self.tenant, &self.guest, tx, now));
-        let mut waiting = Waiting {
-            share: self,
-            id,
-            rx,
-            granted: false,
-        };
-        loop {
-            // A throttled tenant's turn comes with time, not with another worker's finish, so
-            // waiters also wake when the budget refills.
-            let wake = self.scheduler.with_core(|core, _| core.next_refill());
-            let granted = match wake {
-                Some(at) => tokio::select! {
-                    g = &mut waiting.rx => Some(g),
-                    _ = tokio::time::sleep_until(at) => None,
-                },
-                None => Some((&mut waiting.rx).await),
-            };
-            let Some(granted) = granted else {
-                self.scheduler.with_core(|_, _| {});
-                continue;
-            };
-            waiting.granted = true;
-            return Slot {
-                share: self.clone(),
-                grant: granted.expect("the scheduler answers every waiter it keeps"),
-                cpu: Duration::ZERO,
-            };
-        }
-    }
-
-    /// Charges CPU a call used outside a slot (`map`, `describe`) to the tenant and guest.
-    pub fn charge(&self, cpu: Duration) {
-        self.scheduler
-            .with_core(|core, now| core.charge(&self.tenant, &self.guest, cpu, Cost::Cpu, now));
-    }
-}
-
-/// A place in line, given up if dropped before the grant.
-struct Waiting<'a> {
-    share: &'a Share,
-    id: u64,
-    rx: oneshot::Receiver<Grant>,
-    granted: bool,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        if self.granted {
-            return;
-        }
-        // Grants are sent under the core's lock, so under it this waiter is either still in
-        // line or its grant is in the channel.
-        let (id, rx) = (self.id, &mut self.rx);
-        self.share.scheduler.with_core(|core, now| {
-            if !core.cancel(id)
-                && let Ok(grant) = rx.try_recv()
-            {
-                core.finish(&grant, Duration::ZERO, now);
-            }
-        });
-    }
-}
-
-/// A granted slot: hold it while the guest runs, [`Slot::charge`] what the call used, and drop
-/// it to hand the slot on.
-#[derive(Debug)]
-pub struct Slot {
-    share: Share,
-    grant: Grant,
-    cpu: Duration,
-}
-
-impl Slot {
-    /// Records the CPU the call used; charged when the slot is dropped.
-    pub fn charge(&mut self, cpu: Duration) {
-        self.cpu += cpu;
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let (grant, cpu) = (&self.grant, self.cpu);
-        self.share
-            .scheduler
-            .with_core(|core, now| core.finish(grant, cpu, now));
-    }
-}
+use super::{Config, FIRST_ESTIMATE, OPERATOR, Spell, Spells, TenantUsage};
 
 /// What a grant charged in advance, to correct when the call ends.
 #[derive(Debug, Clone)]
-struct Grant {
+pub(super) struct Grant {
     tenant: Arc<str>,
     guest: Arc<str>,
     estimate: Duration,
@@ -324,8 +20,10 @@ struct Grant {
 
 /// What a charge was for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cost {
+pub(super) enum Cost {
+    /// A call's CPU.
     Cpu,
+    /// Compiling a module.
     Compile,
 }
 
@@ -334,7 +32,7 @@ enum Cost {
 /// Invariant: `busy` is the number of grants not yet finished, and each waiter id is in exactly
 /// one guest's `line` and in `senders`.
 #[derive(Debug)]
-struct Core {
+pub(super) struct Core {
     config: Config,
     busy: usize,
     /// The virtual time of the latest grant: where an idle tenant starts again.
@@ -343,7 +41,7 @@ struct Core {
     senders: HashMap<u64, oneshot::Sender<Grant>>,
     next_id: u64,
     started: Instant,
-    spells_changed: bool,
+    pub(super) spells_changed: bool,
 }
 
 #[derive(Debug)]
@@ -452,7 +150,7 @@ impl Window {
 }
 
 impl Core {
-    fn new(mut config: Config, now: Instant) -> Self {
+    pub(super) fn new(mut config: Config, now: Instant) -> Self {
         config.slots = config.slots.max(1);
         Self {
             config,
@@ -494,7 +192,7 @@ impl Core {
     }
 
     /// Puts a waiter of `guest` in line; returns its id.
-    fn enqueue(
+    pub(super) fn enqueue(
         &mut self,
         tenant: &Arc<str>,
         guest: &Arc<str>,
@@ -520,7 +218,7 @@ impl Core {
     }
 
     /// Takes waiter `id` out of line; false if it is not in line (already granted).
-    fn cancel(&mut self, id: u64) -> bool {
+    pub(super) fn cancel(&mut self, id: u64) -> bool {
         if self.senders.remove(&id).is_none() {
             return false;
         }
@@ -537,7 +235,7 @@ impl Core {
     }
 
     /// Grants free slots to waiters in fair order.
-    fn dispatch(&mut self, now: Instant) {
+    pub(super) fn dispatch(&mut self, now: Instant) {
         self.refill(now);
         while self.busy < self.config.slots {
             let Some(name) = self
@@ -584,7 +282,7 @@ impl Core {
     }
 
     /// A granted call ended, having used `cpu`.
-    fn finish(&mut self, grant: &Grant, cpu: Duration, now: Instant) {
+    pub(super) fn finish(&mut self, grant: &Grant, cpu: Duration, now: Instant) {
         self.release(grant, cpu, now);
         self.charge(&grant.tenant, &grant.guest, cpu, Cost::Cpu, now);
     }
@@ -610,7 +308,14 @@ impl Core {
 
     /// Adds `d` to the tenant's totals and budget; starts a spell of throttling if that took it
     /// over budget.
-    fn charge(&mut self, tenant: &str, guest: &str, d: Duration, cost: Cost, now: Instant) {
+    pub(super) fn charge(
+        &mut self,
+        tenant: &str,
+        guest: &str,
+        d: Duration,
+        cost: Cost,
+        now: Instant,
+    ) {
         let second = now.saturating_duration_since(self.started).as_secs();
         let t = self.tenant(tenant, now);
         match cost {
@@ -641,7 +346,7 @@ impl Core {
     }
 
     /// Refills every budget; ends the spells of tenants back under it.
-    fn refill(&mut self, now: Instant) {
+    pub(super) fn refill(&mut self, now: Instant) {
         for t in self.tenants.values_mut() {
             let Some(bucket) = &mut t.bucket else {
                 continue;
@@ -660,7 +365,7 @@ impl Core {
     }
 
     /// When the earliest throttled tenant with a waiter may run again.
-    fn next_refill(&self) -> Option<Instant> {
+    pub(super) fn next_refill(&self) -> Option<Instant> {
         self.tenants
             .values()
             .filter(|t| t.waiting > 0)
@@ -669,14 +374,14 @@ impl Core {
             .min()
     }
 
-    fn spells(&self) -> Spells {
+    pub(super) fn spells(&self) -> Spells {
         self.tenants
             .iter()
             .filter_map(|(n, t)| Some((n.to_string(), t.spell.clone()?)))
             .collect()
     }
 
-    fn usage(&mut self, now: Instant, wall: SystemTime) -> Vec<TenantUsage> {
+    pub(super) fn usage(&mut self, now: Instant, wall: SystemTime) -> Vec<TenantUsage> {
         self.refill(now);
         let second = now.saturating_duration_since(self.started).as_secs();
         self.tenants
@@ -964,46 +669,5 @@ mod tests {
         let counts = sim.count(10, |_| Duration::from_secs(1));
         assert_eq!(counts["op"], 10);
         assert!(sim.core.spells().is_empty());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_throttled_slot_comes_when_the_budget_refills() {
-        let scheduler = Arc::new(FairShare::new(budgeted(600)));
-        let share = scheduler.share("team-a", "spin");
-        let mut slot = share.slot().await;
-        slot.charge(ms(300));
-        drop(slot);
-        let spells = scheduler.watch_spells();
-        assert_eq!(spells.borrow()["team-a"].number, 1);
-        let started = Instant::now();
-        let _slot = share.slot().await;
-        let waited = started.elapsed();
-        assert!(
-            waited >= Duration::from_secs(20) && waited < Duration::from_secs(21),
-            "owed 200 ms at 10 ms/s, waited {waited:?}"
-        );
-        assert!(spells.borrow()["team-a"].ended);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_dropped_wait_gives_up_its_place_and_a_dropped_slot_frees_it() {
-        let scheduler = Arc::new(FairShare::new(Config {
-            slots: 1,
-            ..Config::default()
-        }));
-        let a = scheduler.share("team-a", "a");
-        let held = a.slot().await;
-        let gave_up = tokio::time::timeout(ms(10), a.slot()).await;
-        assert!(gave_up.is_err(), "the only slot is held");
-        drop(held);
-        let next = tokio::time::timeout(ms(10), scheduler.share("team-b", "b").slot()).await;
-        assert!(
-            next.is_ok(),
-            "the slot was not kept for the waiter that gave up"
-        );
-        assert_eq!(
-            scheduler.usage().iter().map(|t| t.waiting).sum::<usize>(),
-            0
-        );
     }
 }
