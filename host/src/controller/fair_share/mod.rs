@@ -26,6 +26,10 @@
 //!   budget (its deadline bounds it), so a tenant pays for an expensive call afterwards, by
 //!   waiting until the bucket is positive again. Throttling delays reconciles; it never fails
 //!   one.
+//! - A spell of throttling runs from the call that takes a tenant over budget until its budget
+//!   has refilled completely (ten seconds' worth), so a tenant hovering at its budget is one
+//!   spell, with one Warning Event, not one per call; within a spell its reconciles are held
+//!   only while the budget is below zero.
 //! - The operator's guests (config file, `--guest`, dev folder) are the tenant [`OPERATOR`],
 //!   which is never throttled.
 
@@ -95,9 +99,10 @@ pub struct TenantUsage {
     pub used_last_minute: Duration,
     /// The budget per minute, if it has one.
     pub budget_per_minute: Option<Duration>,
-    /// Since when it is throttled, if it is.
+    /// Since when it is throttled, if it is: from the call that took it over budget until its
+    /// budget has refilled completely, so one spell may hold it several times.
     pub throttled_since: Option<SystemTime>,
-    /// Time spent throttled so far, the current spell included.
+    /// Time its reconciles were held for the budget (the budget below zero) so far.
     pub throttled: Duration,
     /// Spells of throttling so far.
     pub throttles: u64,
@@ -121,7 +126,8 @@ pub struct Spell {
     pub used: Duration,
     /// When it began.
     pub since: SystemTime,
-    /// Whether it is over.
+    /// Whether it is over: the budget has refilled completely. A tenant that hovers at its
+    /// budget stays in one spell rather than starting one per call.
     pub ended: bool,
 }
 
@@ -174,8 +180,7 @@ impl FairShare {
 
     /// Every tenant's CPU use and throttling, by tenant name.
     pub fn usage(&self) -> Vec<TenantUsage> {
-        let wall = SystemTime::now();
-        self.with_core(|core, now| core.usage(now, wall))
+        self.with_core(|core, now| core.usage(now))
     }
 
     /// Every tenant's latest spell of throttling; the receiver sees each change.
@@ -344,13 +349,16 @@ mod tests {
         let spells = scheduler.watch_spells();
         assert_eq!(spells.borrow()["team-a"].number, 1);
         let started = Instant::now();
-        let _slot = share.slot().await;
+        drop(share.slot().await);
         let waited = started.elapsed();
         assert!(
             waited >= Duration::from_secs(20) && waited < Duration::from_secs(21),
             "owed 200 ms at 10 ms/s, waited {waited:?}"
         );
-        assert!(spells.borrow()["team-a"].ended);
+        assert!(!spells.borrow()["team-a"].ended);
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(scheduler.usage()[0].throttled_since, None);
+        assert!(spells.borrow()["team-a"].ended, "the budget is full again");
     }
 
     #[tokio::test(start_paused = true)]

@@ -59,7 +59,9 @@ struct Tenant {
     window: Window,
     /// The current spell, or the latest one.
     spell: Option<Spell>,
-    since: Option<Instant>,
+    /// Since when it is over budget (its reconciles held), if it is.
+    held: Option<Instant>,
+    /// Time held so far, the current stretch aside.
     throttled: Duration,
 }
 
@@ -104,6 +106,10 @@ impl Bucket {
         self.last = now;
         (before <= 0.0 && self.tokens > 0.0)
             .then(|| last + Duration::from_secs_f64(-before / self.rate))
+    }
+
+    fn full(&self) -> bool {
+        self.tokens >= self.capacity
     }
 
     fn over(&self) -> bool {
@@ -183,7 +189,7 @@ impl Core {
                 bucket: budget,
                 window: Window::default(),
                 spell: None,
-                since: None,
+                held: None,
                 throttled: Duration::ZERO,
             };
             self.tenants.insert(name.into(), tenant);
@@ -332,6 +338,10 @@ impl Core {
         if was_over || !bucket.over() {
             return;
         }
+        t.held = Some(now);
+        if t.spell.as_ref().is_some_and(|s| !s.ended) {
+            return;
+        }
         let number = t.spell.as_ref().map_or(1, |s| s.number + 1);
         t.spell = Some(Spell {
             number,
@@ -341,24 +351,25 @@ impl Core {
             since: SystemTime::now(),
             ended: false,
         });
-        t.since = Some(now);
         self.spells_changed = true;
     }
 
-    /// Refills every budget; ends the spells of tenants back under it.
+    /// Refills every budget: a tenant back above zero is no longer held, and one whose budget
+    /// is full again ends its spell.
     pub(super) fn refill(&mut self, now: Instant) {
         for t in self.tenants.values_mut() {
             let Some(bucket) = &mut t.bucket else {
                 continue;
             };
-            let Some(back) = bucket.refill(now) else {
-                continue;
-            };
-            if let Some(since) = t.since.take() {
+            if let Some(back) = bucket.refill(now)
+                && let Some(since) = t.held.take()
+            {
                 t.throttled += back.saturating_duration_since(since);
-                if let Some(s) = &mut t.spell {
-                    s.ended = true;
-                }
+            }
+            if let Some(spell) = t.spell.as_mut().filter(|s| !s.ended)
+                && bucket.full()
+            {
+                spell.ended = true;
                 self.spells_changed = true;
             }
         }
@@ -381,13 +392,13 @@ impl Core {
             .collect()
     }
 
-    pub(super) fn usage(&mut self, now: Instant, wall: SystemTime) -> Vec<TenantUsage> {
+    pub(super) fn usage(&mut self, now: Instant) -> Vec<TenantUsage> {
         self.refill(now);
         let second = now.saturating_duration_since(self.started).as_secs();
         self.tenants
             .iter()
             .map(|(name, t)| {
-                let current = t.since.map(|s| now.saturating_duration_since(s));
+                let held = t.held.map(|s| now.saturating_duration_since(s));
                 TenantUsage {
                     tenant: name.to_string(),
                     weight: t.weight,
@@ -395,8 +406,8 @@ impl Core {
                     compile: t.compile,
                     used_last_minute: t.window.sum(second),
                     budget_per_minute: t.bucket.as_ref().map(|b| b.budget),
-                    throttled_since: current.map(|c| wall - c),
-                    throttled: t.throttled + current.unwrap_or_default(),
+                    throttled_since: t.spell.as_ref().filter(|s| !s.ended).map(|s| s.since),
+                    throttled: t.throttled + held.unwrap_or_default(),
                     throttles: t.spell.as_ref().map_or(0, |s| s.number),
                     waiting: t.waiting,
                     running: t.running,
@@ -615,7 +626,7 @@ mod tests {
             "b",
             "team-a owes 200 ms: 20 s of budget"
         );
-        let usage = sim.core.usage(sim.now, SystemTime::now());
+        let usage = sim.core.usage(sim.now);
         assert_eq!(usage[1].tenant, "team-a");
         assert!(usage[1].throttled_since.is_some());
         assert_eq!(usage[1].throttles, 1);
@@ -628,10 +639,15 @@ mod tests {
             (290..=300).contains(&b_first),
             "b ran {b_first} calls first"
         );
-        let usage = sim.core.usage(sim.now, SystemTime::now());
-        assert_eq!(usage[1].throttled_since, None);
-        let throttled = usage[1].throttled.as_secs_f64();
-        assert!((19.9..20.1).contains(&throttled), "throttled {throttled} s");
+        let usage = sim.core.usage(sim.now);
+        let held = usage[1].throttled.as_secs_f64();
+        assert!((19.9..20.1).contains(&held), "held {held} s");
+        assert!(
+            usage[1].throttled_since.is_some(),
+            "the spell lasts until the budget is full again"
+        );
+        sim.now += Duration::from_secs(11);
+        assert_eq!(sim.core.usage(sim.now)[1].throttled_since, None);
     }
 
     #[test]
@@ -652,6 +668,15 @@ mod tests {
         assert!(
             !sim.core.spells_changed,
             "more cost while throttled is the same spell"
+        );
+        // Back above zero, then over again: still the same spell until the budget is full.
+        sim.now += Duration::from_secs(26);
+        sim.core.refill(sim.now);
+        sim.core
+            .charge("team-a", "spin", ms(50), Cost::Cpu, sim.now);
+        assert!(
+            !sim.core.spells_changed,
+            "one Warning for a tenant hovering at its budget"
         );
         sim.now += Duration::from_secs(60);
         sim.core.refill(sim.now);
