@@ -45,6 +45,15 @@ impl Drop for TempDir {
 
 /// A supervisor on `client`; with `artifacts`, its runtime keeps compiled modules there.
 pub fn supervisor_with(client: &kube::Client, artifacts: Option<&TempDir>) -> Arc<Supervisor> {
+    supervisor_with_options(client, artifacts, supervisor::Options::default())
+}
+
+/// [`supervisor_with`], with `options`.
+pub fn supervisor_with_options(
+    client: &kube::Client,
+    artifacts: Option<&TempDir>,
+    options: supervisor::Options,
+) -> Arc<Supervisor> {
     let runtime = match artifacts {
         Some(dir) => Runtime::new()
             .unwrap()
@@ -53,12 +62,7 @@ pub fn supervisor_with(client: &kube::Client, artifacts: Option<&TempDir>) -> Ar
         None => Runtime::new().unwrap(),
     };
     let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
-    Arc::new(Supervisor::new(
-        runtime,
-        factory,
-        client.clone(),
-        supervisor::Options::default(),
-    ))
+    Arc::new(Supervisor::new(runtime, factory, client.clone(), options))
 }
 
 /// Serves `sup`'s endpoints on a free loopback port, for as long as the test runs.
