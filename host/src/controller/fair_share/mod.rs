@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 
 use state::{Core, Cost, Grant};
@@ -139,6 +139,9 @@ pub type Spells = BTreeMap<String, Spell>;
 pub struct FairShare {
     core: Mutex<Core>,
     spells: watch::Sender<Spells>,
+    /// Wakes every waiter when a tenant goes over budget, so that its waiters arm a timer for
+    /// the refill: no later finish may come to grant them otherwise.
+    over_budget: Notify,
     low_priority_max_wait: Duration,
 }
 
@@ -155,6 +158,7 @@ impl FairShare {
             low_priority_max_wait: Duration::from_millis(config.low_priority_max_wait_ms),
             core: Mutex::new(Core::new(config, Instant::now())),
             spells: watch::Sender::new(Spells::new()),
+            over_budget: Notify::new(),
         }
     }
 
@@ -198,6 +202,9 @@ impl FairShare {
         if std::mem::take(&mut core.spells_changed) {
             let spells = core.spells();
             self.spells.send_replace(spells);
+        }
+        if std::mem::take(&mut core.went_over) {
+            self.over_budget.notify_waiters();
         }
         r
     }
@@ -243,14 +250,22 @@ impl Share {
         };
         loop {
             // A throttled tenant's turn comes with time, not with another worker's finish, so
-            // waiters also wake when the budget refills.
+            // waiters also wake when the budget refills; and look again when a tenant goes
+            // over budget (enabled before looking, so that no such change is missed).
+            let went_over = self.scheduler.over_budget.notified();
+            let mut went_over = std::pin::pin!(went_over);
+            went_over.as_mut().enable();
             let wake = self.scheduler.with_core(|core, _| core.next_refill());
             let granted = match wake {
                 Some(at) => tokio::select! {
                     g = &mut waiting.rx => Some(g),
                     _ = tokio::time::sleep_until(at) => None,
+                    _ = &mut went_over => None,
                 },
-                None => Some((&mut waiting.rx).await),
+                None => tokio::select! {
+                    g = &mut waiting.rx => Some(g),
+                    _ = &mut went_over => None,
+                },
             };
             let Some(granted) = granted else {
                 self.scheduler.with_core(|_, _| {});
@@ -359,6 +374,30 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(11)).await;
         assert_eq!(scheduler.usage()[0].throttled_since, None);
         assert!(spells.borrow()["team-a"].ended, "the budget is full again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_in_line_when_its_tenant_goes_over_budget_still_gets_the_refill() {
+        let scheduler = Arc::new(FairShare::new(budgeted(600)));
+        let share = scheduler.share("team-a", "spin");
+        let mut first = share.slot().await;
+        // In line before its tenant is over budget: it has no refill to wait for yet.
+        let second = tokio::spawn({
+            let share = share.clone();
+            async move {
+                let started = Instant::now();
+                drop(share.slot().await);
+                started.elapsed()
+            }
+        });
+        tokio::task::yield_now().await;
+        first.charge(ms(300));
+        drop(first);
+        let waited = tokio::time::timeout(Duration::from_secs(60), second)
+            .await
+            .expect("granted once the budget refilled, with nothing else running")
+            .unwrap();
+        assert!(waited >= Duration::from_secs(20), "waited {waited:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -42,6 +42,8 @@ pub(super) struct Core {
     next_id: u64,
     started: Instant,
     pub(super) spells_changed: bool,
+    /// Set when a tenant goes over budget: its waiters must arm a timer for the refill.
+    pub(super) went_over: bool,
 }
 
 #[derive(Debug)]
@@ -167,6 +169,7 @@ impl Core {
             next_id: 0,
             started: now,
             spells_changed: false,
+            went_over: false,
         }
     }
 
@@ -340,6 +343,7 @@ impl Core {
         }
         t.held = Some(now);
         if t.spell.as_ref().is_some_and(|s| !s.ended) {
+            self.went_over = true;
             return;
         }
         let number = t.spell.as_ref().map_or(1, |s| s.number + 1);
@@ -351,6 +355,7 @@ impl Core {
             since: SystemTime::now(),
             ended: false,
         });
+        self.went_over = true;
         self.spells_changed = true;
     }
 
