@@ -868,6 +868,45 @@ sources that deliver no guest:
     }
 
     #[test]
+    fn throttled_tenants_are_listed_under_the_table() {
+        let tenant = |name: &str, throttled: Option<Throttled>| TenantStatus {
+            tenant: name.into(),
+            weight: 1,
+            cpu_seconds: 3.0,
+            compile_seconds: 0.5,
+            used_ms_last_minute: 7200.0,
+            cpu_budget_ms_per_minute: Some(6000.0),
+            throttled,
+            throttled_seconds: 4.0,
+            throttles: 1,
+            guests: Vec::new(),
+        };
+        let status = Status {
+            guests: vec![guest("team-a/x/rec", GuestState::Serving)],
+            tenants: vec![
+                tenant(
+                    "team-a",
+                    Some(Throttled {
+                        since: "2026-12-01T19:00:00Z".into(),
+                        budget_ms_per_minute: 6000.0,
+                        used_ms_last_minute: 7200.0,
+                    }),
+                ),
+                tenant("team-b", None),
+            ],
+            ..Status::default()
+        };
+        let table = status.table();
+        assert!(
+            table.ends_with(
+                "\ntenants throttled for their CPU budget:\n  team-a: since 2026-12-01T19:00:00Z, used 7200 ms of 6000 ms in the last minute\n"
+            ),
+            "{table}"
+        );
+        assert!(!table.contains("team-b"), "only throttled tenants: {table}");
+    }
+
+    #[test]
     fn renders_no_guests_as_a_sentence() {
         assert_eq!(Status::default().table(), "no guests are loaded\n");
         let empty: Status = serde_json::from_str("{}").unwrap();
