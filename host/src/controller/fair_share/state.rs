@@ -246,11 +246,15 @@ impl Core {
     /// Grants free slots to waiters in fair order.
     pub(super) fn dispatch(&mut self, now: Instant) {
         self.refill(now);
+        // A slot is never taken back from a running call, so one is always kept from the
+        // tenant holding the others: the next tenant to come never waits for a long call.
+        let most = self.config.slots.saturating_sub(1).max(1);
         while self.busy < self.config.slots {
             let Some(name) = self
                 .tenants
                 .iter()
-                .filter(|(_, t)| t.waiting > 0 && !t.bucket.as_ref().is_some_and(Bucket::over))
+                .filter(|(_, t)| t.waiting > 0 && t.running < most)
+                .filter(|(_, t)| !t.bucket.as_ref().is_some_and(Bucket::over))
                 .min_by(|a, b| a.1.vtime.total_cmp(&b.1.vtime))
                 .map(|(n, _)| n.clone())
             else {
@@ -578,18 +582,48 @@ mod tests {
     #[test]
     fn no_more_grants_than_slots_and_a_finish_hands_its_slot_on() {
         let mut sim = Sim::new(Config {
-            slots: 2,
+            slots: 3,
             ..Config::default()
         });
         for _ in 0..5 {
             sim.wait("team-a", "a");
+            sim.wait("team-b", "b");
         }
         let first = sim.granted();
-        assert_eq!(first.len(), 2);
-        assert!(sim.granted().is_empty(), "both slots are held");
+        assert_eq!(first.len(), 3);
+        assert!(sim.granted().is_empty(), "every slot is held");
         sim.core.finish(&first[0].2, ms(1), sim.now);
         assert_eq!(sim.granted().len(), 1);
-        assert_eq!(sim.core.busy, 2);
+        assert_eq!(sim.core.busy, 3);
+    }
+
+    #[test]
+    fn a_tenant_never_holds_the_last_slot_so_the_next_tenant_never_waits_for_a_long_call() {
+        let mut sim = Sim::new(Config {
+            slots: 3,
+            ..Config::default()
+        });
+        for _ in 0..5 {
+            sim.wait("team-a", "spin");
+        }
+        assert_eq!(sim.granted().len(), 2, "all but one slot");
+        sim.wait("team-b", "edit");
+        let next = sim.granted();
+        assert_eq!(next.len(), 1);
+        assert_eq!(
+            next[0].1, "edit",
+            "granted at once, while team-a's calls run"
+        );
+        let mut alone = Sim::new(Config {
+            slots: 1,
+            ..Config::default()
+        });
+        alone.wait("team-a", "a");
+        assert_eq!(
+            alone.granted().len(),
+            1,
+            "one slot is all a tenant can have"
+        );
     }
 
     #[test]
