@@ -28,7 +28,8 @@
 //! value is stamped; its latency runs to the first stamp of its value or a later one.
 //!
 //! What it prints (stdout, markdown): latency percentiles per case, B's p99 ratio to B alone,
-//! and the CPU each noisy tenant used as the host measured it.
+//! where B's time went inside the host (queue, slot, reconcile), and the CPU each noisy tenant
+//! used as the host measured it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -116,7 +117,10 @@ async fn run(
 
     let sup = host(&client, fair_share::Config::default())?;
     load(&sup, &client, B, module("stamp_v1")?, 1, None).await?;
+    let b = format!("{B}/guest/rec.wasm");
+    let t = InHost::of(&sup, &b);
     let alone = edit(&client, &edits_seen, "alone", edits).await?;
+    let alone_in_host = InHost::of(&sup, &b).since(&t);
 
     load(&sup, &client, A, module("stamp_burn")?, 4, None).await?;
     let a = format!("{A}/guest/rec.wasm");
@@ -131,7 +135,9 @@ async fn run(
     .await?;
     let before = tenant(&sup, A);
     let reconciled_before = reconciles(&sup, &a);
+    let t = InHost::of(&sup, &b);
     let flooded = edit(&client, &edits_seen, "flood", edits).await?;
+    let flooded_in_host = InHost::of(&sup, &b).since(&t);
     let after = tenant(&sup, A);
     let reconciled = reconciles(&sup, &a) - reconciled_before;
     let queued = sup.controller(&a).map_or(0, |c| c.snapshot().queued);
@@ -159,7 +165,9 @@ async fn run(
         },
     )
     .await?;
+    let t = InHost::of(&unshared, &b);
     let flooded_unshared = edit(&client, &edits_seen, "unshared", edits).await?;
+    let unshared_in_host = InHost::of(&unshared, &b).since(&t);
     unshared.shutdown().await;
 
     let budgeted = host(
@@ -186,7 +194,9 @@ async fn run(
     .await?;
     let c_before = tenant(&budgeted, C);
     let window = Instant::now();
+    let t = InHost::of(&budgeted, &b);
     let spun = edit(&client, &edits_seen, "spin", edits).await?;
+    let spun_in_host = InHost::of(&budgeted, &b).since(&t);
     let window = window.elapsed();
     let c_after = tenant(&budgeted, C);
     budgeted.shutdown().await;
@@ -221,6 +231,29 @@ async fn run(
             l.stamped,
         );
     }
+    println!(
+        "\nWhere B's time went inside the host (means over the case's reconciles of B, from its controller's work queue and reconcile histograms): waiting in B's queue; waiting for a slot; the reconcile itself, which includes its PATCH to the API server.\n"
+    );
+    println!("| case | queue ms | slot ms | reconcile ms | reconciles |");
+    println!("|---|---|---|---|---|");
+    for (case, t) in [
+        ("B alone", &alone_in_host),
+        ("B while A floods", &flooded_in_host),
+        (
+            "B while A floods, slots unlimited (peer)",
+            &unshared_in_host,
+        ),
+        ("B while C spins (budget)", &spun_in_host),
+    ] {
+        let n = t.reconciles.max(1) as f64;
+        println!(
+            "| {case} | {:.1} | {:.1} | {:.1} | {} |",
+            t.queue * 1e3 / t.taken.max(1) as f64,
+            (t.work - t.reconcile) * 1e3 / n,
+            t.reconcile * 1e3 / n,
+            t.reconciles,
+        );
+    }
     let window_a = flooded.took.as_secs_f64();
     println!(
         "\nA during B's edits: {reconciled} reconciles in {window_a:.1} s, {:.1} ms of CPU each as measured, {:.2} cores; {queued} keys still queued at the end.",
@@ -237,6 +270,41 @@ async fn run(
         c_after.throttles,
     );
     Ok(())
+}
+
+/// Sums of B's in-host timings, in seconds, and their counts.
+#[derive(Default)]
+struct InHost {
+    queue: f64,
+    taken: u64,
+    work: f64,
+    reconcile: f64,
+    reconciles: u64,
+}
+
+impl InHost {
+    fn of(sup: &Supervisor, guest: &str) -> Self {
+        let Some(s) = sup.controller(guest).map(|c| c.snapshot()) else {
+            return Self::default();
+        };
+        Self {
+            queue: s.queue.queue_duration.sum(),
+            taken: s.queue.queue_duration.count(),
+            work: s.queue.work_duration.sum(),
+            reconcile: s.reconciles.time.sum(),
+            reconciles: s.reconciles.time.count(),
+        }
+    }
+
+    fn since(&self, before: &Self) -> Self {
+        Self {
+            queue: self.queue - before.queue,
+            taken: self.taken - before.taken,
+            work: self.work - before.work,
+            reconcile: self.reconcile - before.reconcile,
+            reconciles: self.reconciles - before.reconciles,
+        }
+    }
 }
 
 /// A host with `fair_share`, as `reconciled run` builds it.
