@@ -80,6 +80,8 @@ variants=(
     "stamp_trap:stamp:trap-describe"
     "stamp_greedy:stamp:greedy"
     "stamp_cluster:stamp:cluster-scoped"
+    "stamp_burn:stamp:burn"
+    "stamp_spin:stamp:spin"
     "hostile_calls:hostile:"
     "hostile_map:hostile:map"
     "hostile_bad_namespace:hostile:describe-namespace"

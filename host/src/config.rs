@@ -32,10 +32,21 @@
 //! max_cached_bytes_per_namespace = 268435456   # omitted: no cap; shared informers split evenly
 //! min_reload_interval_ms = 1000
 //! service_account = "reconciled-guest"  # each tenant's guests act as this SA of their namespace
+//! cpu_budget_ms_per_minute = 6000     # per tenant namespace, compile time included; omitted:
+//!                                     # unlimited. Over it, reconciles wait, never fail.
 //! [tenants.limits]
 //! deadline_ms = 2000
+//! [tenants.weights]                   # CPU shares when tenants compete [1 each]
+//! team-a = 2
 //! [tenants.grants.team-a]              # team-a's guests may also use namespace "shared"
 //! namespaces = ["shared"]
+//!
+//! # How guests share the host: every reconcile takes one of `slots`, handed out by weighted
+//! # fair queuing across tenants (the operator's own guests are one more tenant), then guests.
+//! [scheduler]
+//! slots = 4                           # guest calls at once, host-wide [number of cores]
+//! low_priority_max_wait_ms = 30000    # longest an initial-list or resync key waits [30 s]
+//! operator_weight = 1                 # the weight of the guests above [1]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -43,6 +54,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::controller::Settings;
+use crate::controller::fair_share;
 use crate::guest::grant::Grant;
 use crate::guest::identity::ServiceAccount;
 use crate::guest::imports::Limits;
@@ -99,6 +111,21 @@ pub struct Config {
     /// Tenants' guests delivered in ConfigMaps; absent = not loaded.
     #[serde(default)]
     pub tenants: Option<crate::sources::configmap::TenantPolicy>,
+    /// How guests share the host's CPU.
+    #[serde(default)]
+    pub scheduler: Scheduler,
+}
+
+/// `[scheduler]`: how guests share the host (see [`crate::controller::fair_share`]).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Scheduler {
+    /// Guest calls at once, host-wide [the number of cores].
+    pub slots: Option<usize>,
+    /// Longest a low-priority key waits behind high-priority ones, in milliseconds [30 000].
+    pub low_priority_max_wait_ms: Option<u64>,
+    /// The weight of the operator's own guests against tenants' [1].
+    pub operator_weight: Option<u32>,
 }
 
 /// One `[[guest]]`.
@@ -150,6 +177,32 @@ impl GuestConfig {
 }
 
 impl Config {
+    /// The fair share this config asks for: `[scheduler]`, with the weights and CPU budget of
+    /// `[tenants]`.
+    pub fn fair_share(&self) -> fair_share::Config {
+        let defaults = fair_share::Config::default();
+        let mut weights = self
+            .tenants
+            .as_ref()
+            .map(|t| t.weights.clone())
+            .unwrap_or_default();
+        if let Some(w) = self.scheduler.operator_weight {
+            weights.insert(fair_share::OPERATOR.to_string(), w);
+        }
+        fair_share::Config {
+            slots: self.scheduler.slots.unwrap_or(defaults.slots),
+            weights,
+            cpu_budget_ms_per_minute: self
+                .tenants
+                .as_ref()
+                .and_then(|t| t.cpu_budget_ms_per_minute),
+            low_priority_max_wait_ms: self
+                .scheduler
+                .low_priority_max_wait_ms
+                .unwrap_or(defaults.low_priority_max_wait_ms),
+        }
+    }
+
     /// Reads and validates `path`; module paths become relative to the file's directory.
     pub fn load(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
@@ -237,5 +290,23 @@ mod tests {
         let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains("tenants.service_account"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_fair_share_takes_slots_from_scheduler_and_budget_and_weights_from_tenants() {
+        let c: Config = toml::from_str(
+            "[scheduler]\nslots = 3\noperator_weight = 4\n[tenants]\ncpu_budget_ms_per_minute = 6000\n[tenants.weights]\nteam-a = 2\n",
+        )
+        .unwrap();
+        let f = c.fair_share();
+        assert_eq!(f.slots, 3);
+        assert_eq!(f.cpu_budget_ms_per_minute, Some(6000));
+        assert_eq!(f.weights.get("team-a"), Some(&2));
+        assert_eq!(f.weights.get(fair_share::OPERATOR), Some(&4));
+        assert_eq!(f.low_priority_max_wait_ms, 30_000);
+        assert_eq!(
+            Config::default().fair_share(),
+            fair_share::Config::default()
+        );
     }
 }

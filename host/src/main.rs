@@ -204,7 +204,10 @@ struct Host {
     embedded: Option<Embedded>,
 }
 
-async fn host(args: &ClusterArgs) -> anyhow::Result<Host> {
+async fn host(
+    args: &ClusterArgs,
+    fair_share: reconciled::controller::fair_share::Config,
+) -> anyhow::Result<Host> {
     let (config, embedded) = config(args).await?;
     let identities = Identities::new(config)?;
     let mut runtime = Runtime::new()?;
@@ -219,7 +222,10 @@ async fn host(args: &ClusterArgs) -> anyhow::Result<Host> {
         runtime,
         factory,
         identities,
-        supervisor::Options::default(),
+        supervisor::Options {
+            fair_share,
+            ..supervisor::Options::default()
+        },
     ));
     Ok(Host {
         supervisor,
@@ -326,7 +332,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             "no guests: pass --guest <file.wasm>, --config <host.toml>, or --configmaps to load tenants' ConfigMaps"
         );
     }
-    let mut host = host(&args.cluster).await?;
+    let mut host = host(&args.cluster, config.fair_share()).await?;
     for g in &guests {
         host.supervisor
             .expect(&g.name, Source::File(g.module.clone()), g.settings());
@@ -378,7 +384,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         )?),
         None => None,
     };
-    let mut host = host(&args.cluster).await?;
+    let mut host = host(&args.cluster, Default::default()).await?;
     host.serve(&args.cluster).await?;
     let (watch, mut changes) = DirSource::start(&args.dir, Settle::default())?;
     tracing::info!(dir = %args.dir.display(), "watching for modules; write a .wasm there to load or reload it; Ctrl-C stops");

@@ -13,6 +13,7 @@ use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
     PostParams,
 };
+use reconciled::controller::fair_share::Share;
 use reconciled::controller::{Controller, Settings};
 use reconciled::guest::Runtime;
 use reconciled::guest::grant::Grant;
@@ -106,7 +107,8 @@ async fn the_configmap_generator_converges_creates_updates_and_garbage_collects(
         grant: Grant::namespaces([ns]),
         ..Settings::new("cmgen")
     };
-    let controller = Controller::start(&factory, admin.clone(), module, settings)
+    let share = Share::alone(&settings.name);
+    let controller = Controller::start(&factory, admin.clone(), module, settings, share)
         .await
         .unwrap();
 

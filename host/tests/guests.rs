@@ -12,6 +12,7 @@ use common::{cm, namespace};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use reconciled::controller::fair_share::Share;
 use reconciled::controller::{Controller, Settings};
 use reconciled::guest::Runtime;
 use reconciled::guest::grant::Grant;
@@ -32,7 +33,8 @@ async fn start(
         .await
         .unwrap();
     let factory = InformerFactory::new(client.clone(), Options::default());
-    let controller = Controller::start(&factory, client, module, settings)
+    let share = Share::alone(&settings.name);
+    let controller = Controller::start(&factory, client, module, settings, share)
         .await
         .unwrap();
     (controller, factory, runtime)

@@ -19,6 +19,8 @@
 //! | `trap-describe` | `stamp_trap.wasm`   | `describe()` panics: the component traps at load time |
 //! | `greedy`        | `stamp_greedy.wasm` | `describe()` also asks for namespace `kube-system` and owned v1 Secrets: more than a tenant is granted, so the host must refuse it |
 //! | `cluster-scoped`| `stamp_cluster.wasm`| `describe()` also watches v1 Namespaces (cluster-scoped) through `map`: a guest confined to namespaces must be refused |
+//! | `burn`          | `stamp_burn.wasm`   | `reconcile` spins through about 5 ms of CPU work (or `data.burn_ms`, at most 1000) and writes nothing: a CPU-heavy tenant for the fairness benchmark |
+//! | `spin`          | `stamp_spin.wasm`   | `reconcile` loops until the host interrupts it at its deadline |
 //! | `big`           | `stamp_big.wasm`    | embeds 12 MB of incompressible ballast (from `build.rs`): a ~12 MB component, for benchmarks (built only by `build.sh --bench`) |
 
 use std::hint::black_box;
@@ -60,6 +62,9 @@ impl Reconciler for Stamp {
     }
 
     fn reconcile(req: Request) -> Result<Outcome> {
+        if cfg!(feature = "spin") {
+            spin_until_interrupted();
+        }
         let kind = ConfigMap::gvk();
         let json = match reconciled_guest::cache::get_raw(&kind, &req.namespace, &req.name) {
             Ok(json) => json,
@@ -69,6 +74,16 @@ impl Reconciler for Stamp {
         };
         let cm: Value = serde_json::from_str(&json)
             .map_err(|e| Error::Other(format!("stamp: the host's ConfigMap is not JSON: {e}")))?;
+        if cfg!(feature = "burn") {
+            // The object may ask for another cost; capped so a typo cannot reach the deadline.
+            let ms = cm["data"]["burn_ms"]
+                .as_str()
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(5)
+                .min(1000);
+            burn(ms);
+            return Ok(Outcome::Done);
+        }
         let v = cm["data"]["v"].as_str().unwrap_or_default();
         let desired = format!("{VERSION}:{v}");
         if cm["metadata"]["annotations"][SEEN].as_str() == Some(desired.as_str()) {
@@ -82,6 +97,29 @@ impl Reconciler for Stamp {
             &PatchBody::Merge(patch.to_string()),
         )?;
         Ok(Outcome::Done)
+    }
+}
+
+/// Iterations of [`burn`]'s loop that take about a millisecond of CPU on the 2-core machine
+/// `bench/RESULTS.md` was measured on (the host reports what each call really used).
+const ITERATIONS_PER_MS: u64 = 950_000;
+
+/// Spins through a fixed amount of work, about `ms` milliseconds of CPU. Work, not the wall
+/// clock: on a busy machine a wall-clock spin gets part of a core and uses less CPU, while this
+/// uses the same CPU however long it takes.
+fn burn(ms: u64) {
+    let mut x = 0u64;
+    for i in 0..ms * ITERATIONS_PER_MS {
+        x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+    }
+    black_box(x);
+}
+
+/// Never returns: only the host's deadline ends the call.
+fn spin_until_interrupted() -> ! {
+    let mut x = 0u64;
+    loop {
+        x = black_box(x.wrapping_add(1));
     }
 }
 

@@ -99,11 +99,15 @@ pub(super) async fn handle(
             for obj in objects(&n) {
                 if *role == Role::GuestMap {
                     let json = String::from_utf8_lossy(obj.json()).into_owned();
-                    match version
+                    let (mapped, usage) = version
                         .module
                         .map(version.ctx.clone(), kind.clone(), json)
-                        .await
-                    {
+                        .await;
+                    // Outside any slot: a map is one call per event, and holding the event
+                    // stream for a slot would stall every later event of this kind.
+                    c.counters.add_cpu(usage.cpu);
+                    c.share.charge(usage.cpu);
+                    match mapped {
                         Ok(requests) => {
                             // Guest-controlled: only keys that could name a primary are
                             // queued; the rest are dropped with one bounded warning per call.

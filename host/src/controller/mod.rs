@@ -5,6 +5,7 @@
 //! No reconcile runs before every informer the guest depends on has synced; until then the
 //! controller's status says why (syncing, forbidden with the rule to add, kind not found).
 
+pub mod fair_share;
 pub mod handlers;
 mod plan;
 pub mod reconciles;
@@ -22,6 +23,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+use crate::controller::fair_share::Share;
 use crate::controller::handlers::{Role, handle};
 use crate::controller::plan::{Plan, PlannedKind, add_indexes, describe, subscribe, wait_synced};
 use crate::controller::reconciles::{ReconcileStats, Reconciles};
@@ -131,12 +133,24 @@ pub struct Counters {
     /// What controller-runtime counts per controller: results, reconcile time, panics during a
     /// reconcile, busy workers.
     pub reconciles: Reconciles,
+    /// CPU the guest's calls used (reconcile and map), in nanoseconds.
+    cpu_nanos: AtomicU64,
 }
 
 impl Counters {
     /// Failed reconciles blamed on `blame`, over every version of the guest.
     pub fn errors(&self, blame: Blame) -> u64 {
         self.errors[blame as usize].load(Ordering::Relaxed)
+    }
+
+    /// CPU the guest's `reconcile` and `map` calls used, over every version of the guest.
+    pub fn cpu(&self) -> Duration {
+        Duration::from_nanos(self.cpu_nanos.load(Ordering::Relaxed))
+    }
+
+    fn add_cpu(&self, cpu: Duration) {
+        let nanos = u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX);
+        self.cpu_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
     fn count_error(&self, blame: Blame) {
@@ -166,6 +180,8 @@ pub struct Failing {
 pub struct Controller {
     name: String,
     settings: Settings,
+    /// Its place in the host's fair share: every reconcile waits for a slot from it.
+    share: Share,
     client: kube::Client,
     current: RwLock<Arc<Version>>,
     /// One subscription per informer the current version reads, each drained by a handler
@@ -281,10 +297,17 @@ pub struct Snapshot {
     pub peak_memory_bytes: u64,
     /// The serving module's native code image (see [`Module::compiled_bytes`]).
     pub compiled_bytes: usize,
+    /// Its tenant: the namespace it was delivered in, or
+    /// [`OPERATOR`](crate::controller::fair_share::OPERATOR).
+    pub tenant: String,
+    /// CPU its `reconcile` and `map` calls used (all versions).
+    pub cpu: Duration,
 }
 
 impl Controller {
     /// Describes the module, checks the grant, starts (or joins) informers, handlers and workers.
+    /// Its reconciles run in slots of `share`'s scheduler ([`Share::alone`] for a guest that
+    /// shares the host with nobody).
     ///
     /// Returns before the informers have synced: reconciles wait for them, and
     /// [`Controller::snapshot`] shows why they are held back.
@@ -293,6 +316,7 @@ impl Controller {
         client: kube::Client,
         module: Module,
         settings: Settings,
+        share: Share,
     ) -> Result<Arc<Self>, Error> {
         let plan = describe(&module, &settings).await?;
         let mut subscriptions = Vec::new();
@@ -315,7 +339,11 @@ impl Controller {
             current: RwLock::new(Arc::new(version)),
             links: Mutex::new(HashMap::new()),
             reloading: tokio::sync::Mutex::new(()),
-            queue: Arc::new(WorkQueue::new()),
+            queue: Arc::new(
+                WorkQueue::new()
+                    .with_low_priority_max_wait(share.scheduler().low_priority_max_wait()),
+            ),
+            share,
             metrics,
             in_flight: Mutex::new(HashSet::new()),
             last_errors: Mutex::new(HashMap::new()),
@@ -351,9 +379,10 @@ impl Controller {
         client: kube::Client,
         module: Module,
         settings: Settings,
+        share: Share,
         timeout: Duration,
     ) -> Result<Arc<Self>, Error> {
-        let controller = Self::start(factory, client, module, settings).await?;
+        let controller = Self::start(factory, client, module, settings, share).await?;
         for informer in controller.informers() {
             if let Err(e) = informer.wait_synced(timeout).await {
                 controller.stop().await;
@@ -543,6 +572,11 @@ impl Controller {
         self.current().module.clone()
     }
 
+    /// Its place in the host's fair share.
+    pub fn share(&self) -> &Share {
+        &self.share
+    }
+
     /// Reconcile counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -590,6 +624,8 @@ impl Controller {
             workers: self.settings.workers.max(1),
             peak_memory_bytes: m.peak_memory_bytes.load(Ordering::Relaxed),
             compiled_bytes: v.module.compiled_bytes(),
+            tenant: self.share.tenant().to_string(),
+            cpu: self.counters.cpu(),
         }
     }
 

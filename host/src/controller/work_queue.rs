@@ -4,7 +4,10 @@
 //! The semantics are client-go's `workqueue` (dirty and processing sets, rate-limited
 //! requeues, `AddAfter`), plus a priority: keys from the initial list and no-op resyncs wait
 //! behind keys a user actually changed, so a restart with 100 000 objects does not put a user's
-//! edit at the back of a 100 000-key line.
+//! edit at the back of a 100 000-key line. A low-priority key is not held back forever,
+//! though: once it has waited [`WorkQueue::low_priority_max_wait`] (30 s by default) it is
+//! handed out between high-priority keys, which controller-runtime's priority queue does not
+//! do (its users see keys wait for 30 minutes: controller-runtime issue #3496).
 //!
 //! The queue keeps client-go's metrics ([`Stats`]) with client-go's rules: an add counts when
 //! the key was not already waiting; its queue time runs from that add to a worker taking it; its
@@ -78,6 +81,9 @@ struct Inner<K> {
     seq: u64,
     failures: HashMap<K, u32>,
     bucket: Bucket,
+    /// Whether the last key handed out was a low-priority one that had waited too long: the
+    /// next goes to a high-priority key if there is one, so overdue keys take at most half.
+    overdue_last: bool,
     shutting_down: bool,
     /// When each key waiting (queued, or dirty while processing) was added: the start of its
     /// queue time (client-go's `addTimes`). A key promoted or added again keeps its first time.
@@ -121,6 +127,7 @@ pub struct WorkQueue<K> {
     inner: Mutex<Inner<K>>,
     notify: Notify,
     limit: RateLimit,
+    low_max_wait: Duration,
 }
 
 impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
@@ -146,6 +153,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                     tokens: limit.burst,
                     last: Instant::now(),
                 },
+                overdue_last: false,
                 shutting_down: false,
                 added_at: HashMap::new(),
                 taken_at: HashMap::new(),
@@ -156,7 +164,24 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             }),
             notify: Notify::new(),
             limit,
+            low_max_wait: Duration::from_secs(30),
         }
+    }
+
+    /// Sets how long a low-priority key may wait behind high-priority ones [30 s].
+    ///
+    /// Where it may surprise: past it a key is handed out between high-priority keys, one for
+    /// one, not ahead of them all; so after a restart that queued 100 000 keys at low priority,
+    /// user edits still get at least half the workers' turns, and the last of those keys waits
+    /// longer than the bound.
+    pub fn with_low_priority_max_wait(mut self, max_wait: Duration) -> Self {
+        self.low_max_wait = max_wait;
+        self
+    }
+
+    /// How long a low-priority key may wait behind high-priority ones.
+    pub fn low_priority_max_wait(&self) -> Duration {
+        self.low_max_wait
     }
 
     /// Queues `key` now.
@@ -281,7 +306,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                 }
                 let now = Instant::now();
                 inner.promote_due(now);
-                if let Some(key) = inner.pop_ready() {
+                if let Some(key) = inner.pop_ready(now, self.low_max_wait) {
                     inner.take(&key, now);
                     return Some(key);
                 }
@@ -442,7 +467,26 @@ impl<K: Clone + Eq + Hash + Ord> Inner<K> {
         }
     }
 
-    fn pop_ready(&mut self) -> Option<K> {
+    fn pop_ready(&mut self, now: Instant, low_max_wait: Duration) -> Option<K> {
+        // Stale entries (promoted keys) ahead of the oldest low-priority key go first.
+        while let Some(key) = self.low.front() {
+            if self.queued.get(key) == Some(&Priority::Low) {
+                break;
+            }
+            self.low.pop_front();
+        }
+        let overdue = self.low.front().is_some_and(|key| {
+            self.added_at
+                .get(key)
+                .is_some_and(|at| now.saturating_duration_since(*at) >= low_max_wait)
+        });
+        if overdue && !self.overdue_last {
+            self.overdue_last = true;
+            let key = self.low.pop_front().expect("checked");
+            self.queued.remove(&key);
+            return Some(key);
+        }
+        self.overdue_last = false;
         for priority in [Priority::High, Priority::Low] {
             loop {
                 let queue = match priority {
@@ -600,6 +644,81 @@ mod tests {
             ["initial-0", "initial-1", "initial-2", "initial-4"],
             "initial-3 is not handed out twice"
         );
+        assert_eq!(now_or_never(&q).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_low_priority_key_runs_within_the_bound_under_a_constant_stream_of_high_ones() {
+        let q = WorkQueue::new();
+        assert_eq!(
+            q.low_priority_max_wait(),
+            Duration::from_secs(30),
+            "the default"
+        );
+        let started = Instant::now();
+        q.add("resync".to_string(), Priority::Low);
+        // Users edit faster than the one worker reconciles: high-priority keys never run out.
+        let mut high_served = 0;
+        for i in 0.. {
+            q.add(format!("edit-{}", 2 * i), Priority::High);
+            q.add(format!("edit-{}", 2 * i + 1), Priority::High);
+            let key = q.get().await.expect("not shut down");
+            if key == "resync" {
+                break;
+            }
+            high_served += 1;
+            tokio::time::advance(Duration::from_millis(10)).await;
+            q.done(&key);
+        }
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(30) && waited <= Duration::from_millis(30_010),
+            "the low-priority key waited {waited:?}"
+        );
+        assert_eq!(
+            high_served, 3000,
+            "high-priority keys went first until then"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn overdue_low_priority_keys_take_turns_with_high_ones_not_the_whole_queue() {
+        let q = WorkQueue::new().with_low_priority_max_wait(Duration::from_secs(5));
+        for i in 0..3 {
+            q.add(format!("low-{i}"), Priority::Low);
+        }
+        tokio::time::advance(Duration::from_secs(6)).await;
+        for i in 0..3 {
+            q.add(format!("high-{i}"), Priority::High);
+        }
+        q.add("fresh-low".to_string(), Priority::Low);
+        let mut order = Vec::new();
+        for _ in 0..7 {
+            order.push(q.get().await.expect("not shut down"));
+        }
+        assert_eq!(
+            order,
+            [
+                "low-0",
+                "high-0",
+                "low-1",
+                "high-1",
+                "low-2",
+                "high-2",
+                "fresh-low"
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_promoted_key_is_not_handed_out_again_as_overdue() {
+        let q = WorkQueue::new().with_low_priority_max_wait(Duration::from_secs(5));
+        q.add("k", Priority::Low);
+        q.add("other", Priority::Low);
+        q.add("k", Priority::High);
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(q.get().await, Some("other"), "overdue; k waits at high now");
+        assert_eq!(q.get().await, Some("k"));
         assert_eq!(now_or_never(&q).await, None);
     }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
 
+use crate::controller::fair_share::Slot;
 use crate::controller::reconciles::ReconcileResult;
 use crate::controller::work_queue::{Priority, WorkQueue};
 use crate::controller::{Controller, Failing, Version};
@@ -101,9 +102,15 @@ impl Controller {
         self.set_failing(key, reason, Blame::Host);
     }
 
-    /// Reconciles `key` on `version`: the whole call runs on the version current when the
-    /// worker took the key, even if a reload swaps another in meanwhile.
-    async fn reconcile_one(&self, version: Arc<Version>, key: &str) -> ReconcileResult {
+    /// Reconciles `key` on `version` in `slot`, charging it the CPU the call used: the whole
+    /// call runs on the version current when the worker took the key, even if a reload swaps
+    /// another in meanwhile.
+    async fn reconcile_one(
+        &self,
+        version: Arc<Version>,
+        key: &str,
+        slot: &mut Slot,
+    ) -> ReconcileResult {
         let (namespace, name) = key.split_once('/').map_or(("", key), |(n, m)| (n, m));
         let request = Request {
             namespace: namespace.to_string(),
@@ -122,6 +129,8 @@ impl Controller {
         let started = Instant::now();
         let reconciled = version.module.reconcile(version.ctx.clone(), request).await;
         drop(version);
+        slot.charge(reconciled.usage.cpu);
+        self.counters.add_cpu(reconciled.usage.cpu);
         self.in_flight.lock().unwrap().remove(key);
         let m = &self.metrics;
         let blame = reconciled.blame();
@@ -252,6 +261,12 @@ async fn work(controller: std::sync::Weak<Controller>) {
             queue: &queue,
             key: &key,
         };
+        let Some(share) = controller.upgrade().map(|c| c.share.clone()) else {
+            return;
+        };
+        // Other tenants may hold every slot, or this one be over its CPU budget, for a while:
+        // the controller is not held meanwhile, so unloading it is never blocked here.
+        let mut slot = share.slot().await;
         let Some(c) = controller.upgrade() else {
             return;
         };
@@ -266,10 +281,8 @@ async fn work(controller: std::sync::Weak<Controller>) {
         }
         let _active = c.counters.reconciles.active();
         let started = Instant::now();
-        let result = match AssertUnwindSafe(c.reconcile_one(version, &key))
-            .catch_unwind()
-            .await
-        {
+        let reconciled = AssertUnwindSafe(c.reconcile_one(version, &key, &mut slot));
+        let result = match reconciled.catch_unwind().await {
             Ok(result) => result,
             Err(panic) => {
                 c.worker_panicked(&key, &panic_message(&*panic));

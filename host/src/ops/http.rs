@@ -401,7 +401,7 @@ mod tests {
         assert_eq!(code, 200);
         assert_eq!(
             body,
-            "{\n  \"guests\": [],\n  \"informers\": [],\n  \"sources_without_guests\": [],\n  \"uptime_seconds\": 0\n}\n",
+            "{\n  \"guests\": [],\n  \"informers\": [],\n  \"sources_without_guests\": [],\n  \"uptime_seconds\": 0,\n  \"tenants\": []\n}\n",
             "pretty JSON, one line feed at the end"
         );
         assert_eq!(

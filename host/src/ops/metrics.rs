@@ -7,7 +7,8 @@
 //!   as controller-runtime adds), in controller-runtime's buckets;
 //! - the standard process collector's `process_*`, read from `/proc`;
 //! - `reconciled_*` for what only this host has: guests and their modules, failures by blame,
-//!   worker panics, informers. These label the guest `guest`.
+//!   worker panics, informers, CPU per guest and per tenant. These label the guest `guest` and
+//!   the tenant `tenant` (empty for the operator's own guests).
 //!
 //! Where it may surprise:
 //! - Counters and histograms belong to a guest's controller: a reload keeps them, but unloading
@@ -41,11 +42,13 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::controller::Snapshot;
+use crate::controller::fair_share::TenantUsage;
 use crate::controller::reconciles::ReconcileResult;
 use crate::controller::work_queue::Priority;
 use crate::guest::Blame;
 use crate::informer::{Staleness, Stats};
 use crate::ops::memory::encode_memory;
+use crate::ops::metering::encode_metering;
 use crate::ops::process::{Process, encode_process};
 use crate::ops::status::GuestMemory;
 
@@ -64,6 +67,8 @@ pub struct Scrape {
     pub informers: Vec<Informer>,
     /// The host process, if `/proc` could be read.
     pub process: Option<Process>,
+    /// Each tenant's CPU and throttling.
+    pub tenants: Vec<TenantUsage>,
 }
 
 /// One guest in a [`Scrape`].
@@ -200,6 +205,7 @@ impl Collector for Scrape {
         self.encode_guests(&mut e)?;
         self.encode_informers(&mut e)?;
         encode_memory(&mut e, &self.guests, &self.informers)?;
+        encode_metering(&mut e, &self.guests, &self.tenants)?;
         if let Some(p) = &self.process {
             encode_process(&mut e, p)?;
         }
@@ -794,6 +800,7 @@ mod tests {
             unloads: 1,
             informers: vec![informer],
             process: Some(Process::parse(STAT, SYSTEM, LIMITS, 12, 100.0, 4096).unwrap()),
+            tenants: Vec::new(),
         });
         let parsed = openmetrics_parser::openmetrics::parse_openmetrics(&text)
             .unwrap_or_else(|e| panic!("{e}\n{text}"));

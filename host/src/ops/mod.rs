@@ -7,6 +7,7 @@
 
 pub mod http;
 mod memory;
+pub mod metering;
 pub mod metrics;
 pub mod process;
 pub mod status;

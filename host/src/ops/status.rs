@@ -36,6 +36,9 @@ pub struct Status {
     /// Seconds since the supervisor was created.
     #[serde(default)]
     pub uptime_seconds: u64,
+    /// Each tenant's share of the host's CPU, the operator's own guests (tenant `""`) included.
+    #[serde(default)]
+    pub tenants: Vec<TenantStatus>,
 }
 
 /// One guest.
@@ -315,6 +318,60 @@ pub struct SourceProblem {
     pub problem: String,
 }
 
+/// One tenant's share of the host's CPU: what its guests used and whether it is throttled.
+///
+/// Where it may surprise: these totals count from the host's start and survive a guest's
+/// unload, unlike a guest's reconcile counters; and compile time is wall time (compiling uses
+/// several threads), added to the CPU the budget is compared with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantStatus {
+    /// The tenant namespace; empty for the operator's own guests.
+    pub tenant: String,
+    /// Its weight in the fair share.
+    pub weight: u32,
+    /// CPU its guests' calls used, in seconds.
+    pub cpu_seconds: f64,
+    /// Time its modules took to compile or load, in seconds.
+    pub compile_seconds: f64,
+    /// CPU and compile time over the last minute, in milliseconds.
+    pub used_ms_last_minute: f64,
+    /// Its CPU budget per minute, in milliseconds, if it has one.
+    #[serde(default)]
+    pub cpu_budget_ms_per_minute: Option<f64>,
+    /// Set while its reconciles are held back for its budget.
+    #[serde(default)]
+    pub throttled: Option<Throttled>,
+    /// Seconds spent throttled so far.
+    #[serde(default)]
+    pub throttled_seconds: f64,
+    /// Spells of throttling so far.
+    #[serde(default)]
+    pub throttles: u64,
+    /// CPU of each of its serving guests, in seconds.
+    #[serde(default)]
+    pub guests: Vec<GuestCpu>,
+}
+
+/// A tenant held back for its CPU budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Throttled {
+    /// Since when.
+    pub since: String,
+    /// The budget per minute, in milliseconds.
+    pub budget_ms_per_minute: f64,
+    /// What it used over the last minute, in milliseconds.
+    pub used_ms_last_minute: f64,
+}
+
+/// A guest's CPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GuestCpu {
+    /// The guest's name.
+    pub name: String,
+    /// CPU its calls used (all versions of the running controller), in seconds.
+    pub cpu_seconds: f64,
+}
+
 /// [`Blame`] as its label (`guest`, `host`, `cluster`): the same word as in logs and metrics.
 mod blame_label {
     use serde::de::Error as _;
@@ -397,6 +454,29 @@ impl Status {
                 let (source, problem) = (cell(Some(&s.source)), cell(Some(&s.problem)));
                 out.push_str(&format!("  {source}: {problem}\n"));
             }
+        }
+        let throttled: Vec<String> = self
+            .tenants
+            .iter()
+            .filter_map(|t| {
+                let th = t.throttled.as_ref()?;
+                Some(format!(
+                    "  {}: since {}, used {:.0} ms of {:.0} ms in the last minute",
+                    cell(Some(&t.tenant)),
+                    th.since,
+                    th.used_ms_last_minute,
+                    th.budget_ms_per_minute
+                ))
+            })
+            .collect();
+        if !throttled.is_empty() {
+            out.push_str(
+                "
+tenants throttled for their CPU budget:
+",
+            );
+            out.push_str(&throttled.join("\n"));
+            out.push('\n');
         }
         let unsynced: Vec<String> = self.guests.iter().flat_map(unsynced_informers).collect();
         if !unsynced.is_empty() {
@@ -553,6 +633,25 @@ mod tests {
                 problem: "no .wasm key".into(),
             }],
             uptime_seconds: 60,
+            tenants: vec![TenantStatus {
+                tenant: "team-a".into(),
+                weight: 2,
+                cpu_seconds: 1.5,
+                compile_seconds: 0.25,
+                used_ms_last_minute: 900.0,
+                cpu_budget_ms_per_minute: Some(600.0),
+                throttled: Some(Throttled {
+                    since: "2026-11-29T15:00:00Z".into(),
+                    budget_ms_per_minute: 600.0,
+                    used_ms_last_minute: 900.0,
+                }),
+                throttled_seconds: 12.0,
+                throttles: 1,
+                guests: vec![GuestCpu {
+                    name: "team-a/rec/rec".into(),
+                    cpu_seconds: 1.5,
+                }],
+            }],
         };
         let wire = json!({
             "guests": [{
@@ -595,6 +694,22 @@ mod tests {
             }],
             "sources_without_guests": [{"source": "configmap team-b/x", "problem": "no .wasm key"}],
             "uptime_seconds": 60,
+            "tenants": [{
+                "tenant": "team-a",
+                "weight": 2,
+                "cpu_seconds": 1.5,
+                "compile_seconds": 0.25,
+                "used_ms_last_minute": 900.0,
+                "cpu_budget_ms_per_minute": 600.0,
+                "throttled": {
+                    "since": "2026-11-29T15:00:00Z",
+                    "budget_ms_per_minute": 600.0,
+                    "used_ms_last_minute": 900.0,
+                },
+                "throttled_seconds": 12.0,
+                "throttles": 1,
+                "guests": [{"name": "team-a/rec/rec", "cpu_seconds": 1.5}],
+            }],
         });
         assert_eq!(serde_json::to_value(&status).unwrap(), wire);
         assert_eq!(serde_json::from_value::<Status>(wire).unwrap(), status);
@@ -782,6 +897,45 @@ sources that deliver no guest:
   configmap team-b/x: no key ends in .wasm or .wasm.gz
 "
         );
+    }
+
+    #[test]
+    fn throttled_tenants_are_listed_under_the_table() {
+        let tenant = |name: &str, throttled: Option<Throttled>| TenantStatus {
+            tenant: name.into(),
+            weight: 1,
+            cpu_seconds: 3.0,
+            compile_seconds: 0.5,
+            used_ms_last_minute: 7200.0,
+            cpu_budget_ms_per_minute: Some(6000.0),
+            throttled,
+            throttled_seconds: 4.0,
+            throttles: 1,
+            guests: Vec::new(),
+        };
+        let status = Status {
+            guests: vec![guest("team-a/x/rec", GuestState::Serving)],
+            tenants: vec![
+                tenant(
+                    "team-a",
+                    Some(Throttled {
+                        since: "2026-12-01T19:00:00Z".into(),
+                        budget_ms_per_minute: 6000.0,
+                        used_ms_last_minute: 7200.0,
+                    }),
+                ),
+                tenant("team-b", None),
+            ],
+            ..Status::default()
+        };
+        let table = status.table();
+        assert!(
+            table.ends_with(
+                "\ntenants throttled for their CPU budget:\n  team-a: since 2026-12-01T19:00:00Z, used 7200 ms of 6000 ms in the last minute\n"
+            ),
+            "{table}"
+        );
+        assert!(!table.contains("team-b"), "only throttled tenants: {table}");
     }
 
     #[test]

@@ -114,6 +114,14 @@ pub struct TenantPolicy {
     /// it. A ConfigMap may name another one of its namespace in the annotation
     /// `reconciled.dev/service-account`.
     pub service_account: String,
+    /// CPU each tenant namespace's guests may use per minute, compile time included, in
+    /// milliseconds [unlimited]. A tenant over it has its reconciles delayed (never failed)
+    /// until the budget refills, with a Warning Event when that starts; see
+    /// [`crate::controller::fair_share`].
+    pub cpu_budget_ms_per_minute: Option<u64>,
+    /// Each tenant namespace's share of the host's CPU when tenants compete [1 each];
+    /// `[tenants.weights]` with `team-a = 2` gives team-a twice the share of a tenant of weight 1.
+    pub weights: BTreeMap<String, u32>,
 }
 
 impl Default for TenantPolicy {
@@ -129,6 +137,8 @@ impl Default for TenantPolicy {
             max_cached_bytes_per_namespace: None,
             min_reload_interval_ms: 1000,
             service_account: DEFAULT_SERVICE_ACCOUNT.into(),
+            cpu_budget_ms_per_minute: None,
+            weights: BTreeMap::new(),
         }
     }
 }

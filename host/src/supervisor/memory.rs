@@ -199,12 +199,14 @@ impl Supervisor {
         module: Module,
         settings: &Settings,
         client: kube::Client,
+        share: crate::controller::fair_share::Share,
     ) -> Result<Arc<Controller>, controller::Error> {
         let c = Controller::start_synced(
             &self.factory,
             client,
             module,
             settings.clone(),
+            share,
             self.options.sync_timeout,
         )
         .await?;

@@ -34,6 +34,7 @@
 
 mod access;
 mod memory;
+mod metering;
 mod offers;
 mod quota;
 mod report;
@@ -41,6 +42,7 @@ mod report;
 pub use offers::{Offer, Read, Unreadable};
 pub use quota::TenantLimits;
 
+use metering::report_throttling;
 use report::{post_event, report_failures};
 
 use std::collections::{BTreeMap, HashMap};
@@ -48,6 +50,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::controller::fair_share::{self, FairShare};
 use crate::controller::{self, Controller, Settings};
 use crate::events::Type;
 use crate::guest::artifact_cache::Origin;
@@ -77,6 +80,17 @@ pub enum Source {
         /// Its uid, for Events.
         uid: String,
     },
+}
+
+impl Source {
+    /// The tenant whose share of the host the guest runs in: a ConfigMap's namespace, or
+    /// [`fair_share::OPERATOR`] for the operator's own guests.
+    pub fn tenant(&self) -> &str {
+        match self {
+            Source::ConfigMap { namespace, .. } => namespace,
+            Source::File(_) | Source::DevFolder(_) => fair_share::OPERATOR,
+        }
+    }
 }
 
 impl std::fmt::Display for Source {
@@ -173,6 +187,8 @@ pub struct Options {
     /// How often a guest acting as a ServiceAccount has its cache reads reviewed again [60 s];
     /// Role and RoleBinding changes trigger a review sooner.
     pub review_period: Duration,
+    /// How guests share the host's CPU: slots, tenant weights, CPU budgets.
+    pub fair_share: fair_share::Config,
 }
 
 impl Default for Options {
@@ -181,6 +197,7 @@ impl Default for Options {
             sync_timeout: Duration::from_secs(30),
             events: true,
             review_period: Duration::from_secs(60),
+            fair_share: fair_share::Config::default(),
         }
     }
 }
@@ -229,6 +246,8 @@ pub struct Supervisor {
     /// Guests acting as a ServiceAccount, whose cache reads are reviewed again and again.
     access: access::Access,
     options: Options,
+    /// The one scheduler every guest's reconciles take turns in.
+    scheduler: Arc<FairShare>,
     guests: Mutex<BTreeMap<String, Entry>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     compiles: tokio::sync::Semaphore,
@@ -274,6 +293,7 @@ impl Supervisor {
                 options.events,
             ),
             identities,
+            scheduler: Arc::new(FairShare::new(options.fair_share.clone())),
             options,
             guests: Mutex::new(BTreeMap::new()),
             locks: Mutex::new(HashMap::new()),
@@ -334,6 +354,11 @@ impl Supervisor {
     /// as "any namespace".
     pub fn access_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
         self.access.changes()
+    }
+
+    /// The scheduler guests share the host's CPU through.
+    pub fn scheduler(&self) -> &Arc<FairShare> {
+        &self.scheduler
     }
 
     /// The informer factory guests share.
@@ -474,6 +499,11 @@ impl Supervisor {
                 );
             }
         };
+        let tenant = source.tenant();
+        // Compiling is work done for the tenant, and a tenant delivering a new module in a loop
+        // must pay for it like for any other CPU.
+        self.scheduler.charge_compile(tenant, name, compile);
+        let share = self.scheduler.share(tenant, name);
         if let Some(old) = &replaced {
             self.access.forget(name);
             // Its grant or limits changed: no overlap of the two, so a gap instead. Until the
@@ -498,12 +528,19 @@ impl Supervisor {
                 reload.map(|reload| (c.clone(), Some(reload)))
             }
             None if tenant => {
-                let started = self.start_tenant(name, &source, module.clone(), &settings, client);
+                let module = module.clone();
+                let started = self.start_tenant(name, &source, module, &settings, client, share);
                 started.await.map(|c| (c, None))
             }
-            None => Controller::start(&self.factory, client, module.clone(), settings.clone())
-                .await
-                .map(|c| (c, None)),
+            None => Controller::start(
+                &self.factory,
+                client,
+                module.clone(),
+                settings.clone(),
+                share,
+            )
+            .await
+            .map(|c| (c, None)),
         };
         let (controller, reload) = match result {
             Ok(ok) => ok,
@@ -597,6 +634,12 @@ impl Supervisor {
             tokio::spawn(report_failures(
                 Arc::downgrade(&controller),
                 controller.watch_failing(),
+                self.identities.host().clone(),
+                source.clone(),
+            ));
+            tokio::spawn(report_throttling(
+                Arc::downgrade(&controller),
+                self.scheduler.watch_spells(),
                 self.identities.host().clone(),
                 source,
             ));

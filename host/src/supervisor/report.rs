@@ -40,6 +40,7 @@ impl Supervisor {
             informers,
             sources_without_guests,
             uptime_seconds: self.started.elapsed().as_secs(),
+            tenants: self.tenant_status(),
         }
     }
 
@@ -148,6 +149,7 @@ impl Supervisor {
             unloads: self.unloads.load(Ordering::Relaxed),
             informers,
             process,
+            tenants: self.scheduler.usage(),
         })
     }
 }
@@ -319,7 +321,7 @@ fn memory(s: &controller::Snapshot, share: Option<&u64>) -> GuestMemory {
     }
 }
 
-fn rfc3339(t: SystemTime) -> String {
+pub(super) fn rfc3339(t: SystemTime) -> String {
     k8s_openapi::jiff::Timestamp::try_from(t)
         .map(|t| {
             t.round(k8s_openapi::jiff::Unit::Second)

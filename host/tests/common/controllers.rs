@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
+use reconciled::controller::fair_share::Share;
 use reconciled::controller::{self, Controller, Settings};
 use reconciled::guest::Runtime;
 use reconciled::informer::Options;
@@ -24,7 +25,8 @@ pub async fn start(
         .await
         .unwrap();
     let factory = InformerFactory::new(client.clone(), Options::default());
-    match Controller::start(&factory, client, module, settings).await {
+    let share = Share::alone(&settings.name);
+    match Controller::start(&factory, client, module, settings, share).await {
         Ok(controller) => Ok((controller, factory, runtime)),
         Err(e) => Err((e, factory)),
     }

@@ -1,0 +1,108 @@
+//! What the supervisor reports about CPU: each tenant's line of `/status`, and the Events a
+//! tenant's ConfigMap gets when the tenant goes over its CPU budget and comes back under it.
+
+use std::sync::Weak;
+
+use tokio::sync::watch;
+
+use super::*;
+use crate::controller::fair_share::Spells;
+use crate::ops::status::{GuestCpu, TenantStatus, Throttled};
+
+impl Supervisor {
+    /// Each tenant's CPU, budget and throttling, with the CPU of each of its serving guests.
+    pub(super) fn tenant_status(&self) -> Vec<TenantStatus> {
+        let controllers: Vec<Arc<Controller>> = self
+            .guests
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(|e| e.controller.clone())
+            .collect();
+        self.scheduler
+            .usage()
+            .into_iter()
+            .map(|t| {
+                let budget_ms = t.budget_per_minute.map(|b| b.as_secs_f64() * 1000.0);
+                let used_ms = t.used_last_minute.as_secs_f64() * 1000.0;
+                TenantStatus {
+                    throttled: t.throttled_since.map(|since| Throttled {
+                        since: report::rfc3339(since),
+                        budget_ms_per_minute: budget_ms.unwrap_or_default(),
+                        used_ms_last_minute: used_ms,
+                    }),
+                    guests: controllers
+                        .iter()
+                        .filter(|c| c.share().tenant() == t.tenant)
+                        .map(|c| GuestCpu {
+                            name: c.name().to_string(),
+                            cpu_seconds: c.counters().cpu().as_secs_f64(),
+                        })
+                        .collect(),
+                    tenant: t.tenant,
+                    weight: t.weight,
+                    cpu_seconds: t.cpu.as_secs_f64(),
+                    compile_seconds: t.compile.as_secs_f64(),
+                    used_ms_last_minute: used_ms,
+                    cpu_budget_ms_per_minute: budget_ms,
+                    throttled_seconds: t.throttled.as_secs_f64(),
+                    throttles: t.throttles,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Posts `CPUThrottled` (Warning) on the ConfigMap of a tenant's guest when that guest's call
+/// takes its tenant over the CPU budget, and `CPUThrottleEnded` (Normal) when the tenant is
+/// back under it. One Event per spell, on the guest that started it: a tenant with ten guests
+/// gets one Warning, not ten. Ends with the controller.
+pub(super) async fn report_throttling(
+    controller: Weak<Controller>,
+    mut spells: watch::Receiver<Spells>,
+    client: kube::Client,
+    source: Source,
+) {
+    let tenant = source.tenant().to_string();
+    // A spell under way when the guest loads is its predecessor's to report.
+    let mut seen = spells
+        .borrow_and_update()
+        .get(&tenant)
+        .map_or((0, true), |s| (s.number, s.ended));
+    while spells.changed().await.is_ok() {
+        let Some(c) = controller.upgrade() else {
+            return;
+        };
+        let Some(spell) = spells.borrow_and_update().get(&tenant).cloned() else {
+            continue;
+        };
+        if spell.guest != c.name() || (spell.number, spell.ended) == seen {
+            continue;
+        }
+        if spell.number > seen.0 {
+            tracing::warn!(%tenant, guest = %c.name(), budget = ?spell.budget, used = ?spell.used, "tenant over its CPU budget: its reconciles are delayed until the budget refills");
+            post_event(
+                &client,
+                &source,
+                Type::Warning,
+                "CPUThrottled",
+                format!(
+                    "tenant {tenant} is over its CPU budget of {} ms per minute (used {} ms in the last minute; this guest's call went over): reconciles of its guests are delayed, not failed, until the budget refills; make the guests cheaper, or ask the host's operator to raise [tenants] cpu_budget_ms_per_minute",
+                    spell.budget.as_millis(),
+                    spell.used.as_millis(),
+                ),
+            );
+        }
+        if spell.ended {
+            tracing::info!(%tenant, guest = %c.name(), "tenant back under its CPU budget");
+            post_event(
+                &client,
+                &source,
+                Type::Normal,
+                "CPUThrottleEnded",
+                format!("tenant {tenant} is back under its CPU budget: its guests reconcile again"),
+            );
+        }
+        seen = (spell.number, spell.ended);
+    }
+}
