@@ -9,8 +9,11 @@ pub mod fair_share;
 pub mod handlers;
 mod plan;
 pub mod reconciles;
+mod snapshot;
 pub mod work_queue;
 mod worker;
+
+pub use snapshot::Snapshot;
 
 #[cfg(feature = "fault-injection")]
 pub use worker::fault;
@@ -26,7 +29,7 @@ use tokio::task::AbortHandle;
 use crate::controller::fair_share::Share;
 use crate::controller::handlers::{Role, handle};
 use crate::controller::plan::{Plan, PlannedKind, add_indexes, describe, subscribe, wait_synced};
-use crate::controller::reconciles::{ReconcileStats, Reconciles};
+use crate::controller::reconciles::Reconciles;
 use crate::controller::work_queue::{Priority, WorkQueue};
 use crate::controller::worker::{Failures, supervise};
 use crate::guest::bindings::Gvk;
@@ -36,7 +39,7 @@ use crate::guest::imports::{Declared, GuestContext, Limits, Metrics};
 use crate::guest::read_your_writes::Floors;
 use crate::guest::{Blame, CallError, Module};
 use crate::informer::factory::InformerFactory;
-use crate::informer::{Informer, InformerKey, Staleness, Status};
+use crate::informer::{Informer, InformerKey};
 
 /// Why a guest could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -256,52 +259,6 @@ impl Drop for Controller {
             link.task.abort();
         }
     }
-}
-
-/// A snapshot for status pages and tests.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    /// The guest's name.
-    pub name: String,
-    /// sha256 of the module serving.
-    pub digest: String,
-    /// When the serving version was swapped in.
-    pub loaded_at: std::time::SystemTime,
-    /// Each informer's kind, health and staleness.
-    pub informers: Vec<(String, Status, Staleness)>,
-    /// Reconciles that returned Ok (all versions).
-    pub reconciles_ok: u64,
-    /// Reconciles that returned an error (all versions).
-    pub reconciles_failed: u64,
-    /// Reconciles that trapped (all versions).
-    pub traps: u64,
-    /// Failed reconciles by blame: guest, host, cluster (all versions).
-    pub errors_by_blame: [u64; 3],
-    /// Worker panics caught (all versions).
-    pub worker_panics: u64,
-    /// Why the guest cannot run, if it cannot.
-    pub failing: Option<Failing>,
-    /// Why reconciles are held back (held by [`Controller::hold`], or an informer not synced),
-    /// if they are.
-    pub held_back: Option<String>,
-    /// Keys waiting.
-    pub queued: usize,
-    /// Reconcile results, time, panics and busy workers (all versions).
-    pub reconciles: ReconcileStats,
-    /// The work queue's client-go metrics.
-    pub queue: crate::controller::work_queue::Stats,
-    /// Workers: the most reconciles run at once.
-    pub workers: usize,
-    /// The most linear memory one call into the guest held at once, over every version since
-    /// it started (see [`Metrics::peak_memory_bytes`]).
-    pub peak_memory_bytes: u64,
-    /// The serving module's native code image (see [`Module::compiled_bytes`]).
-    pub compiled_bytes: usize,
-    /// Its tenant: the namespace it was delivered in, or
-    /// [`OPERATOR`](crate::controller::fair_share::OPERATOR).
-    pub tenant: String,
-    /// CPU its `reconcile` and `map` calls used (all versions).
-    pub cpu: Duration,
 }
 
 impl Controller {
@@ -596,37 +553,6 @@ impl Controller {
     /// Informers the serving version reads.
     pub fn informers(&self) -> Vec<Arc<Informer>> {
         self.current().informers.clone()
-    }
-
-    /// A status snapshot.
-    pub fn snapshot(&self) -> Snapshot {
-        let m = &self.metrics;
-        let v = self.current();
-        Snapshot {
-            name: self.name.clone(),
-            digest: v.module.digest().to_string(),
-            loaded_at: v.loaded_at,
-            informers: v
-                .informers
-                .iter()
-                .map(|i| (i.key().name().to_string(), i.status(), i.staleness()))
-                .collect(),
-            reconciles_ok: m.reconciles_ok.load(Ordering::Relaxed),
-            reconciles_failed: m.reconciles_failed.load(Ordering::Relaxed),
-            traps: m.traps.load(Ordering::Relaxed),
-            errors_by_blame: Blame::ALL.map(|b| self.counters.errors(b)),
-            worker_panics: self.counters.worker_panics.load(Ordering::Relaxed),
-            failing: self.failing(),
-            held_back: self.held().or_else(|| self.not_ready()),
-            queued: self.queue.len(),
-            reconciles: self.counters.reconciles.stats(),
-            queue: self.queue.stats(),
-            workers: self.settings.workers.max(1),
-            peak_memory_bytes: m.peak_memory_bytes.load(Ordering::Relaxed),
-            compiled_bytes: v.module.compiled_bytes(),
-            tenant: self.share.tenant().to_string(),
-            cpu: self.counters.cpu(),
-        }
     }
 
     /// Holds every reconcile (`Some(why)`) or lets them run again (`None`); returns whether

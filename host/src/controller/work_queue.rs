@@ -34,6 +34,17 @@ pub enum Priority {
     High,
 }
 
+impl Priority {
+    /// controller-runtime's label for it: 0 for a normal add, `handler.LowPriority` (-100) for
+    /// keys from an initial list, as its priority queue labels `workqueue_depth`.
+    pub fn controller_runtime_label(self) -> &'static str {
+        match self {
+            Priority::High => "0",
+            Priority::Low => "-100",
+        }
+    }
+}
+
 /// Rate-limit settings (the defaults are client-go's).
 #[derive(Debug, Clone, Copy)]
 pub struct RateLimit {

@@ -44,7 +44,6 @@ use prometheus_client::registry::Registry;
 use crate::controller::Snapshot;
 use crate::controller::fair_share::TenantUsage;
 use crate::controller::reconciles::ReconcileResult;
-use crate::controller::work_queue::Priority;
 use crate::guest::Blame;
 use crate::informer::{Staleness, Stats};
 use crate::ops::memory::encode_memory;
@@ -182,15 +181,6 @@ fn histogram(
 /// 1 for yes, 0 for no: the convention for "is this so" gauges.
 fn flag(b: bool) -> i64 {
     i64::from(b)
-}
-
-/// controller-runtime's priorities: 0 for a normal add, `handler.LowPriority` (-100) for keys
-/// from an initial list, as its priority queue labels `workqueue_depth`.
-fn priority_label(p: Priority) -> &'static str {
-    match p {
-        Priority::High => "0",
-        Priority::Low => "-100",
-    }
 }
 
 impl Collector for Scrape {
@@ -335,7 +325,7 @@ impl Scrape {
                         let labels = [
                             ("name", *name),
                             ("controller", *name),
-                            ("priority", priority_label(*p)),
+                            ("priority", p.controller_runtime_label()),
                         ];
                         gauge(m, &labels, *depth)?;
                     }

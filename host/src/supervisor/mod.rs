@@ -36,11 +36,15 @@ mod access;
 mod memory;
 mod metering;
 mod offers;
+mod outcome;
 mod quota;
 mod report;
+mod source;
 
 pub use offers::{Offer, Read, Unreadable};
+pub use outcome::{Applied, Reason};
 pub use quota::TenantLimits;
+pub use source::Source;
 
 use metering::report_throttling;
 use report::{post_event, report_failures};
@@ -61,121 +65,6 @@ use crate::ops::metrics;
 use crate::ops::status::{
     GuestInformer, GuestState, GuestStatus, InformerStatus, Reconciles, SourceProblem, Status,
 };
-
-/// Where a guest's module comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// A `[[guest]]` of the host config file, or `--guest`.
-    File(std::path::PathBuf),
-    /// A file in the folder `reconciled dev` watches.
-    DevFolder(std::path::PathBuf),
-    /// A key of a labelled ConfigMap.
-    ConfigMap {
-        /// Its namespace: the guest's tenant namespace.
-        namespace: String,
-        /// Its name.
-        name: String,
-        /// The `binaryData` key.
-        key: String,
-        /// Its uid, for Events.
-        uid: String,
-    },
-}
-
-impl Source {
-    /// The tenant whose share of the host the guest runs in: a ConfigMap's namespace, or
-    /// [`fair_share::OPERATOR`] for the operator's own guests.
-    pub fn tenant(&self) -> &str {
-        match self {
-            Source::ConfigMap { namespace, .. } => namespace,
-            Source::File(_) | Source::DevFolder(_) => fair_share::OPERATOR,
-        }
-    }
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Source::File(p) => write!(f, "file {}", p.display()),
-            Source::DevFolder(p) => write!(f, "dev folder file {}", p.display()),
-            Source::ConfigMap {
-                namespace,
-                name,
-                key,
-                ..
-            } => write!(f, "configmap {namespace}/{name} key {key}"),
-        }
-    }
-}
-
-/// Why a module was rejected, as the `reason` label of the rejection metric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Reason {
-    /// The bytes could not be read or unpacked (for example a bad `.wasm.gz`).
-    Unreadable,
-    /// Not wasm, or not a component.
-    Invalid,
-    /// A component of another world.
-    WrongWorld,
-    /// `describe()` trapped, timed out or returned something malformed.
-    Describe,
-    /// The declaration exceeds the grant.
-    Grant,
-    /// An informer only the new version reads did not sync.
-    Informer,
-    /// Its namespace has as many tenant guests serving or loading as the host allows.
-    Quota,
-    /// Its informers would take its namespace's guests over their cache bytes cap.
-    CacheBytes,
-    /// The ServiceAccount it acts as may not list and watch what it reads from the cache.
-    Access,
-    /// The host could not run it (engine trouble): not the module's fault.
-    Host,
-}
-
-impl Reason {
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Reason::Unreadable => "unreadable",
-            Reason::Invalid => "invalid",
-            Reason::WrongWorld => "wrong-world",
-            Reason::Describe => "describe",
-            Reason::Grant => "grant",
-            Reason::Informer => "informer",
-            Reason::Quota => "quota",
-            Reason::CacheBytes => "cache-bytes",
-            Reason::Access => "access",
-            Reason::Host => "host",
-        }
-    }
-}
-
-/// What [`Supervisor::apply`] did.
-#[derive(Debug, Clone)]
-pub enum Applied {
-    /// The guest was not running; it is now.
-    Loaded {
-        /// The module's sha256.
-        digest: String,
-    },
-    /// A new version replaced the serving one.
-    Reloaded {
-        /// The new module's sha256.
-        digest: String,
-        /// What changed.
-        reload: controller::Reload,
-    },
-    /// These bytes are already serving, or were already rejected: nothing done.
-    Unchanged,
-    /// The module was rejected; whatever served before still serves.
-    Rejected {
-        /// The category.
-        reason: Reason,
-        /// The full message.
-        message: String,
-    },
-}
 
 /// Tunables.
 #[derive(Debug, Clone)]

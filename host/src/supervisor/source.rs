@@ -1,0 +1,47 @@
+//! Where a guest's module comes from, and whose tenant it is.
+
+/// Where a guest's module comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A `[[guest]]` of the host config file, or `--guest`.
+    File(std::path::PathBuf),
+    /// A file in the folder `reconciled dev` watches.
+    DevFolder(std::path::PathBuf),
+    /// A key of a labelled ConfigMap.
+    ConfigMap {
+        /// Its namespace: the guest's tenant namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The `binaryData` key.
+        key: String,
+        /// Its uid, for Events.
+        uid: String,
+    },
+}
+
+impl Source {
+    /// The tenant whose share of the host the guest runs in: a ConfigMap's namespace, or
+    /// [`crate::controller::fair_share::OPERATOR`] for the operator's own guests.
+    pub fn tenant(&self) -> &str {
+        match self {
+            Source::ConfigMap { namespace, .. } => namespace,
+            Source::File(_) | Source::DevFolder(_) => crate::controller::fair_share::OPERATOR,
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::File(p) => write!(f, "file {}", p.display()),
+            Source::DevFolder(p) => write!(f, "dev folder file {}", p.display()),
+            Source::ConfigMap {
+                namespace,
+                name,
+                key,
+                ..
+            } => write!(f, "configmap {namespace}/{name} key {key}"),
+        }
+    }
+}
