@@ -44,7 +44,7 @@
 //! # How guests share the host: every reconcile takes one of `slots`, handed out by weighted
 //! # fair queuing across tenants (the operator's own guests are one more tenant), then guests.
 //! [scheduler]
-//! slots = 4                           # guest calls at once, host-wide [number of cores]
+//! slots = 4                           # guest calls at once, host-wide [number of cores, at least 2]
 //! low_priority_max_wait_ms = 30000    # longest an initial-list or resync key waits [30 s]
 //! operator_weight = 1                 # the weight of the guests above [1]
 //! ```
@@ -120,7 +120,7 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Scheduler {
-    /// Guest calls at once, host-wide [the number of cores].
+    /// Guest calls at once, host-wide [the number of cores, at least 2].
     pub slots: Option<usize>,
     /// Longest a low-priority key waits behind high-priority ones, in milliseconds [30 000].
     pub low_priority_max_wait_ms: Option<u64>,

@@ -5,14 +5,18 @@
 //! Every controller keeps its own work queue and workers; a worker that has taken a key asks
 //! here for a slot before it calls the guest, and gives it back with the CPU the call measured.
 //! The number of slots bounds how many guest calls run at once, host-wide (by default one per
-//! core, plus one), so a tenant with 10 000 keys and many workers cannot crowd out one with a
-//! single key.
+//! core, and at least two), so a tenant with 10 000 keys and many workers cannot crowd out one
+//! with a single key.
 //!
 //! A slot is not taken back from a call that holds it: a guest spinning to a 10 s deadline holds
 //! its slot for 10 s. So no tenant may hold every slot: each holds at most all but one, and a
 //! reconcile of another tenant finds a slot free, or waits for one fairly among the others
-//! rather than for the longest call. With the default of one slot more than the cores, a lone
-//! busy tenant still gets every core.
+//! rather than for the longest call. With the default of one slot per core, a lone busy tenant
+//! gets all cores but one: guest code runs on the threads that also carry the host's own I/O
+//! and, often, beside the API server, and a tenant that could fill every core would take the
+//! CPU another tenant's next reconcile needs even though a slot is free for it (measured in
+//! `bench/RESULTS.md`, noisy neighbour: B's p99 beside a flooding tenant was 1.09x alone with
+//! one slot per core, 34.7x with one slot more).
 //!
 //! The order is start-time fair queuing (Goyal et al., 1996) over measured cost:
 //! - each tenant has a virtual time, advanced by the CPU each of its reconciles used divided by
@@ -63,9 +67,12 @@ pub(super) const FIRST_ESTIMATE: Duration = Duration::from_millis(1);
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Guest calls that may run at once, host-wide [the number of cores, plus one]. One tenant
-    /// holds at most all but one of them (all of them if there is only one); each guest's own
-    /// `workers` bounds its share too.
+    /// Guest calls that may run at once, host-wide [the number of cores, at least 2]. One
+    /// tenant holds at most all but one of them (all of them if there is only one); each
+    /// guest's own `workers` bounds its share too.
+    ///
+    /// Where it may surprise: so a lone busy tenant uses all cores but one. Raise it for
+    /// guests that mostly wait on the API server, which hold a slot without using a core.
     pub slots: usize,
     /// Each tenant namespace's weight [1]; a tenant of weight 2 gets twice the CPU of a tenant
     /// of weight 1 when both have work. The operator's guests are the tenant `""`.
@@ -83,7 +90,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            slots: std::thread::available_parallelism().map_or(2, |n| n.get()) + 1,
+            slots: std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
             weights: BTreeMap::new(),
             cpu_budget_ms_per_minute: None,
             low_priority_max_wait_ms: 30_000,
