@@ -388,11 +388,11 @@ impl Supervisor {
                 );
             }
         };
-        let tenant = source.tenant();
         // Compiling is work done for the tenant, and a tenant delivering a new module in a loop
         // must pay for it like for any other CPU.
-        self.scheduler.charge_compile(tenant, name, compile);
-        let share = self.scheduler.share(tenant, name);
+        self.scheduler
+            .charge_compile(source.tenant(), name, compile);
+        let share = self.scheduler.share(source.tenant(), name);
         if let Some(old) = &replaced {
             self.access.forget(name);
             // Its grant or limits changed: no overlap of the two, so a gap instead. Until the
