@@ -1,5 +1,7 @@
 //! Shared pieces of the side-by-side benchmarks.
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -84,4 +86,67 @@ pub async fn fill(
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// Builds the wasm guests with `guests/build.sh` (its progress goes to stderr), passing `args`,
+/// and returns each built `.wasm` by file stem (`probe`, `stamp_v1`, `stamp_burn`, ...).
+pub fn guest_wasms(args: &[&str]) -> anyhow::Result<HashMap<String, PathBuf>> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/build.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .args(args)
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "guests/build.sh {} failed",
+        args.join(" ")
+    );
+    Ok(String::from_utf8(out.stdout)?
+        .lines()
+        .map(PathBuf::from)
+        .map(|p| {
+            let stem = p.file_stem().unwrap_or_default().to_string_lossy().into();
+            (stem, p)
+        })
+        .collect())
+}
+
+/// The `.wasm` named `stem` among `wasms` (from [`guest_wasms`]).
+pub fn wasm(wasms: &HashMap<String, PathBuf>, stem: &str) -> anyhow::Result<PathBuf> {
+    wasms
+        .get(stem)
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("guests/build.sh built no {stem}.wasm"))
+}
+
+/// Creates ConfigMaps `names` in `ns` (which must exist), 32 requests at a time, each labelled
+/// `label=true` and holding `data.v = "0"`: the objects the stamp guest reconciles.
+pub async fn fill_stamped(
+    client: &kube::Client,
+    ns: &str,
+    label: &str,
+    names: impl IntoIterator<Item = String>,
+) -> anyhow::Result<()> {
+    let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    futures::stream::iter(names)
+        .map(|name| {
+            let api = api.clone();
+            async move {
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(name),
+                        labels: Some([(label.to_string(), "true".to_string())].into()),
+                        ..Default::default()
+                    },
+                    data: Some([("v".to_string(), "0".to_string())].into()),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &cm).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<()>()
+        .await
 }

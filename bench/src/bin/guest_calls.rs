@@ -45,18 +45,7 @@ const WRITE_NAMESPACES: usize = 1000;
 const WRITE_BATCH: usize = 500;
 
 fn probe_wasm() -> anyhow::Result<std::path::PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/build.sh");
-    let out = std::process::Command::new("bash")
-        .arg(script)
-        .stderr(std::process::Stdio::inherit())
-        .output()?;
-    anyhow::ensure!(out.status.success(), "guests/build.sh failed");
-    let text = String::from_utf8(out.stdout)?;
-    Ok(text
-        .lines()
-        .find(|l| l.ends_with("probe.wasm"))
-        .ok_or_else(|| anyhow::anyhow!("no probe.wasm"))?
-        .into())
+    reconciled_bench::wasm(&reconciled_bench::guest_wasms(&[])?, "probe")
 }
 
 fn main() -> anyhow::Result<()> {

@@ -32,11 +32,11 @@
 //! used as the host measured it.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
@@ -58,25 +58,6 @@ const SEEN: &str = "stamp.reconciled.dev/seen";
 const EDIT_EVERY: Duration = Duration::from_millis(100);
 const BUDGET_MS_PER_MINUTE: u64 = 6000;
 
-fn wasms() -> anyhow::Result<HashMap<String, PathBuf>> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/build.sh");
-    let out = std::process::Command::new("bash")
-        .arg(script)
-        .stderr(std::process::Stdio::inherit())
-        .output()?;
-    anyhow::ensure!(out.status.success(), "guests/build.sh failed");
-    Ok(String::from_utf8(out.stdout)?
-        .lines()
-        .map(PathBuf::from)
-        .map(|p| {
-            (
-                p.file_stem().unwrap_or_default().to_string_lossy().into(),
-                p,
-            )
-        })
-        .collect())
-}
-
 fn main() -> anyhow::Result<()> {
     let arg = |i: usize, default: usize| -> anyhow::Result<usize> {
         Ok(std::env::args()
@@ -86,7 +67,7 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or(default))
     };
     let (flood, edits) = (arg(1, 10_000)?, arg(2, 300)?);
-    let wasms = wasms()?;
+    let wasms = reconciled_bench::guest_wasms(&[])?;
     let cp = testenv::ControlPlane::start()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -110,10 +91,7 @@ async fn run(
     fill(&client, C, 10).await?;
     fill(&client, B, 0).await?;
     let module = |name: &str| -> anyhow::Result<Vec<u8>> {
-        let path = wasms
-            .get(name)
-            .ok_or_else(|| anyhow::anyhow!("guests/build.sh built no {name}.wasm"))?;
-        Ok(std::fs::read(path)?)
+        Ok(std::fs::read(reconciled_bench::wasm(wasms, name)?)?)
     };
     let edits_seen = Seen::watch(&client).await;
 
@@ -436,33 +414,13 @@ async fn create_namespace(client: &kube::Client, ns: &str) -> anyhow::Result<()>
 
 /// Creates `work-0…` (labelled for stamp) in `ns`, 32 at a time, plus `edit` in B.
 async fn fill(client: &kube::Client, ns: &str, n: usize) -> anyhow::Result<()> {
-    let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
     let started = Instant::now();
     let names: Vec<String> = if ns == B {
         vec!["edit".into()]
     } else {
         (0..n).map(|i| format!("work-{i:05}")).collect()
     };
-    futures::stream::iter(names)
-        .map(|name| {
-            let api = api.clone();
-            async move {
-                let cm = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(name),
-                        labels: Some([(ENABLED.to_string(), "true".to_string())].into()),
-                        ..Default::default()
-                    },
-                    data: Some([("v".to_string(), "0".to_string())].into()),
-                    ..Default::default()
-                };
-                api.create(&PostParams::default(), &cm).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<()>()
-        .await?;
+    reconciled_bench::fill_stamped(client, ns, ENABLED, names).await?;
     eprintln!("filled {ns} in {:.1?}", started.elapsed());
     Ok(())
 }

@@ -51,7 +51,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
@@ -76,20 +75,8 @@ const SEEN: &str = "stamp.reconciled.dev/seen";
 const SERVE_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn stamp_wasms() -> anyhow::Result<(PathBuf, PathBuf)> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests/build.sh");
-    let out = std::process::Command::new("bash")
-        .arg(script)
-        .arg("--bench")
-        .stderr(std::process::Stdio::inherit())
-        .output()?;
-    anyhow::ensure!(out.status.success(), "guests/build.sh --bench failed");
-    let text = String::from_utf8(out.stdout)?;
-    let find = |stem: &str| -> anyhow::Result<PathBuf> {
-        text.lines()
-            .map(PathBuf::from)
-            .find(|p| p.file_stem().is_some_and(|s| s == stem))
-            .ok_or_else(|| anyhow::anyhow!("guests/build.sh --bench printed no {stem}.wasm"))
-    };
+    let wasms = reconciled_bench::guest_wasms(&["--bench"])?;
+    let find = |stem| reconciled_bench::wasm(&wasms, stem);
     Ok((find("stamp_v1")?, find("stamp_big")?))
 }
 
@@ -259,27 +246,8 @@ async fn fill(client: &kube::Client, objects: usize) -> anyhow::Result<()> {
             },
         )
         .await?;
-    let api = Api::<ConfigMap>::namespaced(client.clone(), NS);
-    futures::stream::iter(0..objects)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let cm = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(format!("cm-{i:06}")),
-                        labels: Some([(ENABLED.to_string(), "true".to_string())].into()),
-                        ..Default::default()
-                    },
-                    data: Some([("v".to_string(), "0".to_string())].into()),
-                    ..Default::default()
-                };
-                api.create(&PostParams::default(), &cm).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<()>()
-        .await
+    let names = (0..objects).map(|i| format!("cm-{i:06}"));
+    reconciled_bench::fill_stamped(client, NS, ENABLED, names).await
 }
 
 /// Waits until every ConfigMap carries the annotation the stamp guest writes.
