@@ -82,6 +82,7 @@ variants=(
     "stamp_cluster:stamp:cluster-scoped"
     "stamp_burn:stamp:burn"
     "stamp_spin:stamp:spin"
+    "stamp_mark:stamp:mark"
     "hostile_calls:hostile:"
     "hostile_map:hostile:map"
     "hostile_bad_namespace:hostile:describe-namespace"

@@ -47,7 +47,20 @@
 //! slots = 4                           # guest calls at once, host-wide [number of cores, at least 2]
 //! low_priority_max_wait_ms = 30000    # longest an initial-list or resync key waits [30 s]
 //! operator_weight = 1                 # the weight of the guests above [1]
+//!
+//! # Share the guests with other replicas of this host through Leases (see `replicas`): each
+//! # guest reconciles on the one replica holding its shard; the others keep it warm.
+//! [replicas]
+//! namespace = "reconciled-system"     # where the Leases live [POD_NAMESPACE, else "default"]
+//! group = "reconciled"                # Lease name prefix; hosts of one group share guests
+//! shards = 16                         # 1 is plain leader election
+//! lease_duration_ms = 15000
+//! renew_deadline_ms = 10000           # shorter than lease_duration_ms: stop before others start
+//! retry_period_ms = 2000
+//! rebalance_after_ms = 15000          # how long a shard is wanted elsewhere before it moves
 //! ```
+//!
+//! The replica's identity is `--replica-id`, else `POD_NAME`, else `<hostname>-<pid>`.
 
 use std::path::{Path, PathBuf};
 
@@ -114,6 +127,51 @@ pub struct Config {
     /// How guests share the host's CPU.
     #[serde(default)]
     pub scheduler: Scheduler,
+    /// Replicas sharing the guests; absent = this host runs every guest itself.
+    #[serde(default)]
+    pub replicas: Option<ReplicasConfig>,
+}
+
+/// `[replicas]`: how this host shares its guests with its other replicas (see
+/// [`crate::replicas`]). Every field has a default, so `[replicas]` alone turns sharing on.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplicasConfig {
+    /// Where the Leases live [`POD_NAMESPACE`, else `default`].
+    pub namespace: Option<String>,
+    /// Lease name prefix and group label [`reconciled`].
+    pub group: Option<String>,
+    /// Shards [16].
+    pub shards: Option<u32>,
+    /// Lease duration, in milliseconds [15 000].
+    pub lease_duration_ms: Option<u64>,
+    /// Renew deadline, in milliseconds [10 000].
+    pub renew_deadline_ms: Option<u64>,
+    /// Retry period, in milliseconds [2 000].
+    pub retry_period_ms: Option<u64>,
+    /// How long a held shard must be planned elsewhere before it moves, in milliseconds
+    /// [15 000].
+    pub rebalance_after_ms: Option<u64>,
+}
+
+impl ReplicasConfig {
+    /// The replicas' settings for a replica called `identity`, with `namespace` unless the
+    /// file names one.
+    pub fn resolve(&self, identity: &str, namespace: &str) -> crate::replicas::Config {
+        use std::time::Duration;
+        let mut c =
+            crate::replicas::Config::new(identity, self.namespace.as_deref().unwrap_or(namespace));
+        let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
+        if let Some(g) = &self.group {
+            c.group = g.clone();
+        }
+        c.shards = self.shards.unwrap_or(c.shards);
+        c.lease_duration = ms(self.lease_duration_ms, c.lease_duration);
+        c.renew_deadline = ms(self.renew_deadline_ms, c.renew_deadline);
+        c.retry_period = ms(self.retry_period_ms, c.retry_period);
+        c.rebalance_after = ms(self.rebalance_after_ms, c.rebalance_after);
+        c
+    }
 }
 
 /// `[scheduler]`: how guests share the host (see [`crate::controller::fair_share`]).
@@ -290,6 +348,27 @@ mod tests {
         let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains("tenants.service_account"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn replicas_take_defaults_for_what_the_file_leaves_out() {
+        let c: Config = toml::from_str(
+            "[replicas]\nshards = 4\nlease_duration_ms = 4000\nrenew_deadline_ms = 2500\n",
+        )
+        .unwrap();
+        let r = c.replicas.unwrap().resolve("host-a", "ops");
+        assert_eq!(
+            (r.shards, r.namespace.as_str(), r.group.as_str()),
+            (4, "ops", "reconciled")
+        );
+        assert_eq!(r.lease_duration, std::time::Duration::from_secs(4));
+        assert_eq!(r.retry_period, std::time::Duration::from_secs(2));
+        let err = r.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("retry_period_ms (2000) must be at most half"),
+            "{err}"
+        );
+        assert!(toml::from_str::<Config>("[replicas]\nshard = 4\n").is_err());
     }
 
     #[test]

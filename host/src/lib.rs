@@ -23,7 +23,8 @@
 //! guest/imports          cache get/list, client writes, api reads, log
 //! ```
 //!
-//! Around it: `sources/` offer modules (a dev folder, tenants' ConfigMaps), `supervisor/` loads,
+//! Around it: `sources/` offer modules (a dev folder, tenants' ConfigMaps), `replicas/` shares
+//! guests between hosts through Leases, `supervisor/` loads,
 //! swaps and unloads them, `ops/` serves the endpoints, and `config` reads the host config.
 //! Each stage uses only itself and the stages above it in the list of modules below
 //! (`tests/layout.rs` checks it).
@@ -43,6 +44,9 @@ pub mod guest;
 
 // The controller: handlers, work queue, workers; one per loaded guest.
 pub mod controller;
+
+// Replicas: guests sharded over several hosts through Leases; a guest runs where its shard is held.
+pub mod replicas;
 
 // Operating the host: endpoints, metrics exposition, the typed status document.
 pub mod ops;

@@ -74,6 +74,10 @@ struct RunArgs {
     /// RBAC kinds, Secrets or Pods; name them.
     #[arg(long = "tenant-kinds", value_delimiter = ',')]
     tenant_kinds: Vec<String>,
+    /// This replica's name among the replicas sharing the guests (with [replicas] in --config):
+    /// unique, a DNS label. Defaults to $POD_NAME, else <hostname>-<pid>.
+    #[arg(long = "replica-id")]
+    replica_id: Option<String>,
 }
 
 #[derive(Args)]
@@ -207,9 +211,17 @@ struct Host {
 async fn host(
     args: &ClusterArgs,
     fair_share: reconciled::controller::fair_share::Config,
+    replicas: Option<reconciled::replicas::Config>,
 ) -> anyhow::Result<Host> {
     let (config, embedded) = config(args).await?;
     let identities = Identities::new(config)?;
+    let replicas = match replicas {
+        Some(r) => Some(Arc::new(
+            reconciled::replicas::Replicas::start(identities.host().clone(), r)
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        )),
+        None => None,
+    };
     let mut runtime = Runtime::new()?;
     if let Err(e) = runtime.use_artifact_cache(&ArtifactCache::default_dir()) {
         tracing::warn!("{e}");
@@ -224,6 +236,7 @@ async fn host(
         identities,
         supervisor::Options {
             fair_share,
+            replicas,
             ..supervisor::Options::default()
         },
     ));
@@ -259,6 +272,10 @@ impl Host {
     /// sources,) then every guest's workers, then the endpoints, then the informers, and only
     /// then the embedded control plane, so that no watch sees its server vanish.
     async fn stop(mut self) {
+        // Shards first, so that the other replicas take over while this one winds down.
+        if let Some(r) = self.supervisor.replicas() {
+            r.shutdown().await;
+        }
         self.supervisor.shutdown().await;
         if let Some(endpoints) = self.endpoints.take() {
             endpoints.abort();
@@ -332,7 +349,35 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             "no guests: pass --guest <file.wasm>, --config <host.toml>, or --configmaps to load tenants' ConfigMaps"
         );
     }
-    let mut host = host(&args.cluster, config.fair_share()).await?;
+    let replicas = match &config.replicas {
+        Some(r) => {
+            let identity = match &args.replica_id {
+                Some(id) => id.clone(),
+                None => default_replica_id(),
+            };
+            let replicas = r.resolve(&identity, &default_namespace());
+            replicas.validate().map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: {e}",
+                    args.config
+                        .as_deref()
+                        .unwrap_or(Path::new("config"))
+                        .display()
+                )
+            })?;
+            // A guest may record where it ran (the replica tests' marker guest does).
+            reconciled::guest::imports::set_environment(vec![(
+                "RECONCILED_REPLICA".into(),
+                replicas.identity.clone(),
+            )]);
+            Some(replicas)
+        }
+        None if args.replica_id.is_some() => anyhow::bail!(
+            "--replica-id names this host among replicas: add a [replicas] section to --config"
+        ),
+        None => None,
+    };
+    let mut host = host(&args.cluster, config.fair_share(), replicas).await?;
     for g in &guests {
         host.supervisor
             .expect(&g.name, Source::File(g.module.clone()), g.settings());
@@ -367,8 +412,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    tracing::info!(guests = ?sup.names(), "host running; Ctrl-C stops");
-    tokio::signal::ctrl_c().await?;
+    tracing::info!(guests = ?sup.names(), "host running; Ctrl-C or SIGTERM stops");
+    stopped().await?;
     tracing::info!("stopping");
     drop(configmaps);
     host.stop().await;
@@ -384,7 +429,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         )?),
         None => None,
     };
-    let mut host = host(&args.cluster, Default::default()).await?;
+    let mut host = host(&args.cluster, Default::default(), None).await?;
     host.serve(&args.cluster).await?;
     let (watch, mut changes) = DirSource::start(&args.dir, Settle::default())?;
     tracing::info!(dir = %args.dir.display(), "watching for modules; write a .wasm there to load or reload it; Ctrl-C stops");
@@ -420,6 +465,57 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     drop((watch, build));
     host.stop().await;
     Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM (what Kubernetes sends a pod it stops).
+async fn stopped() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
+/// `$POD_NAME`, else `<hostname>-<pid>`, made a DNS label: unique per process, as a replica's
+/// identity must be.
+fn default_replica_id() -> String {
+    if let Ok(name) = std::env::var("POD_NAME")
+        && !name.is_empty()
+    {
+        return name;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let label: String = host
+        .trim()
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let label = label.trim_matches('-');
+    let label = if label.is_empty() {
+        "reconciled"
+    } else {
+        label
+    };
+    let pid = std::process::id().to_string();
+    let keep = 62 - pid.len();
+    format!("{}-{pid}", &label[..label.len().min(keep)]).replace("--", "-")
+}
+
+/// The namespace this host runs in: `$POD_NAMESPACE`, the pod's service account namespace, or
+/// `default`.
+fn default_namespace() -> String {
+    if let Ok(ns) = std::env::var("POD_NAMESPACE")
+        && !ns.is_empty()
+    {
+        return ns;
+    }
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".into())
 }
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {

@@ -14,6 +14,7 @@ use kube::api::{
     PostParams,
 };
 use reconciled::controller::fair_share::Share;
+use reconciled::controller::gate::Gate;
 use reconciled::controller::{Controller, Settings};
 use reconciled::guest::Runtime;
 use reconciled::guest::grant::Grant;
@@ -108,9 +109,16 @@ async fn the_configmap_generator_converges_creates_updates_and_garbage_collects(
         ..Settings::new("cmgen")
     };
     let share = Share::alone(&settings.name);
-    let controller = Controller::start(&factory, admin.clone(), module, settings, share)
-        .await
-        .unwrap();
+    let controller = Controller::start(
+        &factory,
+        admin.clone(),
+        module,
+        settings,
+        share,
+        Gate::open(),
+    )
+    .await
+    .unwrap();
 
     let gvk = GroupVersionKind::gvk("example.reconciled.dev", "v1alpha1", "ConfigMapGenerator");
     let generators =

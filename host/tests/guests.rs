@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use reconciled::controller::fair_share::Share;
+use reconciled::controller::gate::Gate;
 use reconciled::controller::{Controller, Settings};
 use reconciled::guest::Runtime;
 use reconciled::guest::grant::Grant;
@@ -34,7 +35,7 @@ async fn start(
         .unwrap();
     let factory = InformerFactory::new(client.clone(), Options::default());
     let share = Share::alone(&settings.name);
-    let controller = Controller::start(&factory, client, module, settings, share)
+    let controller = Controller::start(&factory, client, module, settings, share, Gate::open())
         .await
         .unwrap();
     (controller, factory, runtime)

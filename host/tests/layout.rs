@@ -22,6 +22,7 @@ const STAGES: &[(&str, &[&str])] = &[
     ("informer", &["informer"]),
     ("guest", &["guest"]),
     ("controller", &["controller"]),
+    ("replicas", &["replicas"]),
     ("ops", &["ops"]),
     ("supervisor", &["supervisor"]),
     ("sources", &["sources"]),

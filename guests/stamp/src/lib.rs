@@ -21,6 +21,7 @@
 //! | `cluster-scoped`| `stamp_cluster.wasm`| `describe()` also watches v1 Namespaces (cluster-scoped) through `map`: a guest confined to namespaces must be refused |
 //! | `burn`          | `stamp_burn.wasm`   | `reconcile` spins through about 5 ms of CPU work (or `data.burn_ms`, at most 1000) and writes nothing: a CPU-heavy tenant for the fairness benchmark |
 //! | `spin`          | `stamp_spin.wasm`   | `reconcile` loops until the host interrupts it at its deadline |
+//! | `mark`          | `stamp_mark.wasm`   | stamps as `v1`, then records the reconcile as a ConfigMap `mark-…` labelled [`MARKER`]: the replica (`RECONCILED_REPLICA`), the key, and when it started and ended, in milliseconds since the epoch; for the replica tests, which check that no two replicas reconcile one guest at once |
 //! | `big`           | `stamp_big.wasm`    | embeds 12 MB of incompressible ballast (from `build.rs`): a ~12 MB component, for benchmarks (built only by `build.sh --bench`) |
 
 use std::hint::black_box;
@@ -34,6 +35,8 @@ use reconciled_guest::{Description, Error, Kind, Outcome, Reconciler, Request, R
 const SELECTOR: &str = "stamp.reconciled.dev/enabled=true";
 /// The annotation stamped on each ConfigMap: `<VERSION>:<data.v>`.
 const SEEN: &str = "stamp.reconciled.dev/seen";
+/// The label of the records the `mark` build writes, one per reconcile.
+const MARKER: &str = "stamp.reconciled.dev/marker";
 /// This build's version: `v2` with feature `v2`, else `v1`.
 const VERSION: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
 
@@ -62,6 +65,7 @@ impl Reconciler for Stamp {
     }
 
     fn reconcile(req: Request) -> Result<Outcome> {
+        let started = now_ms();
         if cfg!(feature = "spin") {
             spin_until_interrupted();
         }
@@ -86,18 +90,51 @@ impl Reconciler for Stamp {
         }
         let v = cm["data"]["v"].as_str().unwrap_or_default();
         let desired = format!("{VERSION}:{v}");
-        if cm["metadata"]["annotations"][SEEN].as_str() == Some(desired.as_str()) {
-            return Ok(Outcome::Done);
+        if cm["metadata"]["annotations"][SEEN].as_str() != Some(desired.as_str()) {
+            let patch = json!({ "metadata": { "annotations": { SEEN: desired } } });
+            raw_client::patch(
+                &kind,
+                &req.namespace,
+                &req.name,
+                &PatchBody::Merge(patch.to_string()),
+            )?;
         }
-        let patch = json!({ "metadata": { "annotations": { SEEN: desired } } });
-        raw_client::patch(
-            &kind,
-            &req.namespace,
-            &req.name,
-            &PatchBody::Merge(patch.to_string()),
-        )?;
+        if cfg!(feature = "mark") {
+            mark(&req, v, started)?;
+        }
         Ok(Outcome::Done)
     }
+}
+
+/// Milliseconds since the epoch, by the guest's (the host's) wall clock.
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// Records this reconcile: who ran it, on which key and value, from when to when (the end is
+/// taken after the stamp was written, before the record is).
+fn mark(req: &Request, v: &str, started: u128) -> Result<()> {
+    let replica = std::env::var("RECONCILED_REPLICA").unwrap_or_default();
+    let record = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "generateName": "mark-",
+            "namespace": req.namespace,
+            "labels": { MARKER: "true" },
+        },
+        "data": {
+            "replica": replica,
+            "key": format!("{}/{}", req.namespace, req.name),
+            "v": v,
+            "start": started.to_string(),
+            "end": now_ms().to_string(),
+        },
+    });
+    raw_client::create(&ConfigMap::gvk(), &req.namespace, &record.to_string())?;
+    Ok(())
 }
 
 /// Iterations of [`burn`]'s loop that take about a millisecond of CPU on the 2-core machine

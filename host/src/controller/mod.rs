@@ -6,6 +6,7 @@
 //! controller's status says why (syncing, forbidden with the rule to add, kind not found).
 
 pub mod fair_share;
+pub mod gate;
 pub mod handlers;
 mod plan;
 pub mod reconciles;
@@ -13,13 +14,14 @@ mod snapshot;
 pub mod work_queue;
 mod worker;
 
+pub use reconciles::Counters;
 pub use snapshot::Snapshot;
 
 #[cfg(feature = "fault-injection")]
 pub use worker::fault;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -27,9 +29,9 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::controller::fair_share::Share;
+use crate::controller::gate::Gate;
 use crate::controller::handlers::{Role, handle};
 use crate::controller::plan::{Plan, PlannedKind, add_indexes, describe, subscribe, wait_synced};
-use crate::controller::reconciles::Reconciles;
 use crate::controller::work_queue::{Priority, WorkQueue};
 use crate::controller::worker::{Failures, supervise};
 use crate::guest::bindings::Gvk;
@@ -121,46 +123,6 @@ impl Settings {
     }
 }
 
-/// Reconcile counters and the concurrency check.
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Reconciles started.
-    pub started: AtomicU64,
-    /// Times a key was found already running when a worker started it. Must stay 0.
-    pub concurrent_same_key: AtomicU64,
-    /// Failed reconciles (errors, traps and worker panics) by [`Blame`], in `Blame as usize`
-    /// order.
-    errors: [AtomicU64; 3],
-    /// Worker panics caught: the worker carried on and the key was retried.
-    pub worker_panics: AtomicU64,
-    /// What controller-runtime counts per controller: results, reconcile time, panics during a
-    /// reconcile, busy workers.
-    pub reconciles: Reconciles,
-    /// CPU the guest's calls used (reconcile and map), in nanoseconds.
-    cpu_nanos: AtomicU64,
-}
-
-impl Counters {
-    /// Failed reconciles blamed on `blame`, over every version of the guest.
-    pub fn errors(&self, blame: Blame) -> u64 {
-        self.errors[blame as usize].load(Ordering::Relaxed)
-    }
-
-    /// CPU the guest's `reconcile` and `map` calls used, over every version of the guest.
-    pub fn cpu(&self) -> Duration {
-        Duration::from_nanos(self.cpu_nanos.load(Ordering::Relaxed))
-    }
-
-    fn add_cpu(&self, cpu: Duration) {
-        let nanos = u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX);
-        self.cpu_nanos.fetch_add(nanos, Ordering::Relaxed);
-    }
-
-    fn count_error(&self, blame: Blame) {
-        self.errors[blame as usize].fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// Why a guest is failing: for at least one key, the last reconcile trapped or its worker died.
 ///
 /// Where it may surprise: a guest that returns an error from `reconcile` is not failing (it ran,
@@ -202,6 +164,9 @@ pub struct Controller {
     /// Why reconciles are held whatever the informers say (the guest's identity lost a right
     /// it reads with); see [`Controller::hold`].
     hold: watch::Sender<Option<String>>,
+    /// Whether this process may reconcile the guest at all (its shard's Lease, among
+    /// replicas); closing it cancels reconciles in flight. See [`Gate`].
+    gate: Arc<Gate>,
     counters: Counters,
     failures: Mutex<Failures>,
     /// The summary of `failures`: `Some` while the guest cannot run (see [`Failing`]); watched
@@ -267,13 +232,15 @@ impl Controller {
     /// shares the host with nobody).
     ///
     /// Returns before the informers have synced: reconciles wait for them, and
-    /// [`Controller::snapshot`] shows why they are held back.
+    /// [`Controller::snapshot`] shows why they are held back. Reconciles also run only while
+    /// `gate` is open ([`Gate::open`] for a host without replicas); informers sync either way.
     pub async fn start(
         factory: &InformerFactory,
         client: kube::Client,
         module: Module,
         settings: Settings,
         share: Share,
+        gate: Arc<Gate>,
     ) -> Result<Arc<Self>, Error> {
         let plan = describe(&module, &settings).await?;
         let mut subscriptions = Vec::new();
@@ -308,6 +275,7 @@ impl Controller {
             hold: watch::Sender::new(settings.identity.as_ref().map(|account| {
                 format!("what ServiceAccount {account} may read is not reviewed yet")
             })),
+            gate,
             counters: Counters::default(),
             failures: Mutex::new(Failures::default()),
             failing: watch::Sender::new(None),
@@ -337,9 +305,10 @@ impl Controller {
         module: Module,
         settings: Settings,
         share: Share,
+        gate: Arc<Gate>,
         timeout: Duration,
     ) -> Result<Arc<Self>, Error> {
-        let controller = Self::start(factory, client, module, settings, share).await?;
+        let controller = Self::start(factory, client, module, settings, share, gate).await?;
         for informer in controller.informers() {
             if let Err(e) = informer.wait_synced(timeout).await {
                 controller.stop().await;
@@ -571,6 +540,11 @@ impl Controller {
             }
             changed
         })
+    }
+
+    /// The gate this guest's reconciles pass through (see [`Gate`]).
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.gate
     }
 
     /// Why reconciles are held by [`Controller::hold`], if they are.

@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::guest::Blame;
+
 use prometheus_client::metrics::histogram::Histogram;
 
 /// controller-runtime's buckets for `controller_runtime_reconcile_time_seconds`: 5 ms to 60 s.
@@ -142,5 +144,47 @@ impl ReconcileStats {
     /// Reconciles finished with `result`.
     pub fn count(&self, result: ReconcileResult) -> u64 {
         self.results[result as usize]
+    }
+}
+/// Reconcile counters and the concurrency check.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Reconciles started.
+    pub started: AtomicU64,
+    /// Times a key was found already running when a worker started it. Must stay 0.
+    pub concurrent_same_key: AtomicU64,
+    /// Failed reconciles (errors, traps and worker panics) by [`Blame`], in `Blame as usize`
+    /// order.
+    errors: [AtomicU64; 3],
+    /// Worker panics caught: the worker carried on and the key was retried.
+    pub worker_panics: AtomicU64,
+    /// Reconciles cancelled in flight because the guest's gate closed (its shard went to
+    /// another replica): queued again, not failures.
+    pub cancelled: AtomicU64,
+    /// What controller-runtime counts per controller: results, reconcile time, panics during a
+    /// reconcile, busy workers.
+    pub reconciles: Reconciles,
+    /// CPU the guest's calls used (reconcile and map), in nanoseconds.
+    cpu_nanos: AtomicU64,
+}
+
+impl Counters {
+    /// Failed reconciles blamed on `blame`, over every version of the guest.
+    pub fn errors(&self, blame: Blame) -> u64 {
+        self.errors[blame as usize].load(Ordering::Relaxed)
+    }
+
+    /// CPU the guest's `reconcile` and `map` calls used, over every version of the guest.
+    pub fn cpu(&self) -> Duration {
+        Duration::from_nanos(self.cpu_nanos.load(Ordering::Relaxed))
+    }
+
+    pub(super) fn add_cpu(&self, cpu: Duration) {
+        let nanos = u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX);
+        self.cpu_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    pub(super) fn count_error(&self, blame: Blame) {
+        self.errors[blame as usize].fetch_add(1, Ordering::Relaxed);
     }
 }

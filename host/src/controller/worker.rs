@@ -102,6 +102,19 @@ impl Controller {
         self.set_failing(key, reason, Blame::Host);
     }
 
+    /// Records a reconcile of `key` cancelled because the gate closed under it (the shard was
+    /// lost or handed over): the key is queued again for whenever the gate opens, and nothing
+    /// counts as a failure, since the guest did nothing wrong.
+    fn reconcile_cancelled(&self, key: &str, why: &str) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+        self.queue.add(key.to_string(), Priority::High);
+        tracing::info!(guest = %self.name, %key, reason = %why, "reconcile cancelled: the gate closed");
+    }
+
     /// Reconciles `key` on `version` in `slot`, charging it the CPU the call used: the whole
     /// call runs on the version current when the worker took the key, even if a reload swaps
     /// another in meanwhile.
@@ -235,13 +248,13 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// Holds the controller only for one step at a time, so that dropping it (unloading the guest)
 /// is never blocked by a worker waiting for an informer that will not sync.
 async fn work(controller: std::sync::Weak<Controller>) {
-    let (queue, mut hold) = loop {
+    let (queue, mut hold, gate) = loop {
         let Some(c) = controller.upgrade() else {
             return;
         };
         if c.synced(Duration::from_secs(1)).await {
             tracing::info!(guest = %c.name, "informers synced; reconciling");
-            break (c.queue.clone(), c.hold.subscribe());
+            break (c.queue.clone(), c.hold.subscribe(), c.gate.clone());
         }
         drop(c);
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -251,6 +264,11 @@ async fn work(controller: std::sync::Weak<Controller>) {
         // the wait).
         if hold.wait_for(Option::is_none).await.is_err() {
             return;
+        }
+        // Another replica's shard: nothing runs here until this one holds it.
+        if !gate.is_open() {
+            gate.wait_open().await;
+            continue;
         }
         let Some(key) = queue.get().await else {
             return;
@@ -273,23 +291,36 @@ async fn work(controller: std::sync::Weak<Controller>) {
         // Pinned before the hold is read: a swap that must be reviewed holds first (see
         // `Controller::reload`), so a version seen unheld is one that may run.
         let version = c.current();
-        if hold.borrow().is_some() {
-            // Held while this worker waited for a key: the key goes back (queued again once
-            // done), unreconciled.
+        // The pass is taken before anything of the reconcile runs, and the gate is watched for
+        // as long as it runs: whoever closes the gate and then sees it drained knows that
+        // nothing of this guest still runs here.
+        let pass = gate.enter();
+        if hold.borrow().is_some() || pass.is_none() {
+            // Held, or the shard given up, while this worker waited for a key: the key goes
+            // back (queued again once done), unreconciled.
             queue.add(key.clone(), Priority::High);
             continue;
         }
         let _active = c.counters.reconciles.active();
         let started = Instant::now();
         let reconciled = AssertUnwindSafe(c.reconcile_one(version, &key, &mut slot));
-        let result = match reconciled.catch_unwind().await {
-            Ok(result) => result,
-            Err(panic) => {
-                c.worker_panicked(&key, &panic_message(&*panic));
-                c.counters.reconciles.panicked();
-                ReconcileResult::Error
+        let result = tokio::select! {
+            biased;
+            why = gate.wait_closed() => {
+                c.reconcile_cancelled(&key, &why);
+                drop(pass);
+                continue;
             }
+            r = reconciled.catch_unwind() => match r {
+                Ok(result) => result,
+                Err(panic) => {
+                    c.worker_panicked(&key, &panic_message(&*panic));
+                    c.counters.reconciles.panicked();
+                    ReconcileResult::Error
+                }
+            },
         };
+        drop(pass);
         c.counters.reconciles.finished(result, started.elapsed());
     }
 }

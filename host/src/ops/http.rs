@@ -439,6 +439,8 @@ mod tests {
                     peak_instance_bytes: 1 << 20,
                     compiled_bytes: 300_000,
                 }),
+                shard: Some(3),
+                owner: Some("replica-b".into()),
             }],
             uptime_seconds: 5,
             ..Status::default()

@@ -49,6 +49,7 @@ use crate::informer::{Staleness, Stats};
 use crate::ops::memory::encode_memory;
 use crate::ops::metering::encode_metering;
 use crate::ops::process::{Process, encode_process};
+use crate::ops::replicas::encode_replicas;
 use crate::ops::status::GuestMemory;
 
 /// The content type of what [`encode`] returns: OpenMetrics text 1.0, which Prometheus parses
@@ -68,6 +69,8 @@ pub struct Scrape {
     pub process: Option<Process>,
     /// Each tenant's CPU and throttling.
     pub tenants: Vec<TenantUsage>,
+    /// This replica among others, for a host that shares its guests.
+    pub replicas: Option<crate::replicas::Snapshot>,
 }
 
 /// One guest in a [`Scrape`].
@@ -196,6 +199,7 @@ impl Collector for Scrape {
         self.encode_informers(&mut e)?;
         encode_memory(&mut e, &self.guests, &self.informers)?;
         encode_metering(&mut e, &self.guests, &self.tenants)?;
+        encode_replicas(&mut e, self.replicas.as_ref())?;
         if let Some(p) = &self.process {
             encode_process(&mut e, p)?;
         }
@@ -791,6 +795,7 @@ mod tests {
             informers: vec![informer],
             process: Some(Process::parse(STAT, SYSTEM, LIMITS, 12, 100.0, 4096).unwrap()),
             tenants: Vec::new(),
+            replicas: None,
         });
         let parsed = openmetrics_parser::openmetrics::parse_openmetrics(&text)
             .unwrap_or_else(|e| panic!("{e}\n{text}"));

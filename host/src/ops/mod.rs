@@ -10,4 +10,5 @@ mod memory;
 pub mod metering;
 pub mod metrics;
 pub mod process;
+mod replicas;
 pub mod status;

@@ -39,6 +39,43 @@ pub struct Status {
     /// Each tenant's share of the host's CPU, the operator's own guests (tenant `""`) included.
     #[serde(default)]
     pub tenants: Vec<TenantStatus>,
+    /// The replicas this host shares its guests with; absent for a host alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<ReplicasStatus>,
+}
+
+/// This replica among the others, and every shard as it sees them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicasStatus {
+    /// This replica's identity.
+    pub identity: String,
+    /// Where the Leases live.
+    pub namespace: String,
+    /// Replicas alive, this one included.
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// Shards this replica holds: its guests on them reconcile here.
+    #[serde(default)]
+    pub held: Vec<u32>,
+    /// Every shard.
+    #[serde(default)]
+    pub shards: Vec<ShardStatus>,
+}
+
+/// One shard.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardStatus {
+    /// The shard.
+    pub shard: u32,
+    /// The replica holding its Lease, if one does.
+    #[serde(default)]
+    pub holder: Option<String>,
+    /// The replica it is planned to go to (it moves when the plan has wanted that for a while).
+    #[serde(default)]
+    pub planned: Option<String>,
+    /// Guests on it.
+    #[serde(default)]
+    pub guests: u32,
 }
 
 /// One guest.
@@ -97,6 +134,12 @@ pub struct GuestStatus {
     /// What it holds in memory; `None` while no version serves.
     #[serde(default)]
     pub memory: Option<GuestMemory>,
+    /// Its shard, when the host shares its guests with other replicas (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+    /// The replica reconciling it (holding its shard), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// The memory a serving guest accounts for.
@@ -127,6 +170,9 @@ pub enum GuestState {
     Waiting,
     /// Its last reconcile trapped or a worker died running it (`reason` and `blame` say why).
     Failing,
+    /// Loaded and synced here, but another replica holds its shard and reconciles it (`owner`
+    /// says which); this one takes over, warm, if that one goes.
+    Standby,
     /// No version could be loaded (`reason` and `last_error` say why).
     Rejected,
 }
@@ -139,6 +185,7 @@ impl GuestState {
             GuestState::Serving => "serving",
             GuestState::Waiting => "waiting",
             GuestState::Failing => "failing",
+            GuestState::Standby => "standby",
             GuestState::Rejected => "rejected",
         }
     }
@@ -429,16 +476,22 @@ impl Status {
         if self.guests.is_empty() && self.sources_without_guests.is_empty() {
             return "no guests are loaded\n".into();
         }
-        let rows: Vec<[String; 7]> = self.guests.iter().map(row).collect();
-        let mut widths = COLUMNS.map(|c| c.chars().count());
+        let sharded = self.replicas.is_some();
+        let rows: Vec<Vec<String>> = self.guests.iter().map(|g| row(g, sharded)).collect();
+        let mut columns: Vec<&str> = COLUMNS.to_vec();
+        if sharded {
+            columns.insert(2, "SHARD");
+        }
+        let mut widths: Vec<usize> = columns.iter().map(|c| c.chars().count()).collect();
         for row in &rows {
             for (width, cell) in widths.iter_mut().zip(row) {
                 *width = (*width).max(cell.chars().count());
             }
         }
         let mut out = String::new();
-        for cells in std::iter::once(COLUMNS.map(String::from)).chain(rows) {
-            for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+        let header: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+        for cells in std::iter::once(header).chain(rows) {
+            for (i, (cell, width)) in cells.iter().zip(widths.iter().copied()).enumerate() {
                 if i + 1 == cells.len() {
                     // No padding after the last column: trailing spaces only get in the way.
                     out.push_str(cell);
@@ -447,6 +500,21 @@ impl Status {
                 }
             }
             out.push('\n');
+        }
+        if let Some(r) = &self.replicas {
+            let held: Vec<String> = r.held.iter().map(u32::to_string).collect();
+            out.push_str(&format!(
+                "\nreplica {} (Leases in {}): holds shards [{}] of {}; replicas alive: {}\n",
+                cell(Some(&r.identity)),
+                cell(Some(&r.namespace)),
+                held.join(","),
+                r.shards.len(),
+                r.members
+                    .iter()
+                    .map(|m| cell(Some(m)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         }
         if !self.sources_without_guests.is_empty() {
             out.push_str("\nsources that deliver no guest:\n");
@@ -490,7 +558,7 @@ tenants throttled for their CPU budget:
     }
 }
 
-fn row(guest: &GuestStatus) -> [String; 7] {
+fn row(guest: &GuestStatus, sharded: bool) -> Vec<String> {
     let digest = guest.digest.as_deref().map(|d| {
         let hex = d.strip_prefix("sha256:").unwrap_or(d);
         hex.chars().take(12).collect::<String>()
@@ -506,7 +574,7 @@ fn row(guest: &GuestStatus) -> [String; 7] {
         last_error = last_error.chars().take(LAST_ERROR_CHARS - 1).collect();
         last_error.push('…');
     }
-    [
+    let mut row = vec![
         cell(Some(&guest.name)),
         guest.state.to_string(),
         cell(digest.as_deref()),
@@ -514,7 +582,16 @@ fn row(guest: &GuestStatus) -> [String; 7] {
         cell(guest.loaded_at.as_deref()),
         format!("{}/{}/{}", r.ok, r.failed, r.traps),
         last_error,
-    ]
+    ];
+    if sharded {
+        let shard = match (guest.shard, &guest.owner) {
+            (Some(s), Some(o)) => format!("{s} on {}", cell(Some(o))),
+            (Some(s), None) => format!("{s} on -"),
+            (None, _) => "-".into(),
+        };
+        row.insert(2, shard);
+    }
+    row
 }
 
 fn unsynced_informers(guest: &GuestStatus) -> impl Iterator<Item = String> + '_ {
@@ -566,6 +643,8 @@ mod tests {
             queued: 0,
             informers: Vec::new(),
             memory: None,
+            shard: None,
+            owner: None,
         }
     }
 
@@ -652,6 +731,7 @@ mod tests {
                     cpu_seconds: 1.5,
                 }],
             }],
+            replicas: None,
         };
         let wire = json!({
             "guests": [{

@@ -207,6 +207,7 @@ impl Supervisor {
             module,
             settings.clone(),
             share,
+            self.gate_for(name),
             self.options.sync_timeout,
         )
         .await?;

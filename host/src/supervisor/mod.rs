@@ -37,6 +37,7 @@ mod memory;
 mod metering;
 mod offers;
 mod outcome;
+mod placement;
 mod quota;
 mod report;
 mod source;
@@ -65,6 +66,7 @@ use crate::ops::metrics;
 use crate::ops::status::{
     GuestInformer, GuestState, GuestStatus, InformerStatus, Reconciles, SourceProblem, Status,
 };
+use crate::replicas::Replicas;
 
 /// Tunables.
 #[derive(Debug, Clone)]
@@ -78,6 +80,10 @@ pub struct Options {
     pub review_period: Duration,
     /// How guests share the host's CPU: slots, tenant weights, CPU budgets.
     pub fair_share: fair_share::Config,
+    /// The replicas this host shares its guests with, if any: a guest then reconciles only
+    /// while this replica holds its shard (see [`crate::replicas`]). Every guest is still
+    /// loaded, compiled and synced here, so a takeover needs neither a compile nor a relist.
+    pub replicas: Option<Arc<Replicas>>,
 }
 
 impl Default for Options {
@@ -87,6 +93,7 @@ impl Default for Options {
             events: true,
             review_period: Duration::from_secs(60),
             fair_share: fair_share::Config::default(),
+            replicas: None,
         }
     }
 }
@@ -208,6 +215,8 @@ impl Supervisor {
         if entry.controller.is_none() {
             entry.loading = true;
         }
+        drop(guests);
+        self.publish_guests();
     }
 
     /// Records that `source` (for example `configmap team-a/x`) delivers nothing loadable, and
@@ -427,6 +436,7 @@ impl Supervisor {
                 module.clone(),
                 settings.clone(),
                 share,
+                self.gate_for(name),
             )
             .await
             .map(|c| (c, None)),
@@ -517,6 +527,7 @@ impl Supervisor {
         entry.rejected_digest = None;
         entry.last_load = Some(timing);
         drop(guests);
+        self.publish_guests();
         // A replaced controller (new settings) stops when its last reconcile returns.
         drop(old);
         if reload.is_none() && self.options.events && matches!(source, Source::ConfigMap { .. }) {
@@ -596,6 +607,7 @@ impl Supervisor {
         entry.rejected_digest = lasting.then(|| digest.to_string());
         let serving = entry.controller.as_ref().map(|c| c.digest());
         drop(guests);
+        self.publish_guests();
         let keeps = match &serving {
             Some(d) => format!("sha256 {d} keeps serving"),
             None => "the guest is not running".to_string(),
@@ -631,6 +643,7 @@ impl Supervisor {
         // The name's lock stays in `locks`: a load waiting on it must not race one that would
         // otherwise create a fresh lock for the same name.
         self.unloads.fetch_add(1, Ordering::Relaxed);
+        self.publish_guests();
         self.access.forget(name);
         let digest = entry.controller.as_ref().map(|c| c.digest());
         if let Some(c) = &entry.controller {

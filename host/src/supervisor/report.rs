@@ -2,7 +2,8 @@
 //! the Events a tenant's ConfigMap gets when its guest starts or stops failing.
 
 use super::*;
-use crate::ops::status::GuestMemory;
+use crate::ops::status::{GuestMemory, ReplicasStatus, ShardStatus};
+use crate::replicas::Placement;
 
 impl Supervisor {
     /// The status document (`/status`, `reconciled status`); see [`crate::ops::status`] for what
@@ -17,7 +18,10 @@ impl Supervisor {
             .lock()
             .unwrap()
             .iter()
-            .map(|(name, e)| guest_status(name, e, shares.get(name).copied()))
+            .map(|(name, e)| {
+                let placement = self.options.replicas.as_ref().map(|r| r.placement(name));
+                guest_status(name, e, shares.get(name).copied(), placement)
+            })
             .collect();
         let sources_without_guests = self
             .source_problems
@@ -41,6 +45,25 @@ impl Supervisor {
             sources_without_guests,
             uptime_seconds: self.started.elapsed().as_secs(),
             tenants: self.tenant_status(),
+            replicas: self.options.replicas.as_ref().map(|r| {
+                let s = r.snapshot();
+                ReplicasStatus {
+                    identity: s.identity,
+                    namespace: s.namespace,
+                    members: s.members,
+                    held: s.held,
+                    shards: s
+                        .shards
+                        .into_iter()
+                        .map(|v| ShardStatus {
+                            shard: v.shard,
+                            holder: v.holder,
+                            planned: v.planned,
+                            guests: v.guests,
+                        })
+                        .collect(),
+                }
+            }),
         }
     }
 
@@ -150,6 +173,7 @@ impl Supervisor {
             informers,
             process,
             tenants: self.scheduler.usage(),
+            replicas: self.options.replicas.as_ref().map(|r| r.snapshot()),
         })
     }
 }
@@ -273,15 +297,23 @@ pub(super) async fn report_failures(
 }
 
 /// One guest's line of the status document; `share` is its part of the cache.
-fn guest_status(name: &str, e: &Entry, share: Option<u64>) -> GuestStatus {
+fn guest_status(
+    name: &str,
+    e: &Entry,
+    share: Option<u64>,
+    placement: Option<Placement>,
+) -> GuestStatus {
     let snap = e.controller.as_ref().map(|c| c.snapshot());
+    // Another replica's shard: this one does not reconcile it, so it must not say "serving".
+    let standby = e.controller.as_ref().and_then(|c| c.gate().reason());
     let (state, reason, blame) = match &snap {
         None if e.loading => (GuestState::Loading, Some("loading".to_string()), None),
         None => (GuestState::Rejected, e.last_error.clone(), None),
-        Some(s) => match (&s.failing, &s.held_back) {
-            (Some(f), _) => (GuestState::Failing, Some(f.reason.clone()), Some(f.blame)),
-            (None, Some(why)) => (GuestState::Waiting, Some(why.clone()), None),
-            (None, None) => (GuestState::Serving, None, None),
+        Some(s) => match (&s.failing, &s.held_back, standby) {
+            (Some(f), _, _) => (GuestState::Failing, Some(f.reason.clone()), Some(f.blame)),
+            (None, Some(why), _) => (GuestState::Waiting, Some(why.clone()), None),
+            (None, None, Some(why)) => (GuestState::Standby, Some(why), None),
+            (None, None, None) => (GuestState::Serving, None, None),
         },
     };
     let failing = snap.as_ref().and_then(|s| s.failing.as_ref());
@@ -308,6 +340,8 @@ fn guest_status(name: &str, e: &Entry, share: Option<u64>) -> GuestStatus {
                 .collect()
         }),
         memory: snap.as_ref().map(|s| memory(s, share.as_ref())),
+        shard: placement.as_ref().map(|p| p.shard),
+        owner: placement.and_then(|p| p.owner),
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use reconciled::controller::fair_share::Share;
+use reconciled::controller::gate::Gate;
 use reconciled::controller::{self, Controller, Settings};
 use reconciled::guest::Runtime;
 use reconciled::informer::Options;
@@ -26,7 +27,7 @@ pub async fn start(
         .unwrap();
     let factory = InformerFactory::new(client.clone(), Options::default());
     let share = Share::alone(&settings.name);
-    match Controller::start(&factory, client, module, settings, share).await {
+    match Controller::start(&factory, client, module, settings, share, Gate::open()).await {
         Ok(controller) => Ok((controller, factory, runtime)),
         Err(e) => Err((e, factory)),
     }

@@ -478,6 +478,19 @@ impl WasiView for HostState {
     }
 }
 
+/// Environment variables every guest call sees, set once per process (see [`set_environment`]).
+static ENVIRONMENT: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
+/// Sets the environment variables every guest call of this process sees, such as
+/// `RECONCILED_REPLICA` (the replica's identity, which a guest may log or record); returns
+/// `false` if it was set already, which leaves it as it was.
+///
+/// Where it may surprise: it is process-wide and set once, because it describes the process;
+/// guests otherwise see an empty environment.
+pub fn set_environment(vars: Vec<(String, String)>) -> bool {
+    ENVIRONMENT.set(vars).is_ok()
+}
+
 /// Most of a guest's stderr kept per call (a panic message, a few log lines).
 const STDERR_CAPTURE: usize = 16 << 10;
 
@@ -487,6 +500,9 @@ impl HostState {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         let mut wasi = wasmtime_wasi::WasiCtxBuilder::new();
         wasi.stderr(stderr.clone());
+        for (k, v) in ENVIRONMENT.get().map_or(&[][..], Vec::as_slice) {
+            wasi.env(k, v);
+        }
         Self {
             wasi: wasi.build(),
             table: ResourceTable::new(),

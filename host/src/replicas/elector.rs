@@ -1,0 +1,455 @@
+//! The elector: one task that reads the group's Leases from the informer, plans, and takes,
+//! renews and hands over shards; and the watchdog, which closes a shard's gate at its renew
+//! deadline whatever the elector is doing (waiting on an API server that does not answer, say).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+
+use super::lease::{self, Observed, Seen};
+use super::{Held, Inner, ShardView, assignment};
+
+/// How often the watchdog looks at the deadlines, at the least: a deadline is kept to within
+/// this, which is small beside the margin between renew deadline and lease duration.
+const WATCHDOG_TICK: Duration = Duration::from_millis(100);
+
+/// How long a handing-over waits for reconciles in flight to end: they are cancelled at their
+/// next await, which takes milliseconds.
+const DRAIN: Duration = Duration::from_secs(1);
+
+/// Closes each held shard's gate once its renew deadline has passed.
+pub(super) async fn watchdog(inner: Arc<Inner>) {
+    loop {
+        let now = Instant::now();
+        let next = {
+            let state = inner.state.lock().unwrap();
+            let expired: Vec<u32> = state
+                .held
+                .iter()
+                .filter(|(_, h)| h.deadline <= now)
+                .map(|(s, _)| *s)
+                .collect();
+            let next = state.held.values().map(|h| h.deadline).min();
+            drop(state);
+            for shard in expired {
+                inner.drop_shard(
+                    shard,
+                    format!(
+                        "shard {shard}: its Lease could not be renewed within the renew deadline ({:?})",
+                        inner.config.renew_deadline
+                    ),
+                    true,
+                );
+            }
+            next
+        };
+        let wake = next.map_or(now + WATCHDOG_TICK, |d| d.min(now + WATCHDOG_TICK));
+        tokio::time::sleep_until(wake.into()).await;
+    }
+}
+
+/// What one round decided to write.
+enum Write {
+    Acquire { shard: u32, seen: Option<Lease> },
+    Renew { shard: u32, lease: Lease },
+    Release { shard: u32, to: String },
+}
+
+/// The elector's loop: every change of a Lease, every change of the guests, and every due
+/// renewal or expiry wakes it.
+pub(super) async fn elect(inner: Arc<Inner>) {
+    let config = &inner.config;
+    let me = config.identity.clone();
+    let member = config.member_lease();
+    let mut observed = Observed::default();
+    let mut membership: Option<(Lease, Instant)> = None;
+    // Shards the plan wants elsewhere, since when, and to whom.
+    let mut elsewhere: HashMap<u32, (String, Instant)> = HashMap::new();
+    let mut guests = inner.guests.subscribe();
+    let store = inner.informer.store().clone();
+    loop {
+        let changed = store.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let now = Instant::now();
+        let synced = inner.informer.status().state.is_synced();
+
+        // What the Leases say.
+        let mut seen: HashMap<String, (Seen, Instant)> = HashMap::new();
+        for o in store.all() {
+            if let Some(s) = Seen::from_json(o.json()) {
+                let at = observed.note(&s, now);
+                seen.insert(s.name().to_string(), (s, at));
+            }
+        }
+        observed.retain(&seen.keys().map(String::as_str).collect::<HashSet<_>>());
+        let live_holder = |name: &str| -> Option<String> {
+            let (s, at) = seen.get(name)?;
+            (now < lease::free_at(s, *at)).then(|| s.holder.clone())?
+        };
+        let mut members: Vec<String> = seen
+            .values()
+            .filter(|(s, _)| role(s) == "replica")
+            .filter_map(|(s, _)| live_holder(s.name()))
+            .collect();
+        members.push(me.clone());
+        members.sort();
+        members.dedup();
+        let shards = config.shards as usize;
+        let holders: Vec<Option<String>> = (0..config.shards)
+            .map(|s| live_holder(&config.shard_lease(s)))
+            .collect();
+        let mut weights = vec![0u32; shards];
+        for g in guests.borrow_and_update().iter() {
+            weights[super::shard::shard_of(g, config.shards) as usize] += 1;
+        }
+        let plan = assignment::plan(&assignment::Input {
+            members: &members,
+            weights: &weights,
+            holders: &holders,
+        });
+
+        // What to write this round.
+        let mut writes = Vec::new();
+        let mut wake = now + config.retry_period;
+        {
+            let mut state = inner.state.lock().unwrap();
+            state.snapshot.members = members.clone();
+            state.snapshot.shards = (0..config.shards)
+                .map(|s| ShardView {
+                    shard: s,
+                    holder: holders[s as usize].clone(),
+                    planned: plan.get(s as usize).cloned(),
+                    guests: weights[s as usize],
+                })
+                .collect();
+            for s in 0..config.shards {
+                let name = config.shard_lease(s);
+                let planned = plan.get(s as usize).cloned().unwrap_or_default();
+                if let Some(held) = state.held.get(&s) {
+                    // Someone else wrote it: it is not ours, whatever we last wrote.
+                    if let Some((seen, _)) = seen.get(&name)
+                        && seen.holder.as_deref() != Some(me.as_str())
+                        && newer(seen.resource_version(), &held.lease)
+                    {
+                        drop(state);
+                        inner.drop_shard(
+                            s,
+                            format!(
+                                "shard {s}: replica {} took its Lease",
+                                seen.holder.as_deref().unwrap_or("(none)")
+                            ),
+                            true,
+                        );
+                        state = inner.state.lock().unwrap();
+                        continue;
+                    }
+                    if planned != me && members.contains(&planned) {
+                        let since = elsewhere
+                            .entry(s)
+                            .and_modify(|(to, at)| {
+                                if *to != planned {
+                                    (*to, *at) = (planned.clone(), now);
+                                }
+                            })
+                            .or_insert((planned.clone(), now))
+                            .1;
+                        if now >= since + config.rebalance_after {
+                            writes.push(Write::Release {
+                                shard: s,
+                                to: planned,
+                            });
+                            continue;
+                        }
+                        wake = wake.min(since + config.rebalance_after);
+                    } else {
+                        elsewhere.remove(&s);
+                    }
+                    if now >= held.next_renew {
+                        writes.push(Write::Renew {
+                            shard: s,
+                            lease: held.lease.clone(),
+                        });
+                    } else {
+                        wake = wake.min(held.next_renew);
+                    }
+                    continue;
+                }
+                elsewhere.remove(&s);
+                if !synced {
+                    continue;
+                }
+                // Not held here: take it if it is free (or still ours on record), and either
+                // the plan wants it here or it has lain free for a while (the replicas disagree
+                // on the plan, say, and nobody else takes it).
+                let (free_since, ours_on_record, lease) = match seen.get(&name) {
+                    None => (now, false, None),
+                    Some((s, at)) => (
+                        lease::free_at(s, *at),
+                        s.holder.as_deref() == Some(me.as_str()),
+                        Some(s.lease.clone()),
+                    ),
+                };
+                let grace = config.retry_period * 2;
+                let want = planned == me || now >= free_since + grace;
+                if (now >= free_since || ours_on_record) && want {
+                    writes.push(Write::Acquire {
+                        shard: s,
+                        seen: lease,
+                    });
+                } else if planned == me {
+                    wake = wake.min(free_since);
+                } else {
+                    wake = wake.min(free_since.max(now) + grace);
+                }
+            }
+        }
+
+        // The replica's own Lease, so that the others count it in their plans.
+        let due = membership.as_ref().is_none_or(|(_, next)| now >= *next);
+        if due {
+            inner.state.lock().unwrap().snapshot.writes += 1;
+        }
+        let membership_write = due.then(|| {
+            let writer = inner.writer.clone();
+            let current = membership.as_ref().map(|(l, _)| l.clone());
+            let on_record = seen.get(&member).map(|(s, _)| s.lease.clone());
+            let member = member.clone();
+            async move {
+                let sent = Instant::now();
+                let r = match (current, on_record) {
+                    (Some(l), _) => writer.renew(&l).await,
+                    (None, seen) => writer.acquire(&member, "replica", seen.as_ref()).await,
+                };
+                (sent, r)
+            }
+        });
+        let results = futures::future::join_all(writes.into_iter().map(|w| {
+            let inner = inner.clone();
+            async move { perform(&inner, w).await }
+        }));
+        let (member_result, _) = tokio::join!(
+            async {
+                match membership_write {
+                    Some(f) => Some(f.await),
+                    None => None,
+                }
+            },
+            results
+        );
+        match member_result {
+            Some((sent, Ok(l))) => {
+                membership = Some((l, sent + config.renew_every()));
+            }
+            Some((_, Err(e))) => {
+                tracing::warn!("cannot announce this replica: {e}");
+                // A conflict means our copy is stale: read it afresh next round.
+                membership = None;
+            }
+            None => {}
+        }
+        if let Some((_, next)) = &membership {
+            wake = wake.min(*next);
+        }
+        {
+            let state = inner.state.lock().unwrap();
+            for h in state.held.values() {
+                wake = wake.min(h.next_renew);
+            }
+        }
+        let wake = wake.max(Instant::now() + Duration::from_millis(5));
+        tokio::select! {
+            () = &mut changed => {}
+            _ = guests.changed() => {}
+            () = tokio::time::sleep_until(wake.into()) => {}
+        }
+    }
+}
+
+/// Whether the resourceVersion `seen` is newer than the one of our `held` copy. Both are
+/// numbers on Kubernetes 1.35 and later; otherwise any difference counts as newer.
+fn newer(seen: &str, held: &Lease) -> bool {
+    let ours = held.metadata.resource_version.as_deref().unwrap_or("");
+    match (seen.parse::<u64>(), ours.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a > b,
+        _ => seen != ours,
+    }
+}
+
+fn role(seen: &Seen) -> &str {
+    seen.lease
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(lease::ROLE_LABEL))
+        .map_or("", String::as_str)
+}
+
+/// Makes one write and records what came of it.
+async fn perform(inner: &Inner, write: Write) {
+    let config = &inner.config;
+    inner.state.lock().unwrap().snapshot.writes += 1;
+    match write {
+        Write::Acquire { shard, seen } => {
+            let name = config.shard_lease(shard);
+            let was = seen
+                .as_ref()
+                .and_then(|l| l.spec.as_ref())
+                .and_then(|s| s.holder_identity.clone())
+                .filter(|h| !h.is_empty());
+            let sent = Instant::now();
+            match inner.writer.acquire(&name, "shard", seen.as_ref()).await {
+                Ok(lease) => {
+                    let deadline = sent + config.renew_deadline;
+                    if Instant::now() >= deadline {
+                        return;
+                    }
+                    {
+                        let mut state = inner.state.lock().unwrap();
+                        state.held.insert(
+                            shard,
+                            Held {
+                                lease,
+                                deadline,
+                                next_renew: sent + config.renew_every(),
+                            },
+                        );
+                        state.snapshot.acquired += 1;
+                    }
+                    inner.gates[shard as usize].set_open();
+                    match was {
+                        Some(w) if w != config.identity => {
+                            tracing::info!(shard, from = %w, "shard taken over: its Lease expired; its guests reconcile here now")
+                        }
+                        _ => tracing::info!(shard, "shard acquired; its guests reconcile here now"),
+                    }
+                }
+                Err(lease::Error::Conflict { .. }) => {
+                    tracing::debug!(shard, "another replica took the shard first");
+                }
+                Err(e) => tracing::warn!(shard, "cannot take the shard: {e}"),
+            }
+        }
+        Write::Renew { shard, lease } => {
+            let sent = Instant::now();
+            let result = inner.writer.renew(&lease).await;
+            let mut state = inner.state.lock().unwrap();
+            match result {
+                Ok(lease) => {
+                    if let Some(held) = state.held.get_mut(&shard) {
+                        held.lease = lease;
+                        held.deadline = sent + config.renew_deadline;
+                        held.next_renew = sent + config.renew_every();
+                    }
+                }
+                Err(lease::Error::Conflict { .. }) => {
+                    drop(state);
+                    // Perhaps our own write, answered too late: look before giving up.
+                    let name = config.shard_lease(shard);
+                    match inner.writer.get(&name).await {
+                        Ok(now) if holder(&now) == Some(config.identity.as_str()) => {
+                            if let Some(held) = inner.state.lock().unwrap().held.get_mut(&shard) {
+                                held.lease = now;
+                                held.next_renew = Instant::now();
+                            }
+                        }
+                        Ok(now) => {
+                            inner.drop_shard(
+                                shard,
+                                format!(
+                                    "shard {shard}: replica {} holds its Lease",
+                                    holder(&now).unwrap_or("(none)")
+                                ),
+                                true,
+                            );
+                        }
+                        Err(e) => {
+                            let mut state = inner.state.lock().unwrap();
+                            state.snapshot.renew_failures += 1;
+                            if let Some(held) = state.held.get_mut(&shard) {
+                                held.next_renew = Instant::now() + config.retry_period;
+                            }
+                            tracing::warn!(shard, "cannot renew the shard's Lease: {e}");
+                        }
+                    }
+                }
+                Err(e) => {
+                    state.snapshot.renew_failures += 1;
+                    if let Some(held) = state.held.get_mut(&shard) {
+                        held.next_renew = Instant::now() + config.retry_period;
+                        let left = held.deadline.saturating_duration_since(Instant::now());
+                        tracing::warn!(
+                            shard,
+                            ?left,
+                            "cannot renew the shard's Lease (its guests stop here when the renew deadline passes): {e}"
+                        );
+                    }
+                }
+            }
+        }
+        Write::Release { shard, to } => {
+            let why = format!("shard {shard}: handed over to replica {to} to balance the guests");
+            if let Some(held) = inner.drop_shard(shard, why, false) {
+                release(
+                    inner,
+                    shard,
+                    held,
+                    &format!("to balance the guests, for replica {to}"),
+                )
+                .await;
+            }
+        }
+    }
+}
+
+fn holder(lease: &Lease) -> Option<&str> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .filter(|h| !h.is_empty())
+}
+
+/// Releases a shard already dropped locally (gate closed), once its reconciles have ended; if
+/// they do not end in time, the Lease is left to expire.
+async fn release(inner: &Inner, shard: u32, held: Held, why: &str) {
+    let gate = &inner.gates[shard as usize];
+    if tokio::time::timeout(DRAIN, gate.drained()).await.is_err() {
+        tracing::warn!(
+            shard,
+            running = gate.running(),
+            "reconciles did not end within {DRAIN:?}: the shard's Lease is left to expire instead of released"
+        );
+        return;
+    }
+    match inner.writer.release(&held.lease).await {
+        Ok(_) => {
+            inner.state.lock().unwrap().snapshot.released += 1;
+            tracing::info!(shard, "shard released {why}");
+        }
+        Err(e) => tracing::warn!(
+            shard,
+            "cannot release the shard's Lease (it expires instead): {e}"
+        ),
+    }
+}
+
+/// Drops and releases every shard held, and deletes this replica's own Lease.
+pub(super) async fn hand_over(inner: &Arc<Inner>) {
+    let shards: Vec<u32> = inner.state.lock().unwrap().held.keys().copied().collect();
+    let releases = shards.into_iter().filter_map(|s| {
+        let held = inner.drop_shard(s, format!("shard {s}: this replica is stopping"), false)?;
+        inner.state.lock().unwrap().snapshot.writes += 1;
+        Some(release(inner, s, held, "as this replica stops"))
+    });
+    futures::future::join_all(releases).await;
+    for gate in &inner.gates {
+        gate.close("this replica is stopping");
+    }
+    let member = inner.config.member_lease();
+    if let Err(e) = inner.writer.delete(&member).await {
+        tracing::debug!("cannot delete this replica's Lease {member} (it expires instead): {e}");
+    }
+}

@@ -1,0 +1,583 @@
+//! Replicas sharing guests through Leases, as three real `reconciled run` processes against the
+//! loopback control plane, each reaching the API server through a proxy of its own so that a
+//! test can cut one off.
+//!
+//! The guest is `stamp_mark`: besides stamping, it records every reconcile (replica, key, start,
+//! end) as a ConfigMap, so the test can prove from the API server's own records that no two
+//! replicas ever reconciled one guest at once.
+//!
+//! Timings here are short (lease 4 s, renew deadline 2.5 s, retry 0.5 s, rebalance after 2 s)
+//! so that many disruptions fit in a test; `RECONCILED_REPLICA_ROUNDS` (default 3) sets how many
+//! kills, cuts and rolling restarts the long scenario makes (10 for the full acceptance run).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::guests::wasm;
+use common::host::{ENABLED, SEEN, TempDir, free_port};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use reconciled::ops::status::{GuestState, Status};
+use testenv::{ControlPlane, Proxy};
+
+const LEASE: Duration = Duration::from_secs(4);
+const MARKER: &str = "stamp.reconciled.dev/marker";
+
+/// One `reconciled run` replica behind its own proxy; killed on drop.
+struct Replica {
+    id: String,
+    addr: SocketAddr,
+    proxy: Proxy,
+    kubeconfig: PathBuf,
+    config: PathBuf,
+    cache: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Replica {
+    async fn new(cp: &ControlPlane, dir: &Path, id: &str, config: &Path) -> Self {
+        let proxy = Proxy::start(cp.server_addr()).await.unwrap();
+        let kubeconfig = dir.join(format!("{id}.kubeconfig"));
+        let text = std::fs::read_to_string(cp.kubeconfig_path()).unwrap();
+        let proxied = text.replace(
+            &cp.server_url(),
+            &format!("https://127.0.0.1:{}", proxy.port()),
+        );
+        assert_ne!(
+            text,
+            proxied,
+            "the kubeconfig names the server as {}",
+            cp.server_url()
+        );
+        std::fs::write(&kubeconfig, proxied).unwrap();
+        let mut r = Self {
+            id: id.to_string(),
+            addr: free_port(),
+            proxy,
+            kubeconfig,
+            config: config.to_path_buf(),
+            cache: dir.join("cache"),
+            log: dir.join(format!("{id}.log")),
+            child: None,
+        };
+        r.start();
+        r
+    }
+
+    fn start(&mut self) {
+        assert!(self.child.is_none(), "replica {} runs already", self.id);
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_reconciled"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--listen")
+            .arg(self.addr.to_string())
+            .arg("--replica-id")
+            .arg(&self.id)
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("RECONCILED_CACHE_DIR", &self.cache)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    fn sigterm(&mut self) -> Child {
+        let c = self.child.take().expect("running");
+        let pid = i32::try_from(c.id()).unwrap();
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        c
+    }
+
+    async fn status(&self) -> Option<Status> {
+        self.child.as_ref()?;
+        reconciled::ops::http::get_status(self.addr).await.ok()
+    }
+
+    async fn relists(&self) -> u64 {
+        let (_, body) = reconciled::ops::http::get(self.addr, "/metrics")
+            .await
+            .unwrap();
+        body.lines()
+            .filter(|l| l.starts_with("reconciled_informer_relists_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!(
+                "--- replica {} log (last 60 lines) ---\n{}",
+                self.id,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+    }
+}
+
+/// Writes the host config: `guests` guests `g00`…, each granted its own namespace
+/// `<prefix>-gNN`, sharing the Leases of `group` in `lease_ns`.
+fn host_config(dir: &Path, group: &str, lease_ns: &str, prefix: &str, guests: usize) -> PathBuf {
+    let module = wasm("stamp_mark");
+    let mut toml = format!(
+        "[replicas]\nnamespace = \"{lease_ns}\"\ngroup = \"{group}\"\nshards = 16\nlease_duration_ms = {}\nrenew_deadline_ms = 2500\nretry_period_ms = 500\nrebalance_after_ms = 2000\n",
+        LEASE.as_millis()
+    );
+    for g in 0..guests {
+        toml.push_str(&format!(
+            "\n[[guest]]\nname = \"g{g:02}\"\nmodule = \"{}\"\n[guest.grant]\nnamespaces = [\"{prefix}-g{g:02}\"]\n",
+            module.display()
+        ));
+    }
+    let path = dir.join(format!("{group}.toml"));
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+/// Who serves each guest, by the replicas' own `/status`: guest → replicas serving it.
+async fn serving(replicas: &[Replica]) -> BTreeMap<String, Vec<String>> {
+    let mut by_guest: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in replicas {
+        if let Some(s) = r.status().await {
+            for g in s.guests {
+                let entry = by_guest.entry(g.name.clone()).or_default();
+                if g.state == GuestState::Serving {
+                    entry.push(r.id.clone());
+                }
+            }
+        }
+    }
+    by_guest
+}
+
+/// Waits until every one of `guests` guests is served by exactly one replica, and every
+/// replica in `expect` serves at least one; returns the guests per replica.
+async fn wait_spread(
+    replicas: &[Replica],
+    guests: usize,
+    expect: &[&str],
+    timeout: Duration,
+) -> BTreeMap<String, usize> {
+    let started = Instant::now();
+    loop {
+        let by_guest = serving(replicas).await;
+        let mut per: BTreeMap<String, usize> = BTreeMap::new();
+        let exactly_one = by_guest.len() == guests && by_guest.values().all(|v| v.len() == 1);
+        for v in by_guest.values() {
+            for r in v {
+                *per.entry(r.clone()).or_default() += 1;
+            }
+        }
+        if exactly_one && expect.iter().all(|id| per.get(*id).is_some_and(|n| *n > 0)) {
+            return per;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "guests not spread over {expect:?} within {timeout:?}: {by_guest:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The guests replica `id` serves now.
+async fn guests_of(r: &Replica) -> Vec<String> {
+    r.status()
+        .await
+        .map(|s| {
+            s.guests
+                .into_iter()
+                .filter(|g| g.state == GuestState::Serving)
+                .map(|g| g.name)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until every guest in `moved` is served by one of `replicas` (the survivors).
+async fn wait_moved(replicas: &[&Replica], moved: &[String], timeout: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let mut served = BTreeSet::new();
+        for r in replicas {
+            served.extend(guests_of(r).await);
+        }
+        if moved.iter().all(|g| served.contains(g)) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "guests {moved:?} not taken over within {timeout:?}; served: {served:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn create_objects(client: &kube::Client, prefix: &str, guests: usize) {
+    for g in 0..guests {
+        let ns = format!("{prefix}-g{g:02}");
+        common::namespace(client, &ns).await;
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        for o in 0..2 {
+            api.create(
+                &PostParams::default(),
+                &common::host::stamped(&format!("o{o}"), "0"),
+            )
+            .await
+            .unwrap();
+        }
+    }
+}
+
+async fn set_v(client: &kube::Client, ns: &str, name: &str, v: u64) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let patch = serde_json::json!({ "data": { "v": v.to_string() } });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+async fn seen(client: &kube::Client, ns: &str, name: &str) -> Option<String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    api.get(name)
+        .await
+        .ok()?
+        .metadata
+        .annotations?
+        .get(SEEN)
+        .cloned()
+}
+
+/// One reconcile, as the guest recorded it.
+#[derive(Debug, Clone)]
+struct Mark {
+    replica: String,
+    key: String,
+    start: u64,
+    end: u64,
+}
+
+async fn marks(client: &kube::Client, prefix: &str, guests: usize) -> Vec<Mark> {
+    let mut out = Vec::new();
+    for g in 0..guests {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("{prefix}-g{g:02}"));
+        let lp = ListParams::default().labels(&format!("{MARKER}=true"));
+        for cm in api.list(&lp).await.unwrap() {
+            let d = cm.data.unwrap_or_default();
+            let num = |k: &str| d.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+            out.push(Mark {
+                replica: d.get("replica").cloned().unwrap_or_default(),
+                key: d.get("key").cloned().unwrap_or_default(),
+                start: num("start"),
+                end: num("end"),
+            });
+        }
+    }
+    out
+}
+
+/// Reconciles of one guest (one namespace) by two replicas whose intervals overlap.
+fn overlaps(marks: &[Mark]) -> Vec<(Mark, Mark)> {
+    let mut by_guest: BTreeMap<String, Vec<&Mark>> = BTreeMap::new();
+    for m in marks {
+        let guest = m.key.split('/').next().unwrap_or("").to_string();
+        by_guest.entry(guest).or_default().push(m);
+    }
+    let mut bad = Vec::new();
+    for ms in by_guest.values_mut() {
+        ms.sort_by_key(|m| m.start);
+        // Sweep: the latest-ending interval so far, by replica.
+        let mut open: Option<&Mark> = None;
+        for m in ms.iter() {
+            if let Some(o) = open
+                && o.replica != m.replica
+                && m.start < o.end
+            {
+                bad.push(((*o).clone(), (*m).clone()));
+            }
+            if open.is_none_or(|o| m.end > o.end) {
+                open = Some(m);
+            }
+        }
+    }
+    bad
+}
+
+fn rounds() -> usize {
+    std::env::var("RECONCILED_REPLICA_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+}
+
+fn summary(label: &str, v: &[Duration]) -> String {
+    let mut ms: Vec<u128> = v.iter().map(|d| d.as_millis()).collect();
+    ms.sort_unstable();
+    format!(
+        "{label}: n={} min={} median={} max={} ms, all: {ms:?}",
+        ms.len(),
+        ms.first().unwrap_or(&0),
+        ms.get(ms.len() / 2).unwrap_or(&0),
+        ms.last().unwrap_or(&0)
+    )
+}
+
+/// Three replicas, 30 guests, a steady stream of edits: spread, then kills, rolling restarts
+/// and API server cuts, each measured; then every object ends reconciled and the guest's own
+/// records show no two replicas reconciling one guest at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_thirty_guests_and_survive_kills_cuts_and_rolling_restarts() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let dir = TempDir::new("replicas");
+    let (prefix, guests) = ("chaos", 30);
+    common::namespace(&client, "chaos-leases").await;
+    create_objects(&client, prefix, guests).await;
+    let config = host_config(&dir.0, "chaos", "chaos-leases", prefix, guests);
+    let mut replicas = Vec::new();
+    for id in ["r0", "r1", "r2"] {
+        replicas.push(Replica::new(cp, &dir.0, id, &config).await);
+    }
+    let ids = ["r0", "r1", "r2"];
+
+    // Spread: every guest on exactly one replica, each replica between 5 and 15.
+    let per = wait_spread(&replicas, guests, &ids, Duration::from_secs(90)).await;
+    // Let rebalancing settle (a moved shard's plan is kept for `rebalance_after`).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let per = {
+        let again = wait_spread(&replicas, guests, &ids, Duration::from_secs(30)).await;
+        eprintln!("spread at first sight {per:?}, settled {again:?}");
+        again
+    };
+    for (id, n) in &per {
+        assert!(
+            (5..=15).contains(n),
+            "replica {id} serves {n} guests: {per:?}"
+        );
+    }
+
+    // A steady stream of edits throughout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let counter = Arc::new(AtomicU64::new(1));
+    let editor = tokio::spawn({
+        let (client, stop, counter) = (client.clone(), stop.clone(), counter.clone());
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let g = fastrand::usize(..guests);
+                let o = fastrand::usize(..2);
+                set_v(&client, &format!("{prefix}-g{g:02}"), &format!("o{o}"), n).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    });
+
+    let mut failovers = Vec::new();
+    let mut first_reconciles = Vec::new();
+    let mut handoffs = Vec::new();
+    let mut fences = Vec::new();
+    for round in 0..rounds() {
+        // kill -9: the victim's guests move once its Leases expire, with no relist.
+        let victim = round % 3;
+        let moved = guests_of(&replicas[victim]).await;
+        assert!(
+            !moved.is_empty(),
+            "round {round}: {} serves nothing",
+            ids[victim]
+        );
+        let survivors: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+        let mut relists_before = 0;
+        for i in &survivors {
+            relists_before += replicas[*i].relists().await;
+        }
+        let probe_ns = format!("{prefix}-{}", moved[0]);
+        let v = counter.fetch_add(1, Ordering::Relaxed);
+        replicas[victim].kill9();
+        let killed = Instant::now();
+        set_v(&client, &probe_ns, "o0", v).await;
+        let others: Vec<&Replica> = survivors.iter().map(|i| &replicas[*i]).collect();
+        failovers.push(wait_moved(&others, &moved, LEASE + Duration::from_secs(10)).await);
+        common::wait::wait_until_async(
+            "the probe edit reconciled",
+            Duration::from_secs(20),
+            || {
+                let (client, ns) = (client.clone(), probe_ns.clone());
+                async move { seen(&client, &ns, "o0").await.as_deref() == Some(&format!("v1:{v}")) }
+            },
+        )
+        .await;
+        first_reconciles.push(killed.elapsed());
+        let mut relists_after = 0;
+        for i in &survivors {
+            relists_after += replicas[*i].relists().await;
+        }
+        assert_eq!(
+            relists_after, relists_before,
+            "round {round}: a survivor relisted to take over"
+        );
+        replicas[victim].start();
+        wait_spread(&replicas, guests, &ids, Duration::from_secs(60)).await;
+
+        // SIGTERM: a rolling update hands the shards over at once.
+        let victim = (round + 1) % 3;
+        let moved = guests_of(&replicas[victim]).await;
+        let survivors: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+        let mut child = replicas[victim].sigterm();
+        let others: Vec<&Replica> = survivors.iter().map(|i| &replicas[*i]).collect();
+        handoffs.push(wait_moved(&others, &moved, Duration::from_secs(10)).await);
+        assert!(child.wait().unwrap().success(), "SIGTERM: a clean exit");
+        replicas[victim].start();
+        wait_spread(&replicas, guests, &ids, Duration::from_secs(60)).await;
+
+        // An API server cut: the cut replica stops its workers by the renew deadline, and the
+        // others take over once the Leases expire.
+        let victim = (round + 2) % 3;
+        let moved = guests_of(&replicas[victim]).await;
+        replicas[victim].proxy.pause();
+        let cut = Instant::now();
+        common::wait::wait_until_async(
+            "the cut replica stops serving",
+            Duration::from_secs(10),
+            || {
+                let r = &replicas[victim];
+                async move { guests_of(r).await.is_empty() }
+            },
+        )
+        .await;
+        fences.push(cut.elapsed());
+        let survivors: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+        let others: Vec<&Replica> = survivors.iter().map(|i| &replicas[*i]).collect();
+        wait_moved(&others, &moved, LEASE + Duration::from_secs(10)).await;
+        replicas[victim].proxy.resume();
+        wait_spread(&replicas, guests, &ids, Duration::from_secs(60)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    editor.await.unwrap();
+
+    // Every object ends reconciled: its stamp names its last value.
+    common::wait::wait_until_async(
+        "every object stamped with its last value",
+        Duration::from_secs(60),
+        || {
+            let client = client.clone();
+            async move {
+                for g in 0..guests {
+                    let ns = format!("{prefix}-g{g:02}");
+                    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+                    let lp = ListParams::default().labels(&format!("{ENABLED}=true"));
+                    for cm in api.list(&lp).await.unwrap() {
+                        let v = cm
+                            .data
+                            .as_ref()
+                            .and_then(|d| d.get("v"))
+                            .cloned()
+                            .unwrap_or_default();
+                        let s = cm
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(SEEN))
+                            .cloned();
+                        if s.as_deref() != Some(&format!("v1:{v}")) {
+                            return false;
+                        }
+                    }
+                }
+                true
+            }
+        },
+    )
+    .await;
+
+    let all = marks(&client, prefix, guests).await;
+    let bad = overlaps(&all);
+    eprintln!(
+        "{}",
+        summary(
+            "failover after kill -9 (guests serving elsewhere)",
+            &failovers
+        )
+    );
+    eprintln!(
+        "{}",
+        summary("kill -9 to the probe edit reconciled", &first_reconciles)
+    );
+    eprintln!("{}", summary("SIGTERM hand-off", &handoffs));
+    eprintln!(
+        "{}",
+        summary(
+            "API server cut to the cut replica's workers stopped",
+            &fences
+        )
+    );
+    eprintln!(
+        "{} reconciles recorded, {} overlapping",
+        all.len(),
+        bad.len()
+    );
+    assert!(
+        bad.is_empty(),
+        "two replicas reconciled one guest at once: {:?}",
+        &bad[..bad.len().min(5)]
+    );
+    assert!(
+        all.len() > guests * 2,
+        "the guest recorded its reconciles: {}",
+        all.len()
+    );
+    for f in &failovers {
+        assert!(
+            *f <= LEASE + Duration::from_secs(2),
+            "{}",
+            summary("failover", &failovers)
+        );
+    }
+    for h in &handoffs {
+        assert!(
+            *h <= Duration::from_secs(2),
+            "{}",
+            summary("SIGTERM hand-off", &handoffs)
+        );
+    }
+    for f in &fences {
+        // The renew deadline (2.5 s) plus the watchdog's tick and the status poll.
+        assert!(
+            *f <= Duration::from_millis(3500),
+            "{}",
+            summary("fence", &fences)
+        );
+    }
+}
