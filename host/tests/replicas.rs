@@ -45,6 +45,12 @@ struct Replica {
 
 impl Replica {
     async fn new(cp: &ControlPlane, dir: &Path, id: &str, config: &Path) -> Self {
+        let mut r = Self::new_stopped(cp, dir, id, config).await;
+        r.start();
+        r
+    }
+
+    async fn new_stopped(cp: &ControlPlane, dir: &Path, id: &str, config: &Path) -> Self {
         let proxy = Proxy::start(cp.server_addr()).await.unwrap();
         let kubeconfig = dir.join(format!("{id}.kubeconfig"));
         let text = std::fs::read_to_string(cp.kubeconfig_path()).unwrap();
@@ -59,7 +65,7 @@ impl Replica {
             cp.server_url()
         );
         std::fs::write(&kubeconfig, proxied).unwrap();
-        let mut r = Self {
+        Self {
             id: id.to_string(),
             addr: free_port(),
             proxy,
@@ -68,12 +74,21 @@ impl Replica {
             cache: dir.join("cache"),
             log: dir.join(format!("{id}.log")),
             child: None,
-        };
-        r.start();
+        }
+    }
+
+    /// A host alone (the config has no [replicas]), through a proxy like the replicas.
+    async fn solo(cp: &ControlPlane, dir: &Path, config: &Path) -> Self {
+        let mut r = Self::new_stopped(cp, dir, "solo", config).await;
+        r.start_with(false);
         r
     }
 
     fn start(&mut self) {
+        self.start_with(true);
+    }
+
+    fn start_with(&mut self, replica: bool) {
         assert!(self.child.is_none(), "replica {} runs already", self.id);
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -88,8 +103,11 @@ impl Replica {
             .arg(&self.config)
             .arg("--listen")
             .arg(self.addr.to_string())
-            .arg("--replica-id")
-            .arg(&self.id)
+            .args(if replica {
+                vec!["--replica-id", self.id.as_str()]
+            } else {
+                Vec::new()
+            })
             .env_remove("KUBECONFIG")
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env("RECONCILED_CACHE_DIR", &self.cache)
@@ -336,6 +354,13 @@ fn overlaps(marks: &[Mark]) -> Vec<(Mark, Mark)> {
     bad
 }
 
+/// The tests of this file one at a time: each runs three hosts, and the Lease traffic test
+/// counts every Lease write the API server serves.
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
 fn rounds() -> usize {
     std::env::var("RECONCILED_REPLICA_ROUNDS")
         .ok()
@@ -360,6 +385,7 @@ fn summary(label: &str, v: &[Duration]) -> String {
 /// records show no two replicas reconciling one guest at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_share_thirty_guests_and_survive_kills_cuts_and_rolling_restarts() {
+    let _serial = serial().await;
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let dir = TempDir::new("replicas");
@@ -580,4 +606,164 @@ async fn three_replicas_share_thirty_guests_and_survive_kills_cuts_and_rolling_r
             summary("fence", &fences)
         );
     }
+}
+
+/// Sums the samples of `family` in a Prometheus text.
+fn sum_of(text: &str, family: &str, filter: impl Fn(&str) -> bool) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(family) && filter(l))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn metrics(r: &Replica) -> String {
+    reconciled::ops::http::get(r.addr, "/metrics")
+        .await
+        .unwrap()
+        .1
+}
+
+/// Lease writes the API server has served so far (all clients), by its own metrics.
+fn server_lease_writes(cp: &ControlPlane) -> f64 {
+    let out = cp
+        .kubectl()
+        .args(["get", "--raw", "/metrics"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "kubectl get --raw /metrics");
+    let text = String::from_utf8_lossy(&out.stdout);
+    sum_of(&text, "apiserver_request_total{", |l| {
+        l.contains("resource=\"leases\"")
+            && ["\"POST\"", "\"PUT\"", "\"PATCH\"", "\"DELETE\""]
+                .iter()
+                .any(|v| l.contains(&format!("verb={v}")))
+    })
+}
+
+/// With the default timings, 100 guests on three replicas cost the API server at most 5 Lease
+/// writes per second in all, measured both by the replicas and by the API server; and what a
+/// replica pays in memory for keeping the guests it does not run warm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_guests_on_three_replicas_cost_at_most_five_lease_writes_a_second() {
+    let _serial = serial().await;
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let dir = TempDir::new("replicas-traffic");
+    common::namespace(&client, "traffic-leases").await;
+    common::namespace(&client, "traffic").await;
+    let module = wasm("stamp_mark");
+    // Default timings, but a quick rebalance so that the test need not wait 15 s for it.
+    let mut toml =
+        "[replicas]\nnamespace = \"traffic-leases\"\ngroup = \"traffic\"\nrebalance_after_ms = 2000\n"
+            .to_string();
+    for g in 0..100 {
+        toml.push_str(&format!(
+            "\n[[guest]]\nname = \"t{g:03}\"\nmodule = \"{}\"\n[guest.grant]\nnamespaces = [\"traffic\"]\n",
+            module.display()
+        ));
+    }
+    let config = dir.0.join("traffic.toml");
+    std::fs::write(&config, toml).unwrap();
+    let ids = ["t0", "t1", "t2"];
+    let mut replicas = Vec::new();
+    for id in ids {
+        replicas.push(Replica::new(cp, &dir.0, id, &config).await);
+    }
+    let per = wait_spread(&replicas, 100, &ids, Duration::from_secs(120)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let per_settled = wait_spread(&replicas, 100, &ids, Duration::from_secs(30)).await;
+    eprintln!("100 guests spread {per:?}, settled {per_settled:?}");
+
+    let window = Duration::from_secs(30);
+    let ours = |texts: &[String]| -> f64 {
+        texts
+            .iter()
+            .map(|t| sum_of(t, "reconciled_lease_writes_total", |_| true))
+            .sum()
+    };
+    let mut before = Vec::new();
+    for r in &replicas {
+        before.push(metrics(r).await);
+    }
+    let server_before = server_lease_writes(cp);
+    let started = Instant::now();
+    tokio::time::sleep(window).await;
+    let server_after = server_lease_writes(cp);
+    let mut after = Vec::new();
+    for r in &replicas {
+        after.push(metrics(r).await);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let ours_rate = (ours(&after) - ours(&before)) / secs;
+    let server_rate = (server_after - server_before) / secs;
+    eprintln!(
+        "Lease writes over {secs:.1} s: {ours_rate:.2}/s counted by the three replicas, {server_rate:.2}/s served by the API server (every client's, the controller-manager's included)"
+    );
+    assert!(
+        ours_rate <= 5.0,
+        "{ours_rate:.2} Lease writes per second from the replicas"
+    );
+    assert!(
+        ours_rate > 1.0,
+        "the replicas renew their Leases: {ours_rate:.2}/s"
+    );
+    assert!(
+        server_rate <= 5.0 + 1.0,
+        "the API server served {server_rate:.2} Lease writes per second"
+    );
+
+    // What keeping guests warm costs: a replica holds all 100, and runs about a third.
+    let rss: Vec<f64> = after
+        .iter()
+        .map(|t| sum_of(t, "process_resident_memory_bytes", |_| true))
+        .collect();
+    let compiled: Vec<f64> = after
+        .iter()
+        .map(|t| sum_of(t, "reconciled_module_compiled_bytes", |_| true) / 100.0)
+        .collect();
+    let solo_config = dir.0.join("solo.toml");
+    std::fs::write(
+        &solo_config,
+        format!(
+            "[[guest]]\nname = \"solo\"\nmodule = \"{}\"\n[guest.grant]\nnamespaces = [\"traffic\"]\n",
+            module.display()
+        ),
+    )
+    .unwrap();
+    let solo = Replica::solo(cp, &dir.0, &solo_config).await;
+    let solo_rss = common::wait::wait_until_async(
+        "the one-guest host serves",
+        Duration::from_secs(60),
+        || {
+            let s = &solo;
+            async move {
+                s.status()
+                    .await
+                    .is_some_and(|s| s.guests.iter().all(|g| g.state == GuestState::Serving))
+            }
+        },
+    )
+    .await;
+    let _ = solo_rss;
+    let solo_rss = sum_of(
+        &metrics(&solo).await,
+        "process_resident_memory_bytes",
+        |_| true,
+    );
+    let per_guest: Vec<f64> = rss.iter().map(|r| (r - solo_rss) / 99.0).collect();
+    eprintln!(
+        "warm standby: RSS of the three replicas with 100 guests each {:?} MiB, of a host with one guest {:.1} MiB: {:?} KiB per guest loaded (compiled code {:?} KiB of it)",
+        rss.iter()
+            .map(|r| (r / 1048576.0 * 10.0).round() / 10.0)
+            .collect::<Vec<_>>(),
+        solo_rss / 1048576.0,
+        per_guest
+            .iter()
+            .map(|b| (b / 1024.0).round())
+            .collect::<Vec<_>>(),
+        compiled
+            .iter()
+            .map(|b| (b / 1024.0).round())
+            .collect::<Vec<_>>()
+    );
 }
