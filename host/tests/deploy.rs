@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use k8s_openapi::api::rbac::v1::Role;
 use kube::Api;
@@ -18,6 +19,7 @@ use reconciled::guest::Runtime;
 use reconciled::guest::identity::Identities;
 use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
+use reconciled::replicas::Replicas;
 use reconciled::sources::configmap::ConfigMapSource;
 use reconciled::supervisor::{self, Supervisor};
 use testenv::ControlPlane;
@@ -53,6 +55,10 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
     std::fs::write(dir.join("host.toml"), toml).unwrap();
     let config = Config::load(&dir.join("host.toml")).unwrap();
     let policy = config.tenants.expect("the deployed config loads tenants");
+    let replicas = config
+        .replicas
+        .expect("the deployed config shares guests between replicas")
+        .resolve("reconciled-0", "reconciled-system");
 
     // The host's identity: a certificate for the ServiceAccount's user name and groups, so that
     // RBAC treats it as the ServiceAccount. (Not impersonation: the host impersonates tenants'
@@ -75,11 +81,17 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         identities.host().clone(),
         Options::default(),
     ));
+    // As a replica: the guest reconciles only once this host holds its shard's Lease, which
+    // the Role in the manifest must allow.
+    let replicas = Arc::new(Replicas::start(identities.host().clone(), replicas).unwrap());
     let sup = Arc::new(Supervisor::new(
         runtime,
         factory,
         identities,
-        supervisor::Options::default(),
+        supervisor::Options {
+            replicas: Some(replicas.clone()),
+            ..supervisor::Options::default()
+        },
     ));
     let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -213,5 +225,48 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         Some("v1:7"),
         "the refused write changed nothing"
     );
+
+    // The Lease rules are exact: Leases in the host's namespace, deleted as a replica stops
+    // (its shards released, for the others to take at once), and nowhere else.
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "reconciled-system");
+    let shard = replicas.shard_of("team-deploy/rec/rec");
+    let held = leases
+        .get(&format!("reconciled-shard-{shard}"))
+        .await
+        .unwrap();
+    assert_eq!(holder(&held), Some("reconciled-0"));
+    replicas.shutdown().await;
+    let released = leases
+        .get(&format!("reconciled-shard-{shard}"))
+        .await
+        .unwrap();
+    assert_eq!(holder(&released), None, "released on shutdown");
+    assert!(
+        leases
+            .get_opt("reconciled-replica-reconciled-0")
+            .await
+            .unwrap()
+            .is_none(),
+        "the replica's own Lease is deleted as it stops"
+    );
+    let elsewhere: Api<Lease> = Api::namespaced(
+        kube::Client::try_from(host.config.clone()).unwrap(),
+        "default",
+    );
+    let err = elsewhere
+        .create(&PostParams::default(), &released)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        "the host writes Leases only in its own namespace: {err}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn holder(lease: &Lease) -> Option<&str> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
 }
