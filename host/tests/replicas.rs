@@ -368,6 +368,33 @@ fn rounds() -> usize {
         .unwrap_or(3)
 }
 
+/// Says what the test does, with the wall-clock time, so a failure can be read against the
+/// replicas' logs.
+fn step(what: &str) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let (s, ms) = (now.as_secs() % 86_400, now.subsec_millis());
+    eprintln!(
+        "[{:02}:{:02}:{:02}.{ms:03}] {what}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    );
+}
+
+/// Keeps the replicas' logs when the test fails, and says where.
+struct KeepOnFailure(TempDir);
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let dir = std::mem::replace(&mut self.0.0, PathBuf::new());
+            eprintln!("replica logs kept in {}", dir.display());
+        }
+    }
+}
+
 fn summary(label: &str, v: &[Duration]) -> String {
     let mut ms: Vec<u128> = v.iter().map(|d| d.as_millis()).collect();
     ms.sort_unstable();
@@ -388,7 +415,8 @@ async fn three_replicas_share_thirty_guests_and_survive_kills_cuts_and_rolling_r
     let _serial = serial().await;
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
-    let dir = TempDir::new("replicas");
+    let dir = KeepOnFailure(TempDir::new("replicas"));
+    let dir = &dir.0;
     let (prefix, guests) = ("chaos", 30);
     common::namespace(&client, "chaos-leases").await;
     create_objects(&client, prefix, guests).await;
@@ -439,6 +467,10 @@ async fn three_replicas_share_thirty_guests_and_survive_kills_cuts_and_rolling_r
         // kill -9: the victim's guests move once its Leases expire, with no relist.
         let victim = round % 3;
         let moved = guests_of(&replicas[victim]).await;
+        step(&format!(
+            "round {round}: kill -9 {} (serving {moved:?})",
+            ids[victim]
+        ));
         assert!(
             !moved.is_empty(),
             "round {round}: {} serves nothing",
@@ -461,11 +493,21 @@ async fn three_replicas_share_thirty_guests_and_survive_kills_cuts_and_rolling_r
             Duration::from_secs(20),
             || {
                 let (client, ns) = (client.clone(), probe_ns.clone());
-                async move { seen(&client, &ns, "o0").await.as_deref() == Some(&format!("v1:{v}")) }
+                // The edit stream may edit the probe again meanwhile, with a higher value: a
+                // stamp of that one counts too.
+                async move {
+                    seen(&client, &ns, "o0")
+                        .await
+                        .and_then(|s| s.strip_prefix("v1:")?.parse::<u64>().ok())
+                        .is_some_and(|n| n >= v)
+                }
             },
         )
         .await;
         first_reconciles.push(killed.elapsed());
+        step(&format!(
+            "round {round}: {moved:?} taken over; probe {probe_ns}/o0 reconciled"
+        ));
         let mut relists_after = 0;
         for i in &survivors {
             relists_after += replicas[*i].relists().await;
@@ -481,6 +523,10 @@ async fn three_replicas_share_thirty_guests_and_survive_kills_cuts_and_rolling_r
         let victim = (round + 1) % 3;
         let moved = guests_of(&replicas[victim]).await;
         let survivors: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+        step(&format!(
+            "round {round}: SIGTERM {} (serving {moved:?})",
+            ids[victim]
+        ));
         let mut child = replicas[victim].sigterm();
         let others: Vec<&Replica> = survivors.iter().map(|i| &replicas[*i]).collect();
         handoffs.push(wait_moved(&others, &moved, Duration::from_secs(10)).await);
@@ -492,6 +538,10 @@ async fn three_replicas_share_thirty_guests_and_survive_kills_cuts_and_rolling_r
         // others take over once the Leases expire.
         let victim = (round + 2) % 3;
         let moved = guests_of(&replicas[victim]).await;
+        step(&format!(
+            "round {round}: cut {} off the API server (serving {moved:?})",
+            ids[victim]
+        ));
         replicas[victim].proxy.pause();
         let cut = Instant::now();
         common::wait::wait_until_async(
@@ -507,6 +557,7 @@ async fn three_replicas_share_thirty_guests_and_survive_kills_cuts_and_rolling_r
         let survivors: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
         let others: Vec<&Replica> = survivors.iter().map(|i| &replicas[*i]).collect();
         wait_moved(&others, &moved, LEASE + Duration::from_secs(10)).await;
+        step(&format!("round {round}: {} reconnected", ids[victim]));
         replicas[victim].proxy.resume();
         wait_spread(&replicas, guests, &ids, Duration::from_secs(60)).await;
     }

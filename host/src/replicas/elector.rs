@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 
+use super::decide::{self, Decision};
 use super::lease::{self, Observed, Seen};
 use super::{Held, Inner, ShardView, assignment};
 
@@ -113,6 +114,7 @@ pub(super) async fn elect(inner: Arc<Inner>) {
 
         // What to write this round.
         let mut writes = Vec::new();
+        let mut lost = Vec::new();
         let mut wake = now + config.retry_period;
         {
             let mut state = inner.state.lock().unwrap();
@@ -127,84 +129,68 @@ pub(super) async fn elect(inner: Arc<Inner>) {
                 .collect();
             for s in 0..config.shards {
                 let name = config.shard_lease(s);
-                let planned = plan.get(s as usize).cloned().unwrap_or_default();
-                if let Some(held) = state.held.get(&s) {
-                    // Someone else wrote it: it is not ours, whatever we last wrote.
-                    if let Some((seen, _)) = seen.get(&name)
-                        && seen.holder.as_deref() != Some(me.as_str())
-                        && newer(seen.resource_version(), &held.lease)
-                    {
-                        drop(state);
-                        inner.drop_shard(
-                            s,
-                            format!(
-                                "shard {s}: replica {} took its Lease",
-                                seen.holder.as_deref().unwrap_or("(none)")
-                            ),
-                            true,
-                        );
-                        state = inner.state.lock().unwrap();
-                        continue;
-                    }
-                    if planned != me && members.contains(&planned) {
-                        let since = elsewhere
+                let planned = plan.get(s as usize).map_or("", String::as_str);
+                let held = state.held.get(&s);
+                let planned_alive = members.iter().any(|m| m == planned);
+                let elsewhere_since = match held {
+                    Some(_) if planned != me && planned_alive => Some(
+                        elsewhere
                             .entry(s)
                             .and_modify(|(to, at)| {
-                                if *to != planned {
-                                    (*to, *at) = (planned.clone(), now);
+                                if to != planned {
+                                    (*to, *at) = (planned.to_string(), now);
                                 }
                             })
-                            .or_insert((planned.clone(), now))
-                            .1;
-                        if now >= since + config.rebalance_after {
-                            writes.push(Write::Release {
-                                shard: s,
-                                to: planned,
-                            });
-                            continue;
-                        }
-                        wake = wake.min(since + config.rebalance_after);
-                    } else {
-                        elsewhere.remove(&s);
-                    }
-                    if now >= held.next_renew {
-                        writes.push(Write::Renew {
-                            shard: s,
-                            lease: held.lease.clone(),
-                        });
-                    } else {
-                        wake = wake.min(held.next_renew);
-                    }
-                    continue;
-                }
-                elsewhere.remove(&s);
-                if !synced {
-                    continue;
-                }
-                // Not held here: take it if it is free (or still ours on record), and either
-                // the plan wants it here or it has lain free for a while (the replicas disagree
-                // on the plan, say, and nobody else takes it).
-                let (free_since, ours_on_record, lease) = match seen.get(&name) {
-                    None => (now, false, None),
-                    Some((s, at)) => (
-                        lease::free_at(s, *at),
-                        s.holder.as_deref() == Some(me.as_str()),
-                        Some(s.lease.clone()),
+                            .or_insert((planned.to_string(), now))
+                            .1,
                     ),
+                    _ => {
+                        elsewhere.remove(&s);
+                        None
+                    }
                 };
-                let grace = config.retry_period * 2;
-                let want = planned == me || now >= free_since + grace;
-                if (now >= free_since || ours_on_record) && want {
-                    writes.push(Write::Acquire {
+                let facts = decide::Facts {
+                    me: &me,
+                    now,
+                    next_renew: held.map(|h| h.next_renew),
+                    seen: seen.get(&name).map(|(l, at)| decide::Seen {
+                        holder: l.holder.as_deref(),
+                        free_at: lease::free_at(l, *at),
+                        newer_than_ours: held
+                            .is_some_and(|h| newer(l.resource_version(), &h.lease)),
+                    }),
+                    planned,
+                    planned_alive,
+                    elsewhere_since,
+                    synced,
+                    rebalance_after: config.rebalance_after,
+                    grace: config.retry_period * 2,
+                };
+                match decide::decide(&facts) {
+                    Decision::Lost { by } => lost.push((s, by)),
+                    Decision::Release { to } => writes.push(Write::Release { shard: s, to }),
+                    Decision::Renew => writes.push(Write::Renew {
                         shard: s,
-                        seen: lease,
-                    });
-                } else if planned == me {
-                    wake = wake.min(free_since);
-                } else {
-                    wake = wake.min(free_since.max(now) + grace);
+                        lease: held.expect("renewed only when held").lease.clone(),
+                    }),
+                    Decision::Acquire => writes.push(Write::Acquire {
+                        shard: s,
+                        seen: seen.get(&name).map(|(l, _)| l.lease.clone()),
+                    }),
+                    Decision::Wait(Some(at)) => wake = wake.min(at),
+                    Decision::Wait(None) => {}
                 }
             }
+        }
+        for (s, by) in lost {
+            inner.drop_shard(
+                s,
+                format!(
+                    "shard {s}: replica {} took its Lease",
+                    by.as_deref().unwrap_or("(none)")
+                ),
+                true,
+            );
         }
 
         // The replica's own Lease, so that the others count it in their plans.

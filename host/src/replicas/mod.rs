@@ -32,6 +32,7 @@
 //!   `rebalance_after`, so a replica joining takes its share after that long, not at once.
 
 pub mod assignment;
+mod decide;
 mod elector;
 pub mod lease;
 pub mod shard;
