@@ -25,6 +25,9 @@ use common::host::{ENABLED, SEEN, TempDir, free_port};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use reconciled::controller::gate::Gate;
+use reconciled::controller::{Controller, Settings};
+use reconciled::guest::grant::Grant;
 use reconciled::ops::status::{GuestState, Status};
 use testenv::{ControlPlane, Proxy};
 
@@ -817,4 +820,64 @@ async fn a_hundred_guests_on_three_replicas_cost_at_most_five_lease_writes_a_sec
             .map(|b| (b / 1024.0).round())
             .collect::<Vec<_>>()
     );
+}
+
+/// The gate is a fence: closed, nothing of the guest starts; closed under a reconcile that spins
+/// (and would run for its whole 30 s deadline), the reconcile is cancelled at once, so the
+/// replica may hand the shard over within its drain wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_gate_cancels_a_reconcile_in_flight_at_once() {
+    let _serial = serial().await;
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let ns = "gate-cancel";
+    common::namespace(&client, ns).await;
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &common::host::stamped("spin", "1"))
+        .await
+        .unwrap();
+    let mut settings = Settings {
+        grant: Grant::namespaces([ns]),
+        ..Settings::new("spinner")
+    };
+    settings.limits.deadline = Duration::from_secs(30);
+    let gate = Gate::closed("shard 0 is held by replica b");
+    let (controller, _factory, _runtime) =
+        common::controllers::start_gated(client, "stamp_spin", settings, gate.clone())
+            .await
+            .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = |c: &Controller| c.counters().started.load(Ordering::Relaxed);
+    assert_eq!(started(&controller), 0, "a closed gate starts nothing");
+
+    gate.set_open();
+    common::wait::wait_until(
+        "the spinning reconcile holds a pass",
+        Duration::from_secs(10),
+        || gate.running() == 1,
+    )
+    .await;
+    let closed = Instant::now();
+    gate.close("shard 0: handed over to replica b");
+    tokio::time::timeout(Duration::from_secs(1), gate.drained())
+        .await
+        .expect("drained within a second of the close");
+    let took = closed.elapsed();
+    assert!(took < Duration::from_millis(500), "cancelled in {took:?}");
+    assert_eq!(controller.counters().cancelled.load(Ordering::Relaxed), 1);
+    let before = started(&controller);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        started(&controller),
+        before,
+        "the requeued key waits for the gate"
+    );
+    assert_eq!(
+        controller
+            .counters()
+            .concurrent_same_key
+            .load(Ordering::Relaxed),
+        0
+    );
+    controller.stop().await;
 }

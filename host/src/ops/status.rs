@@ -1024,4 +1024,50 @@ sources that deliver no guest:
         let empty: Status = serde_json::from_str("{}").unwrap();
         assert_eq!(empty.table(), "no guests are loaded\n");
     }
+
+    #[test]
+    fn among_replicas_the_table_shows_each_guests_shard_and_owner_and_this_replicas_view() {
+        let standby = GuestStatus {
+            shard: Some(3),
+            owner: Some("replica-b".into()),
+            reason: Some("shard 3 is not held by this replica".into()),
+            ..guest("stamp", GuestState::Standby)
+        };
+        let status = Status {
+            guests: vec![standby],
+            replicas: Some(ReplicasStatus {
+                identity: "replica-a".into(),
+                namespace: "reconciled-system".into(),
+                members: vec!["replica-a".into(), "replica-b".into()],
+                held: vec![0, 2],
+                shards: (0..4)
+                    .map(|shard| ShardStatus {
+                        shard,
+                        ..ShardStatus::default()
+                    })
+                    .collect(),
+            }),
+            ..Status::default()
+        };
+        let table = status.table();
+        let mut lines = table.lines();
+        let header = lines.next().unwrap();
+        assert!(header.starts_with("NAME   STATE    SHARD"), "{table}");
+        assert!(
+            lines.next().unwrap().contains("standby  3 on replica-b"),
+            "{table}"
+        );
+        assert!(
+            table.contains("replica replica-a (Leases in reconciled-system): holds shards [0,2] of 4; replicas alive: replica-a, replica-b"),
+            "{table}"
+        );
+        let alone = Status {
+            replicas: None,
+            ..status
+        };
+        assert!(
+            !alone.table().contains("SHARD"),
+            "a host alone has no shard column"
+        );
+    }
 }

@@ -20,6 +20,16 @@ pub async fn start(
     wasm: &str,
     settings: Settings,
 ) -> Result<(Arc<Controller>, InformerFactory, Runtime), (controller::Error, InformerFactory)> {
+    start_gated(client, wasm, settings, Gate::open()).await
+}
+
+/// [`start`], its reconciles passing through `gate`.
+pub async fn start_gated(
+    client: kube::Client,
+    wasm: &str,
+    settings: Settings,
+    gate: Arc<Gate>,
+) -> Result<(Arc<Controller>, InformerFactory, Runtime), (controller::Error, InformerFactory)> {
     let runtime = Runtime::new().unwrap();
     let module = runtime
         .compile(std::fs::read(super::guests::wasm(wasm)).unwrap())
@@ -27,7 +37,7 @@ pub async fn start(
         .unwrap();
     let factory = InformerFactory::new(client.clone(), Options::default());
     let share = Share::alone(&settings.name);
-    match Controller::start(&factory, client, module, settings, share, Gate::open()).await {
+    match Controller::start(&factory, client, module, settings, share, gate).await {
         Ok(controller) => Ok((controller, factory, runtime)),
         Err(e) => Err((e, factory)),
     }
