@@ -881,3 +881,39 @@ async fn closing_the_gate_cancels_a_reconcile_in_flight_at_once() {
     );
     controller.stop().await;
 }
+
+/// A replica the API server does not let read its Leases takes no shard, so every guest would
+/// sit in standby: readiness says so, naming the namespace and the rule to add.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_without_lease_rbac_is_not_ready_and_names_the_rule() {
+    let cp = ControlPlane::shared();
+    common::namespace(&cp.admin_client(), "norbac-leases").await;
+    let user = cp.user("no-leases", &[]).unwrap();
+    let client = kube::Client::try_from(user.config.clone()).unwrap();
+    let mut config = reconciled::replicas::Config::new("r0", "norbac-leases");
+    config.group = "norbac".into();
+    let replicas = reconciled::replicas::Replicas::start(client, config).unwrap();
+    let mut problem = None;
+    // Syncing first, which is a reason not to be ready too; then forbidden, for good.
+    common::wait::wait_until(
+        "the replica reports its trouble",
+        Duration::from_secs(20),
+        || {
+            problem = replicas.problem();
+            problem.as_deref().is_some_and(|p| !p.ends_with("Syncing"))
+        },
+    )
+    .await;
+    let problem = problem.unwrap();
+    eprintln!("readiness: {problem}");
+    assert!(
+        problem.contains("namespace norbac-leases")
+            && problem.contains("leases")
+            && problem.contains("Forbidden"),
+        "{problem}"
+    );
+    assert!(
+        replicas.snapshot().held.is_empty(),
+        "no shard without its Lease"
+    );
+}

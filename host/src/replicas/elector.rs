@@ -227,9 +227,11 @@ pub(super) async fn elect(inner: Arc<Inner>) {
         );
         match member_result {
             Some((sent, Ok(l))) => {
+                inner.state.lock().unwrap().snapshot.forbidden = None;
                 membership = Some((l, sent + config.renew_every()));
             }
             Some((_, Err(e))) => {
+                note_forbidden(&inner, &e);
                 tracing::warn!("cannot announce this replica: {e}");
                 // A conflict means our copy is stale: read it afresh next round.
                 membership = None;
@@ -303,6 +305,7 @@ async fn perform(inner: &Inner, write: Write) {
                             },
                         );
                         state.snapshot.acquired += 1;
+                        state.snapshot.forbidden = None;
                     }
                     inner.gates[shard as usize].set_open();
                     match was {
@@ -315,7 +318,10 @@ async fn perform(inner: &Inner, write: Write) {
                 Err(lease::Error::Conflict { .. }) => {
                     tracing::debug!(shard, "another replica took the shard first");
                 }
-                Err(e) => tracing::warn!(shard, "cannot take the shard: {e}"),
+                Err(e) => {
+                    note_forbidden(inner, &e);
+                    tracing::warn!(shard, "cannot take the shard: {e}");
+                }
             }
         }
         Write::Renew { shard, lease } => {
@@ -363,6 +369,9 @@ async fn perform(inner: &Inner, write: Write) {
                 }
                 Err(e) => {
                     state.snapshot.renew_failures += 1;
+                    if e.is_forbidden() {
+                        state.snapshot.forbidden = Some(e.to_string());
+                    }
                     if let Some(held) = state.held.get_mut(&shard) {
                         held.next_renew = Instant::now() + config.retry_period;
                         let left = held.deadline.saturating_duration_since(Instant::now());
@@ -387,6 +396,13 @@ async fn perform(inner: &Inner, write: Write) {
                 .await;
             }
         }
+    }
+}
+
+/// Keeps a forbidden write for [`super::Replicas::problem`].
+fn note_forbidden(inner: &Inner, e: &lease::Error) {
+    if e.is_forbidden() {
+        inner.state.lock().unwrap().snapshot.forbidden = Some(e.to_string());
     }
 }
 

@@ -54,6 +54,13 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Whether the API server forbade the write (RBAC), which retrying will not fix.
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, Error::Api { source: kube::Error::Api(s), .. } if s.code == 403)
+    }
+}
+
 /// One Lease as this replica sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Seen {

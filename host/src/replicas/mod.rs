@@ -184,6 +184,8 @@ pub struct Snapshot {
     pub renew_failures: u64,
     /// Lease writes made (creates, updates, deletes), successful or not.
     pub writes: u64,
+    /// The last Lease write the API server forbade, until a write next succeeds.
+    pub forbidden: Option<String>,
 }
 
 /// Where a guest runs: its shard, and who holds it.
@@ -356,6 +358,23 @@ impl Replicas {
             .get(shard as usize)
             .and_then(|s| s.holder.clone());
         Placement { shard, owner }
+    }
+
+    /// Why this replica cannot take part, if it cannot: its Lease informer has not synced
+    /// (forbidden, with the RBAC rule to add), or the API server forbade its last Lease write.
+    /// Passing trouble (a write that timed out) is not a problem: renewals retry it.
+    pub fn problem(&self) -> Option<String> {
+        let ns = &self.inner.config.namespace;
+        let st = self.inner.informer.status();
+        if !st.state.is_synced() {
+            return Some(format!("replicas: the Leases in namespace {ns}: {st}"));
+        }
+        let state = self.inner.state.lock().unwrap();
+        state.snapshot.forbidden.as_ref().map(|e| {
+            format!(
+                "replicas: {e}; the host needs get, list, watch, create, update and delete on coordination.k8s.io leases in namespace {ns} (see deploy/reconciled.yaml)"
+            )
+        })
     }
 
     /// What this replica knows now.

@@ -117,6 +117,11 @@ impl Supervisor {
                 reasons.push(format!("informer {} ({}): {st}", k.name(), k.scope));
             }
         }
+        // A replica that cannot read or write its Leases never takes a shard: every guest
+        // would sit in standby here, so the operator must hear why.
+        if let Some(problem) = self.options.replicas.as_ref().and_then(|r| r.problem()) {
+            reasons.push(problem);
+        }
         if reasons.is_empty() {
             Ok(())
         } else {
