@@ -128,6 +128,20 @@ pub async fn fill_stamped(
     label: &str,
     names: impl IntoIterator<Item = String>,
 ) -> anyhow::Result<()> {
+    fill_stamped_sized(client, ns, label, names, 0).await
+}
+
+/// [`fill_stamped`], each object also holding `data.pad` of `pad` bytes, so that a LIST of them
+/// costs what a LIST of real objects (about a KiB each) costs.
+pub async fn fill_stamped_sized(
+    client: &kube::Client,
+    ns: &str,
+    label: &str,
+    names: impl IntoIterator<Item = String>,
+    pad: usize,
+) -> anyhow::Result<()> {
+    let padding = "x".repeat(pad);
+    let padding = &padding;
     let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
     futures::stream::iter(names)
         .map(|name| {
@@ -139,7 +153,12 @@ pub async fn fill_stamped(
                         labels: Some([(label.to_string(), "true".to_string())].into()),
                         ..Default::default()
                     },
-                    data: Some([("v".to_string(), "0".to_string())].into()),
+                    data: Some(
+                        [("v".to_string(), "0".to_string())]
+                            .into_iter()
+                            .chain((pad > 0).then(|| ("pad".to_string(), padding.clone())))
+                            .collect(),
+                    ),
                     ..Default::default()
                 };
                 api.create(&PostParams::default(), &cm).await?;
