@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the wasm guests (the SDK, the test guests and the examples) as components for
-# wasm32-wasip2, into one shared target dir, and prints the path of each .wasm, one a line.
+# Builds the wasm guests (the SDK, the test guests and the examples, in Rust, TypeScript and Python) as
+# components for wasm32-wasip2, into one shared target dir, and prints the path of each .wasm,
+# one a line.
 #
 #   guests/build.sh                     # all of them
 #   guests/build.sh --bench             # and the benchmark-only ones (stamp_big.wasm, ~12 MB)
@@ -109,7 +110,32 @@ if cmp -s "$out/stamp_v1.wasm" "$out/stamp_v2.wasm"; then
     exit 1
 fi
 
+# TypeScript guests: the SDK in guests/js, built by componentize-js (about 11 MB each).
+ts_builds=(
+    "$root/examples/configmap-generator-ts/src/index.ts:configmap_generator_ts"
+)
+for build in "${ts_builds[@]}"; do
+    echo "build.sh: building ${build##*:} (TypeScript)" >&2
+    "$here/js/build.sh" "${build%%:*}" "$out/${build##*:}.wasm"
+done
+
+# Python guests: the SDK in guests/python, built by componentize-py (about 18 MB each).
+py_builds=(
+    "$root/examples/configmap-generator-py:app:configmap_generator_py"
+)
+for build in "${py_builds[@]}"; do
+    dir="${build%%:*}" rest="${build#*:}"
+    echo "build.sh: building ${rest#*:} (Python)" >&2
+    "$here/python/build.sh" "$dir" "${rest%%:*}" "$out/${rest#*:}.wasm"
+done
+
 wasms=()
+for build in "${ts_builds[@]}"; do
+    wasms+=("${build##*:}.wasm")
+done
+for build in "${py_builds[@]}"; do
+    wasms+=("${build##*:}.wasm")
+done
 for build in "${builds[@]}"; do
     wasms+=("${build##*:}.wasm")
 done

@@ -11,6 +11,9 @@ need() {
 }
 need cargo "install Rust 1.95+ with rustup"
 need go "install Go 1.26+: kube-apiserver is built from Go modules"
+need node "install Node 20+ with npm: TypeScript guests are built with componentize-js"
+need npm "install npm (with Node 20+): it installs the TypeScript guest toolchain"
+need python3 "install Python 3.10+: Python guests are built with componentize-py"
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   step "rustup target add wasm32-wasip2 (wasm guests)"
@@ -20,7 +23,7 @@ fi
 step "control-plane binaries (built once per machine, then cached)"
 cargo run --quiet -p testenv -- prepare
 
-step "wasm guests (guests/build.sh: the SDK's test guest and the examples)"
+step "wasm guests (guests/build.sh: the SDK's test guests and the examples in Rust, TypeScript and Python)"
 # Built once here; the test binaries take the paths instead of running build.sh each.
 RECONCILED_GUEST_WASMS="$(guests/build.sh)"
 export RECONCILED_GUEST_WASMS

@@ -1,6 +1,8 @@
-//! End to end: the `examples/configmap-generator` reconciler, compiled to wasm and run by the
-//! host, converges a real cluster: ConfigMaps created, updated and pruned through server-side
-//! apply, status kept current, and garbage collection through owner references on delete.
+//! End to end: the ConfigMapGenerator reconciler, compiled to wasm and run by the host, converges
+//! a real cluster: ConfigMaps created, updated and pruned through server-side apply, status kept
+//! current, an Event recorded, and garbage collection through owner references on delete. The
+//! same test for each language the example is written in: Rust (`examples/configmap-generator`),
+//! TypeScript (`examples/configmap-generator-ts`) and Python (`examples/configmap-generator-py`).
 
 mod common;
 
@@ -64,49 +66,77 @@ async fn generated(api: &Api<ConfigMap>, name: &str) -> Vec<(String, Option<Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_configmap_generator_converges_creates_updates_and_garbage_collects() {
+    converges("configmap_generator", "cmgen").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_configmap_generator_passes_the_same_test() {
+    converges("configmap_generator_ts", "cmgen-ts").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_configmap_generator_passes_the_same_test() {
+    converges("configmap_generator_py", "cmgen-py").await;
+}
+
+/// Installs the CRD once per test binary: the tests of each language run at once, and two
+/// creates of one CRD race.
+async fn install_crd(cp: &ControlPlane) {
+    static CRD: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    CRD.get_or_init(|| async {
+        let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/configmap-generator/crd.yaml");
+        let out = cp
+            .kubectl()
+            .arg("apply")
+            .arg("-f")
+            .arg(&crd)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl apply crd: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = cp
+            .kubectl()
+            .args([
+                "wait",
+                "--for=condition=established",
+                "--timeout=30s",
+                "crd/configmapgenerators.example.reconciled.dev",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "CRD not established: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    })
+    .await;
+}
+
+/// The example built as `stem` (a file stem from guests/build.sh) converges in namespace `ns`.
+async fn converges(stem: &str, ns: &str) {
     let cp = ControlPlane::shared();
     let admin = cp.admin_client();
-    let ns = "cmgen";
     namespace(&admin, ns).await;
-    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/configmap-generator/crd.yaml");
-    let out = cp
-        .kubectl()
-        .arg("apply")
-        .arg("-f")
-        .arg(&crd)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply crd: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = cp
-        .kubectl()
-        .args([
-            "wait",
-            "--for=condition=established",
-            "--timeout=30s",
-            "crd/configmapgenerators.example.reconciled.dev",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "CRD not established: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    install_crd(cp).await;
 
     let runtime = Runtime::new().unwrap();
     let module = runtime
-        .compile(std::fs::read(common::guests::wasm("configmap_generator")).unwrap())
+        .compile(std::fs::read(common::guests::wasm(stem)).unwrap())
         .await
         .unwrap();
+    eprintln!(
+        "{stem}: compiled in {} ms",
+        module.compile_time().as_millis()
+    );
     let factory = InformerFactory::new(admin.clone(), Options::default());
     let settings = Settings {
         grant: Grant::namespaces([ns]),
-        ..Settings::new("cmgen")
+        ..Settings::new(ns)
     };
     let share = Share::alone(&settings.name);
     let controller = Controller::start(
@@ -210,5 +240,5 @@ async fn the_configmap_generator_converges_creates_updates_and_garbage_collects(
 
     let snap = controller.snapshot();
     assert_eq!(snap.traps, 0, "{snap:?}");
-    eprintln!("example converged: {snap:?}");
+    eprintln!("{stem} converged: {snap:?}");
 }
