@@ -113,6 +113,7 @@ fi
 # TypeScript guests: the SDK in guests/js, built by componentize-js (about 11 MB each).
 ts_builds=(
     "$root/examples/configmap-generator-ts/src/index.ts:configmap_generator_ts"
+    "$here/js/test/errors.ts:errors_ts"
 )
 for build in "${ts_builds[@]}"; do
     echo "build.sh: building ${build##*:} (TypeScript)" >&2
@@ -122,6 +123,7 @@ done
 # Python guests: the SDK in guests/python, built by componentize-py (about 18 MB each).
 py_builds=(
     "$root/examples/configmap-generator-py:app:configmap_generator_py"
+    "$here/python/test:errors:errors_py"
 )
 for build in "${py_builds[@]}"; do
     dir="${build%%:*}" rest="${build#*:}"

@@ -365,3 +365,55 @@ async fn watched_kinds_map_to_their_primary_by_label_and_by_guest_map() {
         .unwrap();
     wait_for("sa:1,pod:1").await;
 }
+
+/// An error a TypeScript or Python guest throws reaches the host as the WIT's typed error: the
+/// SDK's `ReconcileError` as its case, any other exception as `other` with its message; neither
+/// is a trap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typescript_and_python_errors_reach_the_host_typed_never_as_traps() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    for (stem, ns, thrown) in [
+        ("errors_ts", "errors-ts", "\"a plain failure\""),
+        ("errors_py", "errors-py", "ValueError: a plain failure"),
+    ] {
+        namespace(&client, ns).await;
+        let (controller, _factory, _runtime) =
+            start(client.clone(), stem, probe_settings(stem, &[ns])).await;
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        for name in ["conflict", "plain", "fine"] {
+            api.create(&PostParams::default(), &cm(name, &[]))
+                .await
+                .unwrap();
+        }
+        let key = |name: &str| format!("{ns}/{name}");
+        common::wait::wait_until(
+            &format!("{stem}: both errors recorded"),
+            Duration::from_secs(30),
+            || {
+                controller.last_error(&key("conflict")).is_some()
+                    && controller.last_error(&key("plain")).is_some()
+            },
+        )
+        .await;
+        let conflict = controller.last_error(&key("conflict")).unwrap();
+        assert!(
+            conflict.contains("Error::Conflict(") && conflict.contains("by the guest"),
+            "{stem}: {conflict}"
+        );
+        let plain = controller.last_error(&key("plain")).unwrap();
+        assert!(
+            plain.contains("Error::Other(") && plain.contains(thrown),
+            "{stem}: {plain}"
+        );
+        assert_eq!(controller.last_error(&key("fine")), None, "{stem}");
+        let snap = controller.snapshot();
+        assert_eq!(snap.traps, 0, "{stem}: an error is not a trap");
+        assert!(
+            snap.reconciles_failed >= 2,
+            "{stem}: {}",
+            snap.reconciles_failed
+        );
+        controller.stop().await;
+    }
+}
