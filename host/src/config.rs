@@ -21,6 +21,18 @@
 //! module = "ops.wasm"
 //! service_account = "ops/reconciler"  # act as this ServiceAccount, not as the host
 //!
+//! [[guest]]
+//! name = "cmgen-ts"                    # pulled from a registry; a tag is followed as it moves
+//! module = "oci://registry.example/platform/cmgen-ts:1.2@sha256:…"
+//!
+//! # How modules named by OCI reference are pulled (see `sources::oci`).
+//! [registry]
+//! pull_secret = "reconciled-system/registry-login"  # dockerconfigjson, for the guests above
+//! ca_file = "/etc/reconciled/registry-ca.pem"       # trusted beside the system's roots
+//! poll_interval_ms = 60000            # how often a tag is checked for a move
+//! pull_timeout_ms = 120000
+//! verify_key = "/etc/reconciled/cosign.pub"  # omitted: no signature check
+//!
 //! # Load guests tenants deliver in ConfigMaps labelled reconciled.dev/reconciler=true; each is
 //! # confined to its ConfigMap's namespace.
 //! [tenants]
@@ -34,6 +46,7 @@
 //! service_account = "reconciled-guest"  # each tenant's guests act as this SA of their namespace
 //! cpu_budget_ms_per_minute = 6000     # per tenant namespace, compile time included; omitted:
 //!                                     # unlimited. Over it, reconciles wait, never fail.
+//! registries = ["registry.example"]   # where tenants' .wasm.ref keys may pull from [none]
 //! [tenants.limits]
 //! deadline_ms = 2000
 //! [tenants.weights]                   # CPU shares when tenants compete [1 each]
@@ -71,6 +84,7 @@ use crate::controller::fair_share;
 use crate::guest::grant::Grant;
 use crate::guest::identity::ServiceAccount;
 use crate::guest::imports::Limits;
+use crate::sources::oci::ModuleRef;
 
 /// Errors reading the config file.
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +116,17 @@ pub enum Error {
         #[source]
         source: crate::guest::identity::Error,
     },
+    /// A guest's `module = "oci://…"` is no usable reference.
+    #[error("config {path}: guest {name:?}: {source}")]
+    Reference {
+        /// The file.
+        path: PathBuf,
+        /// The guest.
+        name: String,
+        /// What is wrong.
+        #[source]
+        source: crate::sources::oci::reference::Error,
+    },
     /// Two guests share a name.
     #[error(
         "config {path}: guest name {name:?} is used twice; names identify guests in logs and metrics"
@@ -130,6 +155,9 @@ pub struct Config {
     /// Replicas sharing the guests; absent = this host runs every guest itself.
     #[serde(default)]
     pub replicas: Option<ReplicasConfig>,
+    /// How modules named by OCI reference are pulled: CA, credentials, polling, signatures.
+    #[serde(default)]
+    pub registry: crate::sources::oci::Settings,
 }
 
 /// `[replicas]`: how this host shares its guests with its other replicas (see
@@ -192,7 +220,9 @@ pub struct Scheduler {
 pub struct GuestConfig {
     /// Unique name.
     pub name: String,
-    /// Path to the `.wasm` component, relative to the config file.
+    /// Path to the `.wasm` component, relative to the config file, or an OCI reference
+    /// `oci://registry/repo:tag[@sha256:…]` (see [`crate::sources::oci`]): a tag is followed as
+    /// it moves, polled every `[registry] poll_interval_ms`.
     ///
     /// Read with the host's own authority, wherever it leads (`..` and symlinks included):
     /// like the config file, it is the operator's word. Files named by others (the dev
@@ -221,6 +251,12 @@ fn one() -> usize {
 }
 
 impl GuestConfig {
+    /// The OCI reference `module` holds, if it is one (starts with `oci://`).
+    pub fn reference(&self) -> Option<Result<ModuleRef, crate::sources::oci::reference::Error>> {
+        let text = self.module.to_str()?;
+        text.starts_with("oci://").then(|| text.parse())
+    }
+
     /// The controller settings this guest runs with.
     pub fn settings(&self) -> Settings {
         Settings {
@@ -289,8 +325,17 @@ impl Config {
                     name: g.name.clone(),
                 });
             }
-            if g.module.is_relative() {
-                g.module = base.join(&g.module);
+            match g.reference() {
+                Some(Err(source)) => {
+                    return Err(Error::Reference {
+                        path: path.into(),
+                        name: g.name.clone(),
+                        source,
+                    });
+                }
+                Some(Ok(_)) => {}
+                None if g.module.is_relative() => g.module = base.join(&g.module),
+                None => {}
             }
         }
         Ok(config)

@@ -1,5 +1,7 @@
 //! `reconciled`: run wasm reconcilers against a Kubernetes cluster.
 
+mod cli;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,6 +17,9 @@ use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
 use reconciled::sources::configmap::{self, ConfigMapSource, TenantPolicy};
 use reconciled::sources::dir::{Change, DirSource, Settle};
+use reconciled::sources::oci::tenants::offer_of;
+use reconciled::sources::oci::watch::{LoginSource, Target, Watch};
+use reconciled::sources::oci::{ModuleRef, Registry};
 use reconciled::supervisor::{self, Offer, Source, Supervisor};
 
 #[derive(Parser)]
@@ -38,6 +43,9 @@ enum Command {
     Status(StatusArgs),
     /// Print a ConfigMap manifest that delivers a module to a namespace (gzipped if needed).
     Pack(PackArgs),
+    /// Publish a module to an OCI registry as a Wasm artifact; prints the reference pinned by
+    /// digest.
+    Push(cli::push::PushArgs),
 }
 
 #[derive(Args)]
@@ -61,7 +69,8 @@ struct RunArgs {
     /// Host config file: guests, grants, limits, tenants (see `reconciled::config`).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// A guest module to run with a full grant; repeatable. Named after its file.
+    /// A guest module to run with a full grant, a file or `oci://registry/repo:tag[@sha256:…]`;
+    /// repeatable. Named after its file or repository.
     #[arg(long = "guest")]
     guests: Vec<PathBuf>,
     /// Load tenants' guests from ConfigMaps labelled reconciled.dev/reconciler=true, each
@@ -74,6 +83,10 @@ struct RunArgs {
     /// RBAC kinds, Secrets or Pods; name them.
     #[arg(long = "tenant-kinds", value_delimiter = ',')]
     tenant_kinds: Vec<String>,
+    /// Registries (host or host:port) tenants' `.wasm.ref` keys may pull from, comma separated
+    /// or repeated; with --configmaps and no [tenants] in --config. None by default.
+    #[arg(long = "tenant-registries", value_delimiter = ',')]
+    tenant_registries: Vec<String>,
     /// This replica's name among the replicas sharing the guests (with [replicas] in --config):
     /// unique, a DNS label. Defaults to $POD_NAME, else <hostname>-<pid>.
     #[arg(long = "replica-id")]
@@ -147,6 +160,7 @@ fn main() -> ExitCode {
         Command::Dev(args) => rt.block_on(dev(args)),
         Command::Status(args) => rt.block_on(status(args)),
         Command::Pack(args) => pack(args),
+        Command::Push(args) => rt.block_on(cli::push::push(args)),
     };
     // Everything was stopped in order already; a blocking task still running (storing a
     // compiled artifact) must not hold the exit up.
@@ -303,7 +317,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let mut guests = config.guests.clone();
     for path in &args.guests {
-        let name = reconciled::sources::dir::guest_name(path);
+        let name = match path.to_str().filter(|p| p.starts_with("oci://")) {
+            Some(text) => {
+                let r: ModuleRef = text.parse().map_err(|e| anyhow::anyhow!("--guest: {e}"))?;
+                let last = r.repository().rsplit('/').next().unwrap_or("guest");
+                reconciled::sources::dir::guest_name(Path::new(last))
+            }
+            None => reconciled::sources::dir::guest_name(path),
+        };
         let s = Settings::new(&name);
         guests.push(GuestConfig {
             name,
@@ -316,20 +337,25 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         });
     }
     let tenants = match (&config.tenants, args.configmaps) {
-        (Some(_), _) if !args.tenant_kinds.is_empty() => anyhow::bail!(
-            "--tenant-kinds and a [tenants] section in {} both say what tenants may declare: use `kinds` under [tenants] only",
-            args.config
-                .as_deref()
-                .unwrap_or(Path::new("the config"))
-                .display()
-        ),
+        (Some(_), _) if !args.tenant_kinds.is_empty() || !args.tenant_registries.is_empty() => {
+            anyhow::bail!(
+                "--tenant-kinds or --tenant-registries, and a [tenants] section in {}, both say what tenants may do: use `kinds` and `registries` under [tenants] only",
+                args.config
+                    .as_deref()
+                    .unwrap_or(Path::new("the config"))
+                    .display()
+            )
+        }
         (Some(p), _) => Some(p.clone()),
         (None, true) => Some(TenantPolicy {
             kinds: args.tenant_kinds.iter().cloned().collect(),
+            registries: args.tenant_registries.iter().cloned().collect(),
             ..TenantPolicy::default()
         }),
-        (None, false) if !args.tenant_kinds.is_empty() => {
-            anyhow::bail!("--tenant-kinds applies to tenants' guests: add --configmaps")
+        (None, false) if !args.tenant_kinds.is_empty() || !args.tenant_registries.is_empty() => {
+            anyhow::bail!(
+                "--tenant-kinds and --tenant-registries apply to tenants' guests: add --configmaps"
+            )
         }
         (None, false) => None,
     };
@@ -377,14 +403,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let registry = Arc::new(Registry::new(config.registry.clone())?);
     let mut host = host(&args.cluster, config.fair_share(), replicas).await?;
     for g in &guests {
-        host.supervisor
-            .expect(&g.name, Source::File(g.module.clone()), g.settings());
+        host.supervisor.expect(&g.name, source_of(g), g.settings());
     }
     host.serve(&args.cluster).await?;
     let sup = &host.supervisor;
+    let mut pulls = Vec::new();
     for g in &guests {
+        if let Some(reference) = g.reference() {
+            pulls.push(pull(sup, &registry, g, reference?)?);
+            continue;
+        }
         // A guest that cannot load is reported and skipped: the others still run.
         let bytes = match std::fs::read(&g.module) {
             Ok(b) => b,
@@ -408,16 +439,74 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let configmaps = match tenants {
         Some(policy) => {
             tracing::info!(label = %format!("{}=true", configmap::LABEL), "loading tenants' guests from labelled ConfigMaps");
-            Some(ConfigMapSource::start(sup.factory(), sup.clone(), policy)?)
+            Some(ConfigMapSource::start_with(
+                sup.factory(),
+                sup.clone(),
+                policy,
+                registry.clone(),
+            )?)
         }
         None => None,
     };
     tracing::info!(guests = ?sup.names(), "host running; Ctrl-C or SIGTERM stops");
     stopped().await?;
     tracing::info!("stopping");
-    drop(configmaps);
+    drop((configmaps, pulls));
     host.stop().await;
     Ok(())
+}
+
+fn source_of(g: &GuestConfig) -> Source {
+    match g.reference() {
+        Some(Ok(r)) => Source::Registry(r.to_string()),
+        _ => Source::File(g.module.clone()),
+    }
+}
+
+/// Keeps guest `g` at what `reference` names: pulled now, and followed if it is a tag.
+fn pull(
+    sup: &Arc<Supervisor>,
+    registry: &Arc<Registry>,
+    g: &GuestConfig,
+    reference: ModuleRef,
+) -> anyhow::Result<Watch> {
+    let login = match &registry.settings().pull_secret {
+        None => LoginSource::Anonymous,
+        Some(text) => {
+            let (namespace, name) = text.split_once('/').ok_or_else(|| {
+                anyhow::anyhow!("[registry] pull_secret {text:?} is not namespace/name")
+            })?;
+            LoginSource::Secret {
+                client: sup.identities().host().clone(),
+                namespace: namespace.into(),
+                name: name.into(),
+            }
+        }
+    };
+    let target = Target {
+        registry: registry.clone(),
+        reference,
+        login,
+        // The operator's own guests: as large as anything the runtime accepts.
+        max_bytes: 256 << 20,
+    };
+    let (sup, name, settings, source) = (
+        Arc::downgrade(sup),
+        g.name.clone(),
+        g.settings(),
+        source_of(g),
+    );
+    Ok(Watch::start(target, move |outcome| {
+        if let Some(sup) = sup.upgrade() {
+            let offer = offer_of(
+                outcome,
+                source.clone(),
+                settings.clone(),
+                std::time::Duration::ZERO,
+            );
+            sup.offer(&name, offer);
+        }
+    }))
 }
 
 async fn dev(args: DevArgs) -> anyhow::Result<()> {

@@ -79,50 +79,12 @@ async fn the_python_configmap_generator_passes_the_same_test() {
     converges("configmap_generator_py", "cmgen-py").await;
 }
 
-/// Installs the CRD once per test binary: the tests of each language run at once, and two
-/// creates of one CRD race.
-async fn install_crd(cp: &ControlPlane) {
-    static CRD: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    CRD.get_or_init(|| async {
-        let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../examples/configmap-generator/crd.yaml");
-        let out = cp
-            .kubectl()
-            .arg("apply")
-            .arg("-f")
-            .arg(&crd)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "kubectl apply crd: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = cp
-            .kubectl()
-            .args([
-                "wait",
-                "--for=condition=established",
-                "--timeout=30s",
-                "crd/configmapgenerators.example.reconciled.dev",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "CRD not established: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    })
-    .await;
-}
-
 /// The example built as `stem` (a file stem from guests/build.sh) converges in namespace `ns`.
 async fn converges(stem: &str, ns: &str) {
     let cp = ControlPlane::shared();
     let admin = cp.admin_client();
     namespace(&admin, ns).await;
-    install_crd(cp).await;
+    common::install_example_crd(cp).await;
 
     let runtime = Runtime::new().unwrap();
     let module = runtime

@@ -27,6 +27,8 @@ const STAGES: &[(&str, &[&str])] = &[
     ("supervisor", &["supervisor"]),
     ("sources", &["sources"]),
     ("config", &["config"]),
+    // The binary's own subcommands (cli/, beside main.rs): they may use everything above.
+    ("cli", &["cli"]),
 ];
 
 /// Longest a source file may be, its `#[cfg(test)] mod tests` aside.

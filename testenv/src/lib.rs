@@ -21,6 +21,7 @@ pub mod kubeconfig;
 pub mod pki;
 pub mod process;
 pub mod proxy;
+pub mod registry;
 
 pub use proxy::Proxy;
 

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: testenv <up|prepare>
   up       start etcd, kube-apiserver and kube-controller-manager on loopback, print a
            kubeconfig, run until Ctrl-C
-  prepare  build (or find cached) kube-apiserver, kube-controller-manager, kubectl and etcd,
-           print their paths";
+  prepare  build (or find cached) kube-apiserver, kube-controller-manager, kubectl, etcd and
+           the test OCI registry, print their paths";
 
 fn main() -> ExitCode {
     let arg = std::env::args().nth(1);
@@ -36,6 +36,10 @@ fn prepare() -> anyhow::Result<()> {
     );
     println!("kubectl                 {}", bins.kubectl.display());
     println!("etcd                    {}", bins.etcd.display());
+    println!(
+        "registry                {}",
+        testenv::registry::binary()?.display()
+    );
     Ok(())
 }
 

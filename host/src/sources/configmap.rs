@@ -10,6 +10,11 @@
 //! the ConfigMap reloads the guests whose bytes changed; removing a key, the label or the
 //! ConfigMap unloads them.
 //!
+//! A module too large for a ConfigMap (a TypeScript or Python component is 11–19 MB) is named
+//! by reference instead: a `data` key `rec.wasm.ref` holding `registry/repo:tag@sha256:…` (see
+//! [`crate::sources::oci::tenants`]). Changing the reference reloads the guest; a tag alone is
+//! followed as it moves.
+//!
 //! The ConfigMap's namespace is the guest's tenant namespace: its grant is the
 //! [`TenantPolicy`]'s, confined to that namespace. A module that declares anything beyond it is
 //! rejected, with an Event on the ConfigMap saying why.
@@ -54,6 +59,8 @@ use crate::informer::factory::InformerFactory;
 use crate::informer::{Event, InformerKey, Namespaces, Scope};
 use crate::object::ObjectRef;
 use crate::selector::LabelSelector;
+use crate::sources::oci::Registry;
+use crate::sources::oci::tenants::{PULL_SECRET, Refs, TenantRefs};
 use crate::sources::pack::{Modules, modules_of, unpack};
 use crate::supervisor::{Offer, Source, Supervisor, TenantLimits, Unreadable};
 
@@ -119,6 +126,10 @@ pub struct TenantPolicy {
     /// until the budget refills, with a Warning Event when that starts; see
     /// [`crate::controller::fair_share`].
     pub cpu_budget_ms_per_minute: Option<u64>,
+    /// Registries (`host` or `host:port`, exactly as references name them) tenants' `.wasm.ref`
+    /// keys may pull from [none]. The host makes those requests from inside the cluster, so
+    /// this list is what keeps a tenant from pointing it at any address it can reach.
+    pub registries: BTreeSet<String>,
     /// Each tenant namespace's share of the host's CPU when tenants compete [1 each];
     /// `[tenants.weights]` with `team-a = 2` gives team-a twice the share of a tenant of weight 1.
     pub weights: BTreeMap<String, u32>,
@@ -139,6 +150,7 @@ impl Default for TenantPolicy {
             service_account: DEFAULT_SERVICE_ACCOUNT.into(),
             cpu_budget_ms_per_minute: None,
             weights: BTreeMap::new(),
+            registries: BTreeSet::new(),
         }
     }
 }
@@ -197,11 +209,22 @@ impl Drop for ConfigMapSource {
 }
 
 impl ConfigMapSource {
-    /// Starts watching. Must be called inside a tokio runtime.
+    /// Starts watching, pulling `.wasm.ref` modules with a registry client of default
+    /// settings. Must be called inside a tokio runtime.
     pub fn start(
         factory: &InformerFactory,
         supervisor: Arc<Supervisor>,
         policy: TenantPolicy,
+    ) -> Result<Self, Error> {
+        Self::start_with(factory, supervisor, policy, Arc::new(Registry::default()))
+    }
+
+    /// [`ConfigMapSource::start`], pulling with `registry`.
+    pub fn start_with(
+        factory: &InformerFactory,
+        supervisor: Arc<Supervisor>,
+        policy: TenantPolicy,
+        registry: Arc<Registry>,
     ) -> Result<Self, Error> {
         let scope = Scope {
             namespaces: match &policy.namespaces {
@@ -219,7 +242,7 @@ impl ConfigMapSource {
             max_guests_per_namespace: Some(policy.max_guests_per_namespace),
             max_cached_bytes_per_namespace: policy.max_cached_bytes_per_namespace,
         });
-        let task = tokio::spawn(run(sub, supervisor, policy)).abort_handle();
+        let task = tokio::spawn(run(sub, supervisor, policy, registry)).abort_handle();
         Ok(Self { task })
     }
 }
@@ -228,11 +251,13 @@ async fn run(
     mut sub: crate::informer::Subscription,
     supervisor: Arc<Supervisor>,
     policy: TenantPolicy,
+    registry: Arc<Registry>,
 ) {
     let informer = sub.informer().clone();
     let dispatch = Dispatch {
         supervisor: supervisor.clone(),
         policy,
+        refs: TenantRefs::new(registry),
     };
     let mut seen = Seen::default();
     let mut access_changes = supervisor.access_changes();
@@ -336,10 +361,14 @@ fn id_of(o: &ObjectRef) -> (String, String) {
 struct Dispatch {
     supervisor: Arc<Supervisor>,
     policy: TenantPolicy,
+    refs: TenantRefs,
 }
 
 impl Dispatch {
+    /// Offers what a ConfigMap's bytes ask for `name`, or removes it; either way a watch of a
+    /// reference it was named by before ends.
     fn submit(&self, name: String, offer: Offer) {
+        self.refs.stop(&name);
         self.supervisor.offer(&name, offer);
     }
 
@@ -386,7 +415,7 @@ fn offers_for(
         let name = format!("{namespace}/{cm}/{stem}");
         wanted.insert(name.clone());
         let message = format!(
-            "keys {keys:?} all name guest {name}; keep one of them (a .wasm or a .wasm.gz, not both)"
+            "keys {keys:?} all name guest {name}; keep one of them (a .wasm, a .wasm.gz or a .wasm.ref)"
         );
         offers.push((name.clone(), refused(&name, &keys[0], message)));
     }
@@ -452,7 +481,7 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
     let parsed = tokio::task::spawn_blocking(move || modules_of(object.json()))
         .await
         .unwrap_or_else(|e| Err(e.to_string()));
-    let modules = match parsed {
+    let mut modules = match parsed {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!(configmap = %format!("{namespace}/{cm}"), "ignoring an unparseable ConfigMap: {e}");
@@ -465,7 +494,8 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
         key: key.to_string(),
         uid: modules.uid.clone(),
     };
-    let submitting = modules.modules.len() + modules.duplicates.len();
+    let named = std::mem::take(&mut modules.refs);
+    let submitting = modules.modules.len() + modules.duplicates.len() + named.len();
     let nothing_to_load = submitting == 0;
     if !nothing_to_load {
         dispatch
@@ -478,7 +508,7 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
         if warned.get(&id).map(String::as_str) != Some(rv) {
             warned.insert(id.clone(), rv.to_string());
             let hint = if modules.text_wasm_keys.is_empty() {
-                "it has no binaryData key ending in .wasm or .wasm.gz".to_string()
+                "it has no binaryData key ending in .wasm or .wasm.gz, and no data key ending in .wasm.ref".to_string()
             } else {
                 format!(
                     "its module keys {:?} are under data, not binaryData; create it with kubectl create configmap --from-file=rec.wasm=<file>, which stores binary files in binaryData",
@@ -500,10 +530,24 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
         }
     }
     let account = account_of(o, &namespace, &dispatch.policy);
-    let (offers, wanted) = offers_for(modules, &namespace, &cm, &dispatch.policy, &account);
+    let uid = modules.uid.clone();
+    let (offers, mut wanted) = offers_for(modules, &namespace, &cm, &dispatch.policy, &account);
     for (name, offer) in offers {
         dispatch.submit(name, offer);
     }
+    let refs = Refs {
+        namespace: &namespace,
+        configmap: &cm,
+        uid: &uid,
+        named,
+        account: &account,
+        pull_secret: annotation(o, PULL_SECRET),
+    };
+    wanted.extend(
+        dispatch
+            .refs
+            .sync(&dispatch.supervisor, &dispatch.policy, refs),
+    );
     // Each module key and each set of duplicates was submitted once, loaded or refused.
     let mut submitted = submitting;
     if wanted.is_empty() {
@@ -525,6 +569,11 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
 /// no annotation here and as changed modules in [`same_modules`], so it is read again: the
 /// value then comes from the full parse in [`account_of`].
 fn annotated_account(o: &ObjectRef) -> Option<String> {
+    annotation(o, ANNOTATION)
+}
+
+/// Annotation `key` of a ConfigMap, if it has it; see [`annotated_account`].
+fn annotation(o: &ObjectRef, key: &str) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Cm {
         #[serde(default)]
@@ -537,7 +586,7 @@ fn annotated_account(o: &ObjectRef) -> Option<String> {
     }
     serde_json::from_slice::<Cm>(o.json())
         .ok()
-        .and_then(|mut cm| cm.metadata.annotations.remove(ANNOTATION))
+        .and_then(|mut cm| cm.metadata.annotations.remove(key))
 }
 
 /// The ServiceAccount the guests of `o` (in `namespace`) act as: the one its annotation names,
@@ -556,27 +605,28 @@ fn account_of(
     })
 }
 
-/// Whether `new` delivers the module bytes `old` did, as the same identity: the same object
-/// (uid) with the same `binaryData`, compared as text, without decoding, and the same
-/// ServiceAccount annotation.
+/// Whether `new` delivers the modules `old` did, as the same identity: the same object (uid)
+/// with the same `binaryData` and `data` (where references live), compared as text, without
+/// decoding, and the same ServiceAccount and pull-secret annotations.
 ///
-/// Where it may surprise: JSON whose `binaryData` cannot be borrowed as it stands (an escaped
-/// character, which neither base64 nor a ConfigMap key holds) counts as changed, so the
-/// modules are read again: slower, never wrong.
+/// Where it may surprise: JSON that cannot be borrowed as it stands (an escaped character,
+/// which base64 never holds but other `data` text may) counts as changed, so the modules are
+/// read again: slower, never wrong.
 fn same_modules(old: &ObjectRef, new: &ObjectRef) -> bool {
-    #[derive(serde::Deserialize)]
+    #[derive(serde::Deserialize, PartialEq)]
     struct Cm<'a> {
         #[serde(default, borrow, rename = "binaryData")]
         binary_data: BTreeMap<&'a str, &'a str>,
+        #[serde(default, borrow)]
+        data: BTreeMap<&'a str, &'a str>,
     }
-    fn binary_data(o: &ObjectRef) -> Option<BTreeMap<&str, &str>> {
-        serde_json::from_slice::<Cm<'_>>(o.json())
-            .ok()
-            .map(|cm| cm.binary_data)
+    fn contents(o: &ObjectRef) -> Option<Cm<'_>> {
+        serde_json::from_slice::<Cm<'_>>(o.json()).ok()
     }
     old.uid() == new.uid()
         && annotated_account(old) == annotated_account(new)
-        && match (binary_data(old), binary_data(new)) {
+        && annotation(old, PULL_SECRET) == annotation(new, PULL_SECRET)
+        && match (contents(old), contents(new)) {
             (Some(a), Some(b)) => a == b,
             _ => false,
         }
@@ -649,6 +699,7 @@ mod tests {
                 min_reload_interval_ms: 0,
                 ..TenantPolicy::default()
             },
+            refs: TenantRefs::new(Arc::new(Registry::default())),
         }
     }
 
@@ -879,6 +930,57 @@ mod tests {
             ]
         );
         assert_eq!(m.text_wasm_keys, vec!["text.wasm".to_string()]);
+    }
+
+    #[test]
+    fn a_reference_names_a_guest_as_a_module_key_does_and_may_not_share_its_name() {
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let json = serde_json::json!({
+            "metadata": {"uid": "u"},
+            "data": {"big.wasm.ref": " r.example/big:1 ", "rec.wasm.ref": "r.example/rec:1", "notes": "x"},
+            "binaryData": {"rec.wasm": b64(b"a")},
+        });
+        let m = modules_of(json.to_string().as_bytes()).unwrap();
+        assert_eq!(m.refs.len(), 1);
+        assert_eq!(
+            (m.refs[0].stem.as_str(), m.refs[0].reference.as_str()),
+            ("big", "r.example/big:1")
+        );
+        assert!(m.modules.is_empty(), "rec is named twice");
+        assert_eq!(
+            m.duplicates["rec"],
+            vec!["rec.wasm".to_string(), "rec.wasm.ref".into()]
+        );
+        assert!(
+            m.text_wasm_keys.is_empty(),
+            "a .wasm.ref is no misplaced module"
+        );
+    }
+
+    #[test]
+    fn a_new_reference_or_pull_secret_is_a_change_of_modules() {
+        let with = |reference: &str, secret: Option<&str>| -> ObjectRef {
+            let mut annotations = serde_json::Map::new();
+            if let Some(s) = secret {
+                annotations.insert(PULL_SECRET.into(), s.into());
+            }
+            Arc::new(
+                Object::from_value(
+                    serde_json::json!({
+                        "metadata": {"name": "m", "namespace": "team-a", "uid": "u", "resourceVersion": "1",
+                                     "annotations": annotations},
+                        "data": {"rec.wasm.ref": reference},
+                    }),
+                    &Transform::none(),
+                    None,
+                )
+                .unwrap(),
+            )
+        };
+        let v1 = with("r.example/rec:1", None);
+        assert!(same_modules(&v1, &with("r.example/rec:1", None)));
+        assert!(!same_modules(&v1, &with("r.example/rec:2", None)));
+        assert!(!same_modules(&v1, &with("r.example/rec:1", Some("login"))));
     }
 
     #[test]

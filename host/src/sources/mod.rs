@@ -1,7 +1,9 @@
 //! Where guest modules come from: a folder watched during development (`reconciled dev`), a
-//! guest crate rebuilt on change, and ConfigMaps that tenants drop into the cluster.
+//! guest crate rebuilt on change, ConfigMaps that tenants drop into the cluster, and OCI
+//! registries that either of them may name.
 
 pub mod cargo_build;
 pub mod configmap;
 pub mod dir;
+pub mod oci;
 pub mod pack;

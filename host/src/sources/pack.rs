@@ -13,6 +13,15 @@ pub(crate) struct Modules {
     pub(crate) duplicates: BTreeMap<String, Vec<String>>,
     /// `data` (text) keys that look like modules: a common mistake.
     pub(crate) text_wasm_keys: Vec<String>,
+    /// `data` keys ending in `.wasm.ref`: modules named by OCI reference, in key order.
+    pub(crate) refs: Vec<Named>,
+}
+
+/// A module named by reference: `data` key `<stem>.wasm.ref` holding `registry/repo:tag@sha256:…`.
+pub(crate) struct Named {
+    pub(crate) key: String,
+    pub(crate) stem: String,
+    pub(crate) reference: String,
 }
 
 pub(crate) struct Packed {
@@ -29,7 +38,7 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, String> {
         #[serde(default, rename = "binaryData")]
         binary_data: HashMap<String, String>,
         #[serde(default)]
-        data: HashMap<String, serde::de::IgnoredAny>,
+        data: HashMap<String, String>,
     }
     #[derive(serde::Deserialize)]
     struct Meta {
@@ -40,6 +49,16 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, String> {
     let mut keys: Vec<&String> = cm.binary_data.keys().collect();
     keys.sort();
     let mut by_stem: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
+    let mut refs: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    let mut data_keys: Vec<&String> = cm.data.keys().collect();
+    data_keys.sort();
+    for key in data_keys {
+        if let Some(stem) = key.strip_suffix(".wasm.ref") {
+            refs.entry(stem.replace('_', "-").to_lowercase())
+                .or_default()
+                .push((key.clone(), cm.data[key].trim().to_string()));
+        }
+    }
     for key in keys {
         let Some(stem) = key
             .strip_suffix(".wasm.gz")
@@ -57,6 +76,25 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, String> {
     }
     let mut modules = Vec::new();
     let mut duplicates = BTreeMap::new();
+    let mut named = Vec::new();
+    for (stem, mut found) in refs {
+        match (found.len(), by_stem.remove(&stem)) {
+            (1, None) => {
+                let (key, reference) = found.remove(0);
+                named.push(Named {
+                    key,
+                    stem,
+                    reference,
+                });
+            }
+            (_, also) => {
+                let mut keys: Vec<String> = found.into_iter().map(|(k, _)| k).collect();
+                keys.extend(also.unwrap_or_default().into_iter().map(|(k, _)| k));
+                keys.sort();
+                duplicates.insert(stem, keys);
+            }
+        }
+    }
     for (stem, mut found) in by_stem {
         if found.len() == 1 {
             let (key, bytes) = found.remove(0);
@@ -77,6 +115,7 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, String> {
         modules,
         duplicates,
         text_wasm_keys,
+        refs: named,
     })
 }
 

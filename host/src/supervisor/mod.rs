@@ -259,6 +259,11 @@ impl Supervisor {
         &self.scheduler
     }
 
+    /// The identities guests act as: the host's, and the ServiceAccounts they impersonate.
+    pub fn identities(&self) -> &Identities {
+        &self.identities
+    }
+
     /// The informer factory guests share.
     pub fn factory(&self) -> &Arc<InformerFactory> {
         &self.factory

@@ -7,6 +7,8 @@ pub enum Source {
     File(std::path::PathBuf),
     /// A file in the folder `reconciled dev` watches.
     DevFolder(std::path::PathBuf),
+    /// An OCI reference of the host config or `--guest` (`oci://…`): the operator's.
+    Registry(String),
     /// A key of a labelled ConfigMap.
     ConfigMap {
         /// Its namespace: the guest's tenant namespace.
@@ -26,7 +28,9 @@ impl Source {
     pub fn tenant(&self) -> &str {
         match self {
             Source::ConfigMap { namespace, .. } => namespace,
-            Source::File(_) | Source::DevFolder(_) => crate::controller::fair_share::OPERATOR,
+            Source::File(_) | Source::DevFolder(_) | Source::Registry(_) => {
+                crate::controller::fair_share::OPERATOR
+            }
         }
     }
 }
@@ -36,6 +40,7 @@ impl std::fmt::Display for Source {
         match self {
             Source::File(p) => write!(f, "file {}", p.display()),
             Source::DevFolder(p) => write!(f, "dev folder file {}", p.display()),
+            Source::Registry(r) => f.write_str(r),
             Source::ConfigMap {
                 namespace,
                 name,

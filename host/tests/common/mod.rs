@@ -192,6 +192,44 @@ pub async fn wait_state(informer: &Informer, state: State, timeout: Duration) ->
     }
 }
 
+/// Installs the ConfigMapGenerator example's CRD once per test binary: tests run at once, and
+/// two creates of one CRD race.
+pub async fn install_example_crd(cp: &testenv::ControlPlane) {
+    static CRD: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    CRD.get_or_init(|| async {
+        let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/configmap-generator/crd.yaml");
+        let out = cp
+            .kubectl()
+            .arg("apply")
+            .arg("-f")
+            .arg(&crd)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl apply crd: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = cp
+            .kubectl()
+            .args([
+                "wait",
+                "--for=condition=established",
+                "--timeout=30s",
+                "crd/configmapgenerators.example.reconciled.dev",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "CRD not established: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    })
+    .await;
+}
+
 /// The `[tenants]` policy with these kinds allowed (tenants may declare none by default).
 pub fn tenants(kinds: &[&str]) -> reconciled::sources::configmap::TenantPolicy {
     reconciled::sources::configmap::TenantPolicy {

@@ -1,0 +1,3 @@
+//! Subcommands that help authors rather than run guests: `reconciled push`.
+
+pub(crate) mod push;

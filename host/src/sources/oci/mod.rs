@@ -1,0 +1,694 @@
+//! Guests delivered as OCI artifacts: `oci://registry/repository:tag@sha256:…`, in the host
+//! config, on the command line, or in a tenant's ConfigMap (a `data` key `rec.wasm.ref`).
+//!
+//! The layout is the CNCF TAG Runtime's Wasm OCI artifact, which wasm-pkg-tools and
+//! Kubewarden's newer tooling publish: an OCI image manifest whose config is
+//! [`CONFIG_MEDIA_TYPE`] and whose single layer is the component, [`LAYER_MEDIA_TYPE`].
+//! `reconciled push` writes exactly that, and `oras pull` or `crane` read it back.
+//!
+//! Every pull fetches the manifest from the registry with the requester's own credentials,
+//! checks it against the pinned digest, its media types and the size limit, and only then
+//! takes the layer, from the cache when its digest is known (the registry has just said that
+//! this repository holds that layer, to this requester) or else from the registry, checked
+//! against its digest as it streams. A module named by a tag is polled (see [`watch`]) and
+//! reloads when the tag moves.
+//!
+//! Where it may surprise:
+//! - The manifest is fetched on every pull and poll, even when the module is cached: a cache
+//!   hit never stands in for the registry's word that a requester may read a repository,
+//!   so one tenant cannot load another's private module by naming its digest.
+//! - Pulls are bounded in time ([`Settings::pull_timeout`]) and the layer in size; a registry
+//!   that never answers delays only the guest that names it.
+//! - With [`Settings::verify_key`], a module without a valid cosign signature is rejected
+//!   (see [`signature`]).
+
+pub mod credentials;
+pub mod reference;
+pub mod signature;
+pub mod tenants;
+pub mod watch;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::secrets::RegistryAuth;
+use sha2::Digest as _;
+
+use credentials::Login;
+pub use reference::ModuleRef;
+
+/// The config media type of a Wasm OCI artifact.
+pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
+/// The media type of its one layer: the component itself.
+pub const LAYER_MEDIA_TYPE: &str = "application/wasm";
+/// What older tools (wasm-to-oci, Kubewarden's policies) call the same two things; pulled too.
+const LEGACY_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v1+json";
+const LEGACY_LAYER_MEDIA_TYPE: &str = "application/vnd.wasm.content.layer.v1+wasm";
+const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// Why a module could not be pulled or pushed. Each says which reference, what the registry
+/// did, and what to do; the guest's serving version, if any, stays.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The reference itself is wrong.
+    #[error(transparent)]
+    Reference(#[from] reference::Error),
+    /// Credentials could not be read.
+    #[error(transparent)]
+    Credentials(#[from] credentials::Error),
+    /// The registry could not be reached, or did not answer in time.
+    #[error(
+        "registry {registry} is unreachable for {reference}: {reason}; check the address and the network path from the host (and, for a tenant's reference, NetworkPolicies)"
+    )]
+    Unreachable {
+        /// The reference.
+        reference: ModuleRef,
+        /// Its registry.
+        registry: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The registry's TLS certificate is not one the host trusts.
+    #[error(
+        "registry {registry}'s TLS certificate is not trusted for {reference}: {reason}; add the CA that signed it to [registry] ca_file (or `reconciled push --ca-file`)"
+    )]
+    Untrusted {
+        /// The reference.
+        reference: ModuleRef,
+        /// Its registry.
+        registry: String,
+        /// What TLS said.
+        reason: String,
+    },
+    /// The registry refused the credentials (or their absence).
+    #[error(
+        "registry {registry} refused {who} for {reference}: check the pull secret's username and password for {registry}"
+    )]
+    Unauthorized {
+        /// The reference.
+        reference: ModuleRef,
+        /// Its registry.
+        registry: String,
+        /// `user "x"` or `anonymous access`.
+        who: String,
+    },
+    /// No such repository, tag or digest.
+    #[error(
+        "{reference} does not exist: the registry has no such {what}; check the repository, tag and digest (`oras manifest fetch` shows what is there)"
+    )]
+    NotFound {
+        /// The reference.
+        reference: ModuleRef,
+        /// Manifest, blob or repository.
+        what: &'static str,
+    },
+    /// Not a Wasm artifact.
+    #[error(
+        "{reference} is not a Wasm OCI artifact: {found}; publish it with `reconciled push` (config {CONFIG_MEDIA_TYPE}, one {LAYER_MEDIA_TYPE} layer)"
+    )]
+    MediaType {
+        /// The reference.
+        reference: ModuleRef,
+        /// What it is instead.
+        found: String,
+    },
+    /// Content whose digest is not the one it was named by.
+    #[error(
+        "{reference}: {what} has digest {actual}, not {expected}; the registry served other content than was named, so it was not used"
+    )]
+    DigestMismatch {
+        /// The reference.
+        reference: ModuleRef,
+        /// The manifest or the layer.
+        what: &'static str,
+        /// What it should be.
+        expected: String,
+        /// What it is.
+        actual: String,
+    },
+    /// Larger than allowed.
+    #[error(
+        "{reference}: the module is {size} bytes, over the {max}-byte limit; shrink it or raise max_module_bytes"
+    )]
+    TooLarge {
+        /// The reference.
+        reference: ModuleRef,
+        /// Its size (declared or read so far).
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// Its signature is missing or does not verify.
+    #[error("{reference}: {reason}")]
+    Signature {
+        /// The reference.
+        reference: ModuleRef,
+        /// Why.
+        reason: String,
+    },
+    /// Anything else the registry said.
+    #[error("registry {registry} failed for {reference}: {reason}")]
+    Registry {
+        /// The reference.
+        reference: ModuleRef,
+        /// Its registry.
+        registry: String,
+        /// What it said.
+        reason: String,
+    },
+    /// The host's registry settings are unusable.
+    #[error("[registry] {0}")]
+    Settings(String),
+}
+
+/// `[registry]` in the host config: how the host talks to registries.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// `namespace/name` of a `kubernetes.io/dockerconfigjson` Secret with the logins for the
+    /// operator's own guests (`[[guest]] module = "oci://…"` and `--guest oci://…`) [none:
+    /// anonymous]. Tenants name their own, in their namespace.
+    pub pull_secret: Option<String>,
+    /// PEM file of CA certificates trusted beside the system's, for registries with a private
+    /// CA.
+    pub ca_file: Option<PathBuf>,
+    /// Registries (`host:port`) spoken to over plain HTTP. Only for a registry on loopback or a
+    /// trusted network: nothing protects the module on the way.
+    pub insecure: Vec<String>,
+    /// How often a module named by a tag (not a digest) is checked for a move, in
+    /// milliseconds [60 000]. Each check is one manifest request.
+    pub poll_interval_ms: u64,
+    /// Longest one pull may take, in milliseconds [120 000].
+    pub pull_timeout_ms: u64,
+    /// PEM public key (ECDSA P-256, as `cosign generate-key-pair` writes) every pulled module
+    /// must carry a cosign signature of [none: no check]. Applies to tenants' modules too.
+    pub verify_key: Option<PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            pull_secret: None,
+            ca_file: None,
+            insecure: Vec::new(),
+            poll_interval_ms: 60_000,
+            pull_timeout_ms: 120_000,
+            verify_key: None,
+        }
+    }
+}
+
+impl Settings {
+    /// [`Settings::poll_interval_ms`] as a duration.
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms.max(100))
+    }
+
+    /// [`Settings::pull_timeout_ms`] as a duration.
+    pub fn pull_timeout(&self) -> Duration {
+        Duration::from_millis(self.pull_timeout_ms.max(100))
+    }
+}
+
+/// A pulled module.
+#[derive(Clone)]
+pub struct Pulled {
+    /// The manifest's digest (`sha256:…`): what a tag resolved to.
+    pub manifest: String,
+    /// The module's sha256, hex, as the supervisor names versions.
+    pub digest: String,
+    /// The component.
+    pub bytes: Arc<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Pulled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pulled({}, {} bytes)", self.manifest, self.bytes.len())
+    }
+}
+
+/// What a pull found.
+#[derive(Debug)]
+pub enum Fetched {
+    /// The reference still resolves to the manifest the caller already has.
+    Unchanged,
+    /// A module.
+    New(Pulled),
+}
+
+/// Modules kept by their layer digest, at most this many bytes in all.
+const CACHE_BYTES: usize = 256 << 20;
+
+/// The host's registry client: one HTTP client per set of credentials (a client remembers
+/// the login it first used per registry, so tenants never share one), and the layer cache.
+pub struct Registry {
+    settings: Settings,
+    roots: Vec<Certificate>,
+    key: Option<p256::ecdsa::VerifyingKey>,
+    clients: Mutex<HashMap<String, oci_client::Client>>,
+    cache: Mutex<LayerCache>,
+}
+
+/// Modules by layer digest (hex), with the order they were added in, oldest first.
+#[derive(Default)]
+struct LayerCache {
+    by_digest: HashMap<String, Arc<Vec<u8>>>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Registry {
+    /// Default settings: system roots, anonymous, no signature check.
+    fn default() -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Registry {
+            settings: Settings::default(),
+            roots: Vec::new(),
+            key: None,
+            clients: Mutex::new(HashMap::new()),
+            cache: Mutex::new(LayerCache::default()),
+        }
+    }
+}
+
+impl Registry {
+    /// A client with `settings`; reads its CA file and verification key now, so that a bad
+    /// one stops the host at start rather than failing every pull.
+    pub fn new(settings: Settings) -> Result<Self, Error> {
+        // reqwest's rustls takes the process-wide provider; kube links ring, so ring it is.
+        // A second install (another Registry, or tests) is refused harmlessly.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let roots = match &settings.ca_file {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    Error::Settings(format!("cannot read ca_file {}: {e}", path.display()))
+                })?;
+                vec![Certificate {
+                    encoding: CertificateEncoding::Pem,
+                    data: pem,
+                }]
+            }
+            None => Vec::new(),
+        };
+        let key = match &settings.verify_key {
+            Some(path) => Some(signature::read_public_key(path).map_err(Error::Settings)?),
+            None => None,
+        };
+        Ok(Registry {
+            settings,
+            roots,
+            key,
+            clients: Mutex::new(HashMap::new()),
+            cache: Mutex::new(LayerCache::default()),
+        })
+    }
+
+    /// The settings it was made with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The client for `login` (`None`: anonymous).
+    pub(crate) fn client(&self, login: Option<&Login>) -> (oci_client::Client, RegistryAuth) {
+        let (key, auth) = match login {
+            Some(l) => {
+                let mut h = sha2::Sha256::new();
+                h.update(l.username.as_bytes());
+                h.update([0]);
+                h.update(l.password.as_bytes());
+                (
+                    crate::guest::digest_of(&h.finalize()),
+                    RegistryAuth::Basic(l.username.clone(), l.password.clone()),
+                )
+            }
+            None => (String::new(), RegistryAuth::Anonymous),
+        };
+        let mut clients = self.clients.lock().unwrap();
+        let client = clients
+            .entry(key)
+            .or_insert_with(|| {
+                oci_client::Client::new(ClientConfig {
+                    protocol: if self.settings.insecure.is_empty() {
+                        ClientProtocol::Https
+                    } else {
+                        ClientProtocol::HttpsExcept(self.settings.insecure.clone())
+                    },
+                    extra_root_certificates: self.roots.clone(),
+                    platform_resolver: None,
+                    // One PUT per blob: every registry takes it, while chunked uploads trip
+                    // over registries that answer a PATCH without a Location (crane's).
+                    use_monolithic_push: true,
+                    connect_timeout: Some(Duration::from_secs(10)),
+                    read_timeout: Some(Duration::from_secs(30)),
+                    user_agent: concat!("reconciled/", env!("CARGO_PKG_VERSION")),
+                    ..ClientConfig::default()
+                })
+            })
+            .clone();
+        (client, auth)
+    }
+
+    /// Pulls `reference` as `login`, unless it still resolves to manifest `known`; at most
+    /// `max_bytes` of module. Bounded by [`Settings::pull_timeout`].
+    pub async fn pull(
+        &self,
+        reference: &ModuleRef,
+        login: Option<&Login>,
+        known: Option<&str>,
+        max_bytes: usize,
+    ) -> Result<Fetched, Error> {
+        let timeout = self.settings.pull_timeout();
+        match tokio::time::timeout(timeout, self.pull_now(reference, login, known, max_bytes)).await
+        {
+            Ok(r) => r,
+            Err(_) => Err(Error::Unreachable {
+                reference: reference.clone(),
+                registry: reference.registry().to_string(),
+                reason: format!("the pull took longer than {timeout:?} (pull_timeout_ms)"),
+            }),
+        }
+    }
+
+    async fn pull_now(
+        &self,
+        reference: &ModuleRef,
+        login: Option<&Login>,
+        known: Option<&str>,
+        max_bytes: usize,
+    ) -> Result<Fetched, Error> {
+        let (client, auth) = self.client(login);
+        let fail = |e| classify(e, reference, login);
+        let (body, _) = client
+            .pull_manifest_raw(reference.inner(), &auth, &[MANIFEST_MEDIA_TYPE])
+            .await
+            .map_err(fail)?;
+        let manifest = format!("sha256:{}", crate::guest::digest_of(&body));
+        if let Some(pinned) = reference.pinned()
+            && pinned != manifest
+        {
+            return Err(Error::DigestMismatch {
+                reference: reference.clone(),
+                what: "the manifest",
+                expected: pinned.to_string(),
+                actual: manifest,
+            });
+        }
+        if known == Some(manifest.as_str()) {
+            return Ok(Fetched::Unchanged);
+        }
+        let layer = wasm_layer(reference, &body)?;
+        if layer.size < 0 || layer.size as u64 > max_bytes as u64 {
+            return Err(Error::TooLarge {
+                reference: reference.clone(),
+                size: layer.size.max(0) as u64,
+                max: max_bytes as u64,
+            });
+        }
+        if let Some(key) = &self.key {
+            signature::verify(&client, &auth, reference, &manifest, key)
+                .await
+                .map_err(|reason| match reason {
+                    signature::Failure::Registry(e) => classify(e, reference, login),
+                    signature::Failure::Invalid(reason) => Error::Signature {
+                        reference: reference.clone(),
+                        reason,
+                    },
+                })?;
+        }
+        let hex = layer
+            .digest
+            .strip_prefix("sha256:")
+            .filter(|h| h.len() == 64)
+            .ok_or_else(|| Error::MediaType {
+                reference: reference.clone(),
+                found: format!(
+                    "its layer is named by {}, not a sha256 digest",
+                    layer.digest
+                ),
+            })?
+            .to_string();
+        let cached = self.cache.lock().unwrap().by_digest.get(&hex).cloned();
+        let bytes = match cached {
+            Some(b) => b,
+            None => {
+                let b = Arc::new(
+                    self.pull_layer(&client, reference, &layer, &hex, max_bytes)
+                        .await?,
+                );
+                self.remember(&hex, b.clone());
+                b
+            }
+        };
+        Ok(Fetched::New(Pulled {
+            manifest,
+            digest: hex,
+            bytes,
+        }))
+    }
+
+    async fn pull_layer(
+        &self,
+        client: &oci_client::Client,
+        reference: &ModuleRef,
+        layer: &oci_client::manifest::OciDescriptor,
+        hex: &str,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, Error> {
+        let mut stream = client
+            .pull_blob_stream(reference.inner(), layer)
+            .await
+            .map_err(|e| classify(e, reference, None))?;
+        let mut bytes = Vec::with_capacity(layer.size as usize);
+        let mut hasher = sha2::Sha256::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| classify(e.into(), reference, None))?;
+            if bytes.len() + chunk.len() > max_bytes {
+                return Err(Error::TooLarge {
+                    reference: reference.clone(),
+                    size: (bytes.len() + chunk.len()) as u64,
+                    max: max_bytes as u64,
+                });
+            }
+            hasher.update(&chunk);
+            bytes.extend_from_slice(&chunk);
+        }
+        let got: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        if got != hex {
+            return Err(Error::DigestMismatch {
+                reference: reference.clone(),
+                what: "the module layer",
+                expected: format!("sha256:{hex}"),
+                actual: format!("sha256:{got}"),
+            });
+        }
+        Ok(bytes)
+    }
+
+    fn remember(&self, hex: &str, bytes: Arc<Vec<u8>>) {
+        let mut cache = self.cache.lock().unwrap();
+        let LayerCache { by_digest, order } = &mut *cache;
+        if by_digest.insert(hex.to_string(), bytes).is_none() {
+            order.push_back(hex.to_string());
+        }
+        let mut total: usize = by_digest.values().map(|b| b.len()).sum();
+        // The newest stays even alone over the budget: it is about to be loaded.
+        while total > CACHE_BYTES && order.len() > 1 {
+            if let Some(b) = order
+                .pop_front()
+                .and_then(|oldest| by_digest.remove(&oldest))
+            {
+                total -= b.len();
+            }
+        }
+    }
+
+    /// Publishes `module` at `reference` (a tag) as a Wasm OCI artifact, as `login`; with
+    /// `sign`, also a cosign signature. Returns the manifest's digest.
+    pub async fn push(
+        &self,
+        reference: &ModuleRef,
+        login: Option<&Login>,
+        module: Vec<u8>,
+        sign: Option<&p256::ecdsa::SigningKey>,
+    ) -> Result<String, Error> {
+        let (client, auth) = self.client(login);
+        let fail = |e| classify(e, reference, login);
+        client
+            .auth(
+                reference.inner(),
+                &auth,
+                oci_client::RegistryOperation::Push,
+            )
+            .await
+            .map_err(fail)?;
+        let layer_digest = format!("sha256:{}", crate::guest::digest_of(&module));
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": "wasm",
+            "os": "wasip2",
+            "layerDigests": [layer_digest],
+        }))
+        .expect("a JSON literal serializes");
+        let config_digest = format!("sha256:{}", crate::guest::digest_of(&config));
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_MEDIA_TYPE,
+            "artifactType": CONFIG_MEDIA_TYPE,
+            "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": config_digest, "size": config.len()},
+            "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": layer_digest, "size": module.len()}],
+        }))
+        .expect("a JSON literal serializes");
+        client
+            .push_blob(reference.inner(), module, &layer_digest)
+            .await
+            .map_err(fail)?;
+        client
+            .push_blob(reference.inner(), config, &config_digest)
+            .await
+            .map_err(fail)?;
+        let digest = format!("sha256:{}", crate::guest::digest_of(&manifest));
+        client
+            .push_manifest_raw(
+                reference.inner(),
+                manifest,
+                http::HeaderValue::from_static(MANIFEST_MEDIA_TYPE),
+            )
+            .await
+            .map_err(fail)?;
+        if let Some(key) = sign {
+            signature::sign(&client, reference, &digest, key)
+                .await
+                .map_err(fail)?;
+        }
+        Ok(digest)
+    }
+}
+
+/// The manifest's one component layer, once its media types say it is a Wasm artifact.
+fn wasm_layer(
+    reference: &ModuleRef,
+    body: &[u8],
+) -> Result<oci_client::manifest::OciDescriptor, Error> {
+    let bad = |found: String| Error::MediaType {
+        reference: reference.clone(),
+        found,
+    };
+    let m: oci_client::manifest::OciImageManifest = serde_json::from_slice(body)
+        .map_err(|e| bad(format!("its manifest is not an OCI image manifest ({e})")))?;
+    let config = m.config.media_type.as_str();
+    if config != CONFIG_MEDIA_TYPE && config != LEGACY_CONFIG_MEDIA_TYPE {
+        return Err(bad(format!("its config is {config}")));
+    }
+    match m.layers.as_slice() {
+        [one]
+            if one.media_type == LAYER_MEDIA_TYPE || one.media_type == LEGACY_LAYER_MEDIA_TYPE =>
+        {
+            Ok(one.clone())
+        }
+        [one] => Err(bad(format!("its layer is {}", one.media_type))),
+        many => Err(bad(format!("it has {} layers, not one", many.len()))),
+    }
+}
+
+/// The registry's answer, as this module's error.
+fn classify(e: OciDistributionError, reference: &ModuleRef, login: Option<&Login>) -> Error {
+    let registry = reference.registry().to_string();
+    let who = match login {
+        Some(l) => format!("user {:?}", l.username),
+        None => "anonymous access".to_string(),
+    };
+    let not_found = |what| Error::NotFound {
+        reference: reference.clone(),
+        what,
+    };
+    match e {
+        OciDistributionError::UnauthorizedError { .. }
+        | OciDistributionError::AuthenticationFailure(_) => Error::Unauthorized {
+            reference: reference.clone(),
+            registry,
+            who,
+        },
+        OciDistributionError::ServerError {
+            code: 401 | 403, ..
+        } => Error::Unauthorized {
+            reference: reference.clone(),
+            registry,
+            who,
+        },
+        OciDistributionError::ServerError { code: 404, .. }
+        | OciDistributionError::ImageManifestNotFoundError(_) => not_found("manifest"),
+        OciDistributionError::RegistryError { envelope, .. } => {
+            match envelope.errors.first().map(|e| &e.code) {
+                Some(OciErrorCode::ManifestUnknown) => not_found("manifest"),
+                Some(OciErrorCode::BlobUnknown) => not_found("blob"),
+                Some(OciErrorCode::NameUnknown) => not_found("repository"),
+                Some(OciErrorCode::Unauthorized | OciErrorCode::Denied) => Error::Unauthorized {
+                    reference: reference.clone(),
+                    registry,
+                    who,
+                },
+                _ => Error::Registry {
+                    reference: reference.clone(),
+                    registry,
+                    reason: envelope.to_string(),
+                },
+            }
+        }
+        OciDistributionError::DigestError(d) => Error::DigestMismatch {
+            reference: reference.clone(),
+            what: "content",
+            expected: String::new(),
+            actual: d.to_string(),
+        },
+        OciDistributionError::RequestError(r) if r.is_connect() || r.is_timeout() => {
+            let reason = chain(&r);
+            // rustls reports an untrusted certificate as a failed connect.
+            if reason.contains("certificate") {
+                Error::Untrusted {
+                    reference: reference.clone(),
+                    registry,
+                    reason,
+                }
+            } else {
+                Error::Unreachable {
+                    reference: reference.clone(),
+                    registry,
+                    reason,
+                }
+            }
+        }
+        other => Error::Registry {
+            reference: reference.clone(),
+            registry,
+            reason: chain(&other),
+        },
+    }
+}
+
+/// An error and its causes on one line: reqwest's own message ("error sending request") hides
+/// the interesting part (connection refused, certificate unknown) in its sources.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,281 @@
+//! Signatures on modules, in cosign's key-pair format: a tag `sha256-<manifest hex>.sig` in the
+//! module's repository whose layers are simple-signing payloads naming the manifest digest,
+//! each signed (ECDSA P-256, SHA-256, DER, base64) in the annotation
+//! `dev.cosignproject.cosign/signature`.
+//!
+//! Why this format: it is what `cosign sign --key` writes and `cosign verify --key` and
+//! Kubewarden's policy-server check, so a platform team signs with tools it already runs; the
+//! key-pair mode needs no transparency log or OIDC issuer, which an offline or air-gapped
+//! cluster cannot reach.
+//!
+//! Where it may surprise: only the key-pair, tag-based form is read (cosign 2 with
+//! `--tlog-upload=false`, or `reconciled push --sign-key`). Keyless signatures and the newer
+//! Sigstore bundles attached as OCI referrers are not, and a module carrying only those is
+//! rejected as unsigned. Cosign's own encrypted private keys are not read by `push`: give it a
+//! PKCS#8 PEM key (`openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`).
+
+use std::path::Path;
+
+use base64::Engine as _;
+use oci_client::errors::OciDistributionError;
+use oci_client::secrets::RegistryAuth;
+use p256::ecdsa::signature::{Signer as _, Verifier as _};
+use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
+use p256::pkcs8::{DecodePrivateKey as _, DecodePublicKey as _};
+
+use super::ModuleRef;
+
+/// The media type of a simple-signing payload layer.
+pub const PAYLOAD_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+/// The annotation holding a layer's signature.
+pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+/// Largest payload read: a real one is a few hundred bytes.
+const MAX_PAYLOAD: i64 = 64 << 10;
+
+/// Why a signature check did not pass.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The registry failed.
+    #[error(transparent)]
+    Registry(#[from] OciDistributionError),
+    /// There is no valid signature.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Reads a PEM public key (`-----BEGIN PUBLIC KEY-----`, as `cosign.pub`).
+pub fn read_public_key(path: &Path) -> Result<VerifyingKey, String> {
+    let pem = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read verify_key {}: {e}", path.display()))?;
+    VerifyingKey::from_public_key_pem(&pem).map_err(|e| {
+        format!(
+            "verify_key {} is not a PEM ECDSA P-256 public key ({e}); use cosign.pub from `cosign generate-key-pair`",
+            path.display()
+        )
+    })
+}
+
+/// Reads a PKCS#8 PEM private key (`-----BEGIN PRIVATE KEY-----`).
+pub fn read_signing_key(path: &Path) -> Result<SigningKey, String> {
+    let pem = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if pem.contains("ENCRYPTED SIGSTORE PRIVATE KEY") || pem.contains("ENCRYPTED COSIGN") {
+        return Err(format!(
+            "{} is cosign's encrypted key format, which reconciled does not read; sign with `cosign sign --key` instead, or use a PKCS#8 key (openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256)",
+            path.display()
+        ));
+    }
+    SigningKey::from_pkcs8_pem(&pem).map_err(|e| {
+        format!(
+            "{} is not a PKCS#8 PEM ECDSA P-256 private key ({e})",
+            path.display()
+        )
+    })
+}
+
+/// The tag cosign stores the signatures of manifest `digest` under.
+pub fn tag_of(digest: &str) -> String {
+    digest.replacen(':', "-", 1) + ".sig"
+}
+
+/// The simple-signing payload for `manifest` of `reference`'s repository.
+fn payload(reference: &ModuleRef, manifest: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "critical": {
+            "identity": {"docker-reference": format!("{}/{}", reference.registry(), reference.repository())},
+            "image": {"docker-manifest-digest": manifest},
+            "type": "cosign container image signature",
+        },
+        "optional": null,
+    }))
+    .expect("a JSON literal serializes")
+}
+
+/// Whether `payload`, signed by `signature` (base64 DER), is `key`'s signature of `manifest`.
+pub fn check(
+    payload: &[u8],
+    signature: &str,
+    manifest: &str,
+    key: &VerifyingKey,
+) -> Result<(), String> {
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(signature.trim())
+        .map_err(|e| format!("the signature is not base64 ({e})"))?;
+    let sig =
+        Signature::from_der(&der).map_err(|e| format!("the signature is not DER ECDSA ({e})"))?;
+    key.verify(payload, &sig)
+        .map_err(|_| "a signature does not verify with the configured key".to_string())?;
+    #[derive(serde::Deserialize)]
+    struct Payload {
+        critical: Critical,
+    }
+    #[derive(serde::Deserialize)]
+    struct Critical {
+        image: Image,
+    }
+    #[derive(serde::Deserialize)]
+    struct Image {
+        #[serde(rename = "docker-manifest-digest")]
+        digest: String,
+    }
+    let p: Payload = serde_json::from_slice(payload)
+        .map_err(|e| format!("a signed payload is not simple signing ({e})"))?;
+    if p.critical.image.digest != manifest {
+        return Err(format!(
+            "a valid signature is for {}, not this module's manifest {manifest}: it was copied from another module",
+            p.critical.image.digest
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that manifest `digest` of `reference` carries a signature by `key`.
+pub(super) async fn verify(
+    client: &oci_client::Client,
+    auth: &RegistryAuth,
+    reference: &ModuleRef,
+    digest: &str,
+    key: &VerifyingKey,
+) -> Result<(), Failure> {
+    let at = reference.tagged(&tag_of(digest));
+    let unsigned = |why: String| {
+        Failure::Invalid(format!(
+            "the module is not signed by the configured verify_key: {why}; sign it with `cosign sign --key cosign.key --tlog-upload=false {}` or `reconciled push --sign-key`",
+            reference
+                .at(digest)
+                .to_string()
+                .trim_start_matches("oci://")
+        ))
+    };
+    let body = match client
+        .pull_manifest_raw(
+            at.inner(),
+            auth,
+            &[
+                "application/vnd.oci.image.manifest.v1+json",
+                "application/vnd.docker.distribution.manifest.v2+json",
+            ],
+        )
+        .await
+    {
+        Ok((body, _)) => body,
+        Err(OciDistributionError::RegistryError { envelope, .. })
+            if envelope
+                .errors
+                .iter()
+                .any(|e| matches!(e.code, oci_client::errors::OciErrorCode::ManifestUnknown)) =>
+        {
+            return Err(unsigned(format!("no signature tag {}", tag_of(digest))));
+        }
+        Err(OciDistributionError::ServerError { code: 404, .. }) => {
+            return Err(unsigned(format!("no signature tag {}", tag_of(digest))));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let m: oci_client::manifest::OciImageManifest = serde_json::from_slice(&body).map_err(|e| {
+        unsigned(format!(
+            "tag {} is not a signature manifest ({e})",
+            tag_of(digest)
+        ))
+    })?;
+    let mut last = "it holds no simple-signing layer".to_string();
+    for layer in m
+        .layers
+        .iter()
+        .filter(|l| l.media_type == PAYLOAD_MEDIA_TYPE)
+    {
+        let Some(sig) = layer
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SIGNATURE_ANNOTATION))
+        else {
+            continue;
+        };
+        if !(0..=MAX_PAYLOAD).contains(&layer.size) {
+            last = format!(
+                "a payload of {} bytes is not a signature payload",
+                layer.size
+            );
+            continue;
+        }
+        let mut payload = Vec::new();
+        client.pull_blob(at.inner(), layer, &mut payload).await?;
+        match check(&payload, sig, digest, key) {
+            Ok(()) => return Ok(()),
+            Err(why) => last = why,
+        }
+    }
+    Err(unsigned(last))
+}
+
+/// Pushes `key`'s signature of manifest `digest` of `reference`, as cosign lays it out.
+pub(super) async fn sign(
+    client: &oci_client::Client,
+    reference: &ModuleRef,
+    digest: &str,
+    key: &SigningKey,
+) -> Result<(), OciDistributionError> {
+    let at = reference.tagged(&tag_of(digest));
+    let payload = payload(reference, digest);
+    let sig: Signature = key.sign(&payload);
+    let sig = base64::engine::general_purpose::STANDARD.encode(sig.to_der().as_bytes());
+    let payload_digest = format!("sha256:{}", crate::guest::digest_of(&payload));
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "", "os": "", "config": {},
+        "rootfs": {"type": "layers", "diff_ids": [payload_digest]},
+    }))
+    .expect("a JSON literal serializes");
+    let config_digest = format!("sha256:{}", crate::guest::digest_of(&config));
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
+        "layers": [{
+            "mediaType": PAYLOAD_MEDIA_TYPE, "digest": payload_digest, "size": payload.len(),
+            "annotations": {SIGNATURE_ANNOTATION: sig},
+        }],
+    }))
+    .expect("a JSON literal serializes");
+    client
+        .push_blob(at.inner(), payload, &payload_digest)
+        .await?;
+    client.push_blob(at.inner(), config, &config_digest).await?;
+    client
+        .push_manifest_raw(
+            at.inner(),
+            manifest,
+            http::HeaderValue::from_static("application/vnd.oci.image.manifest.v1+json"),
+        )
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(seed: u8) -> SigningKey {
+        SigningKey::from_bytes(&[seed; 32].into()).unwrap()
+    }
+
+    #[test]
+    fn a_signature_holds_only_for_its_key_and_its_manifest() {
+        let r: ModuleRef = "r.example/team/rec:1".parse().unwrap();
+        let m = "sha256:aaaa";
+        let p = payload(&r, m);
+        let sig: Signature = key(7).sign(&p);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(sig.to_der().as_bytes());
+        let mine = VerifyingKey::from(&key(7));
+        assert_eq!(check(&p, &b64, m, &mine), Ok(()));
+        let theirs = VerifyingKey::from(&key(8));
+        assert!(
+            check(&p, &b64, m, &theirs)
+                .unwrap_err()
+                .contains("does not verify")
+        );
+        let e = check(&p, &b64, "sha256:bbbb", &mine).unwrap_err();
+        assert!(e.contains("copied from another module"), "{e}");
+        assert!(check(&p, "!!", m, &mine).unwrap_err().contains("base64"));
+        assert_eq!(tag_of("sha256:abc"), "sha256-abc.sig");
+    }
+}

@@ -1,0 +1,226 @@
+//! Tenants' modules named by reference: a `data` key `<stem>.wasm.ref` of a labelled
+//! ConfigMap, holding `registry/repository:tag@sha256:…`. Guest `<namespace>/<configmap>/<stem>`
+//! then runs what the registry holds there, and follows a tag as it moves.
+//!
+//! Where it may surprise:
+//! - A tenant may only pull from the registries in [`TenantPolicy::registries`], empty by
+//!   default: the host makes the request, from inside the cluster, so an unrestricted reference
+//!   would let a tenant reach any address the host can.
+//! - Credentials come from a `kubernetes.io/dockerconfigjson` Secret of the ConfigMap's own
+//!   namespace named by the annotation [`PULL_SECRET`], read as the guest's ServiceAccount: a
+//!   tenant can use only a Secret its guest may `get`.
+//! - The watch is kept across resyncs and edits that leave the reference, the Secret and the
+//!   ServiceAccount as they were; changing any of them pulls again at once.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::watch::{LoginSource, Target, Watch};
+use super::{Error, ModuleRef, Pulled, Registry};
+use crate::controller::Settings;
+use crate::guest::identity::ServiceAccount;
+use crate::sources::configmap::TenantPolicy;
+use crate::sources::pack::Named;
+use crate::supervisor::{Offer, Source, Supervisor, Unreadable};
+
+/// The ConfigMap annotation naming the pull secret of its module references.
+pub const PULL_SECRET: &str = "reconciled.dev/pull-secret";
+
+/// The offer a pull's outcome makes for a guest: load the module, or keep what serves and say
+/// why not.
+pub fn offer_of(
+    outcome: Result<Pulled, Error>,
+    source: Source,
+    settings: Settings,
+    min_interval: Duration,
+) -> Offer {
+    match outcome {
+        Ok(p) => Offer::Load {
+            source,
+            settings,
+            read: Box::new(move || {
+                let bytes = Arc::try_unwrap(p.bytes).unwrap_or_else(|shared| (*shared).clone());
+                Ok((bytes, Some(p.digest)))
+            }),
+            min_interval,
+        },
+        Err(e) => refused(source, settings, e.to_string()),
+    }
+}
+
+fn refused(source: Source, settings: Settings, message: String) -> Offer {
+    Offer::Unreadable {
+        source,
+        settings,
+        unreadable: Unreadable {
+            digest: crate::guest::digest_of(message.as_bytes()),
+            message,
+        },
+    }
+}
+
+/// The watches of every tenant guest named by reference, by guest name.
+#[derive(Debug)]
+pub(crate) struct TenantRefs {
+    registry: Arc<Registry>,
+    /// Guest → (what its watch was started for, the watch).
+    watches: Mutex<HashMap<String, (String, Watch)>>,
+}
+
+/// A ConfigMap's references and what they run as.
+pub(crate) struct Refs<'a> {
+    pub(crate) namespace: &'a str,
+    pub(crate) configmap: &'a str,
+    pub(crate) uid: &'a str,
+    pub(crate) named: Vec<Named>,
+    pub(crate) account: &'a Result<ServiceAccount, String>,
+    pub(crate) pull_secret: Option<String>,
+}
+
+impl TenantRefs {
+    pub(crate) fn new(registry: Arc<Registry>) -> Self {
+        TenantRefs {
+            registry,
+            watches: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Stops `name`'s watch, if it has one: it was removed, or is now delivered otherwise.
+    pub(crate) fn stop(&self, name: &str) {
+        self.watches.lock().unwrap().remove(name);
+    }
+
+    /// Starts, keeps or replaces the watch of each reference of one ConfigMap; refusals go to
+    /// the supervisor at once. Returns the guests named.
+    pub(crate) fn sync(
+        &self,
+        supervisor: &Arc<Supervisor>,
+        policy: &TenantPolicy,
+        refs: Refs<'_>,
+    ) -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        for named in refs.named {
+            let name = format!("{}/{}/{}", refs.namespace, refs.configmap, named.stem);
+            names.insert(name.clone());
+            let source = Source::ConfigMap {
+                namespace: refs.namespace.to_string(),
+                name: refs.configmap.to_string(),
+                key: named.key.clone(),
+                uid: refs.uid.to_string(),
+            };
+            let account = match refs.account {
+                Ok(a) => a.clone(),
+                Err(message) => {
+                    self.stop(&name);
+                    let settings = policy.settings(&name, refs.namespace);
+                    supervisor.offer(&name, refused(source, settings, message.clone()));
+                    continue;
+                }
+            };
+            let settings = policy.settings_as(&name, refs.namespace, account.clone());
+            let reference = match allowed(&named, policy) {
+                Ok(r) => r,
+                Err(message) => {
+                    self.stop(&name);
+                    supervisor.offer(&name, refused(source, settings, message));
+                    continue;
+                }
+            };
+            let spec = format!("{reference} {:?} {account}", refs.pull_secret);
+            let mut watches = self.watches.lock().unwrap();
+            if watches.get(&name).is_some_and(|(s, _)| *s == spec) {
+                continue;
+            }
+            let login = match &refs.pull_secret {
+                None => LoginSource::Anonymous,
+                Some(secret) => match supervisor.identities().client(Some(&account)) {
+                    Ok(client) => LoginSource::Secret {
+                        client,
+                        namespace: refs.namespace.to_string(),
+                        name: secret.clone(),
+                    },
+                    Err(e) => {
+                        watches.remove(&name);
+                        let message =
+                            format!("cannot act as {account} to read pull secret {secret}: {e}");
+                        supervisor.offer(&name, refused(source, settings, message));
+                        continue;
+                    }
+                },
+            };
+            let target = Target {
+                registry: self.registry.clone(),
+                reference,
+                login,
+                max_bytes: policy.max_module_bytes,
+            };
+            let (sup, guest) = (Arc::downgrade(supervisor), name.clone());
+            let min_interval = Duration::from_millis(policy.min_reload_interval_ms);
+            let watch = Watch::start(target, move |outcome| {
+                if let Some(sup) = sup.upgrade() {
+                    sup.offer(
+                        &guest,
+                        offer_of(outcome, source.clone(), settings.clone(), min_interval),
+                    );
+                }
+            });
+            // Replacing an older watch drops (stops) it.
+            watches.insert(name, (spec, watch));
+        }
+        names
+    }
+}
+
+/// The reference `named` holds, if it parses and names a registry tenants may use.
+fn allowed(named: &Named, policy: &TenantPolicy) -> Result<ModuleRef, String> {
+    let reference: ModuleRef = named
+        .reference
+        .parse()
+        .map_err(|e: super::reference::Error| format!("key {:?}: {e}", named.key))?;
+    if !policy.registries.contains(reference.registry()) {
+        return Err(format!(
+            "key {:?}: registry {} is not one tenants may pull from; the operator lists them in `registries` under [tenants] (now {:?})",
+            named.key,
+            reference.registry(),
+            policy.registries
+        ));
+    }
+    Ok(reference)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(reference: &str) -> Named {
+        Named {
+            key: "rec.wasm.ref".into(),
+            stem: "rec".into(),
+            reference: reference.into(),
+        }
+    }
+
+    #[test]
+    fn a_tenant_pulls_only_from_registries_the_operator_lists() {
+        let mut policy = TenantPolicy::default();
+        let e = allowed(&named("r.example/team-a/rec:1"), &policy).unwrap_err();
+        assert!(
+            e.contains("registry r.example is not one tenants may pull from"),
+            "{e}"
+        );
+        policy.registries.insert("r.example".into());
+        let r = allowed(&named("oci://r.example/team-a/rec:1"), &policy).unwrap();
+        assert_eq!(r.repository(), "team-a/rec");
+        let e = allowed(&named("r.example:443/team-a/rec:1"), &policy).unwrap_err();
+        assert!(
+            e.contains("r.example:443"),
+            "host and port name a registry: {e}"
+        );
+        let e = allowed(&named("rec:1"), &policy).unwrap_err();
+        assert!(
+            e.contains("key \"rec.wasm.ref\"") && e.contains("names no registry"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,515 @@
+//! Guests delivered as OCI artifacts, against a real registry on loopback (TLS, basic auth) and
+//! the real control plane: what `reconciled push` publishes is an ordinary Wasm artifact crane
+//! can pull; pulls check digests, media types, sizes, credentials and signatures, each failure
+//! with its own message; and a tenant's 12 MB TypeScript guest named by reference in its
+//! ConfigMap loads, reconciles, reloads when the reference or its tag moves, and keeps serving
+//! through every bad reference.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::host::{TempDir, supervisor_with};
+use common::wait::{events, wait_until};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
+use kube::api::{
+    ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams, PostParams,
+};
+use p256::ecdsa::SigningKey;
+use p256::pkcs8::{EncodePrivateKey as _, EncodePublicKey as _, LineEnding};
+use reconciled::guest::digest_of;
+use reconciled::sources::configmap::{ConfigMapSource, LABEL};
+use reconciled::sources::oci::credentials::Login;
+use reconciled::sources::oci::tenants::PULL_SECRET;
+use reconciled::sources::oci::{
+    CONFIG_MEDIA_TYPE, Fetched, LAYER_MEDIA_TYPE, ModuleRef, Pulled, Registry, Settings,
+};
+use testenv::ControlPlane;
+use testenv::registry::Registry as TestRegistry;
+
+fn settings(reg: &TestRegistry) -> Settings {
+    Settings {
+        ca_file: Some(reg.ca_file()),
+        poll_interval_ms: 300,
+        ..Settings::default()
+    }
+}
+
+fn login(reg: &TestRegistry) -> Login {
+    Login {
+        username: reg.user().into(),
+        password: reg.password().into(),
+    }
+}
+
+fn at(reg: &TestRegistry, path: &str) -> ModuleRef {
+    format!("{}/{path}", reg.host()).parse().unwrap()
+}
+
+async fn pulled(client: &Registry, r: &ModuleRef, login: Option<&Login>) -> Pulled {
+    match client.pull(r, login, None, 64 << 20).await.unwrap() {
+        Fetched::New(p) => p,
+        Fetched::Unchanged => panic!("nothing was known, so something is new"),
+    }
+}
+
+async fn refused(client: &Registry, r: &ModuleRef, login: Option<&Login>, max: usize) -> String {
+    let e = client
+        .pull(r, login, None, max)
+        .await
+        .unwrap_err()
+        .to_string();
+    eprintln!("{r}: {e}");
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushed_modules_are_wasm_artifacts_and_every_bad_pull_says_why() {
+    let reg = TestRegistry::start().unwrap();
+    let client = Registry::new(settings(&reg)).unwrap();
+    let me = login(&reg);
+    let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
+    let v1 = at(&reg, "team-a/stamp:v1");
+    let manifest = client
+        .push(&v1, Some(&me), module.clone(), None)
+        .await
+        .unwrap();
+
+    // crane, a client of another ecosystem, reads the artifact as the Wasm OCI layout says.
+    let dir = TempDir::new("oci");
+    let out = dir.0.join("pulled.wasm");
+    let seen = reg
+        .crane_pull(&format!("{}/team-a/stamp:v1", reg.host()), &out)
+        .unwrap();
+    assert_eq!(
+        seen,
+        format!(
+            "application/vnd.oci.image.manifest.v1+json {CONFIG_MEDIA_TYPE} {LAYER_MEDIA_TYPE} sha256:{}",
+            digest_of(&module)
+        )
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), module);
+
+    // By tag and by digest; a tag that has not moved is one manifest request.
+    let p = pulled(&client, &v1, Some(&me)).await;
+    assert_eq!((&p.manifest, &p.digest), (&manifest, &digest_of(&module)));
+    assert_eq!(*p.bytes, module);
+    assert_eq!(
+        *pulled(&client, &v1.at(&manifest), Some(&me)).await.bytes,
+        module
+    );
+    assert!(matches!(
+        client
+            .pull(&v1, Some(&me), Some(&manifest), 64 << 20)
+            .await
+            .unwrap(),
+        Fetched::Unchanged
+    ));
+
+    // Each failure in its own words.
+    let wrong = Login {
+        password: "wrong".into(),
+        ..me.clone()
+    };
+    let e = refused(&client, &v1, Some(&wrong), 64 << 20).await;
+    assert!(
+        e.contains("refused user \"tester\"") && e.contains("pull secret"),
+        "{e}"
+    );
+    let e = refused(&client, &v1, None, 64 << 20).await;
+    assert!(e.contains("refused anonymous access"), "{e}");
+    let unknown = v1.at(&format!("sha256:{}", "0".repeat(64)));
+    let e = refused(&client, &unknown, Some(&me), 64 << 20).await;
+    assert!(e.contains("does not exist"), "{e}");
+    let e = refused(&client, &at(&reg, "team-a/stamp:nope"), Some(&me), 64 << 20).await;
+    assert!(e.contains("does not exist"), "{e}");
+    let e = refused(&client, &v1, Some(&me), 1000).await;
+    assert!(e.contains("over the 1000-byte limit"), "{e}");
+    let down: ModuleRef = "127.0.0.1:1/team-a/stamp:v1".parse().unwrap();
+    let e = refused(&client, &down, Some(&me), 64 << 20).await;
+    assert!(e.contains("registry 127.0.0.1:1 is unreachable"), "{e}");
+    let untrusting = Registry::new(Settings::default()).unwrap();
+    let e = refused(&untrusting, &v1, Some(&me), 64 << 20).await;
+    assert!(
+        e.contains("TLS certificate is not trusted")
+            && e.contains("UnknownIssuer")
+            && e.contains("ca_file"),
+        "a certificate nobody vouched for: {e}"
+    );
+
+    // A container image is not a module.
+    let image = at(&reg, "team-a/image:v1");
+    let oci = oci_client::Client::new(oci_client::client::ClientConfig {
+        extra_root_certificates: vec![oci_client::client::Certificate {
+            encoding: oci_client::client::CertificateEncoding::Pem,
+            data: std::fs::read(reg.ca_file()).unwrap(),
+        }],
+        ..Default::default()
+    });
+    let image_ref: oci_client::Reference =
+        format!("{}/team-a/image:v1", reg.host()).parse().unwrap();
+    oci.push(
+        &image_ref,
+        &[oci_client::client::ImageLayer::oci_v1(module.clone(), None)],
+        oci_client::client::Config::oci_v1(b"{}".to_vec(), None),
+        &oci_client::secrets::RegistryAuth::Basic(me.username.clone(), me.password.clone()),
+        None,
+    )
+    .await
+    .unwrap();
+    let e = refused(&client, &image, Some(&me), 64 << 20).await;
+    assert!(
+        e.contains(
+            "is not a Wasm OCI artifact: its config is application/vnd.oci.image.config.v1+json"
+        ),
+        "{e}"
+    );
+
+    // Signatures: none, the right key, another key.
+    let key = SigningKey::from_bytes(&[7u8; 32].into()).unwrap();
+    let public = dir.0.join("cosign.pub");
+    std::fs::write(
+        &public,
+        key.verifying_key()
+            .to_public_key_pem(LineEnding::LF)
+            .unwrap(),
+    )
+    .unwrap();
+    let verifying = Registry::new(Settings {
+        verify_key: Some(public),
+        ..settings(&reg)
+    })
+    .unwrap();
+    let e = refused(&verifying, &v1, Some(&me), 64 << 20).await;
+    assert!(
+        e.contains("not signed by the configured verify_key: no signature tag sha256-"),
+        "{e}"
+    );
+    let probe = std::fs::read(common::guests::wasm("probe")).unwrap();
+    let signed = at(&reg, "team-a/probe:v1");
+    client
+        .push(&signed, Some(&me), probe.clone(), Some(&key))
+        .await
+        .unwrap();
+    assert_eq!(*pulled(&verifying, &signed, Some(&me)).await.bytes, probe);
+    let other = SigningKey::from_bytes(&[8u8; 32].into()).unwrap();
+    let forged = at(&reg, "team-a/forged:v1");
+    let hostile = std::fs::read(common::guests::wasm("hostile_calls")).unwrap();
+    client
+        .push(&forged, Some(&me), hostile, Some(&other))
+        .await
+        .unwrap();
+    let e = refused(&verifying, &forged, Some(&me), 64 << 20).await;
+    assert!(e.contains("does not verify with the configured key"), "{e}");
+
+    // `reconciled push`: prints the reference pinned by digest, and refuses what is no
+    // component.
+    let private = dir.0.join("signing.pem");
+    std::fs::write(
+        &private,
+        key.to_pkcs8_pem(LineEnding::LF).unwrap().as_bytes(),
+    )
+    .unwrap();
+    let cli = |module: &std::path::Path, to: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_reconciled"))
+            .arg("push")
+            .arg(module)
+            .arg(to)
+            .args(["-u", reg.user(), "--ca-file"])
+            .arg(reg.ca_file())
+            .arg("--sign-key")
+            .arg(&private)
+            .env("RECONCILED_REGISTRY_PASSWORD", reg.password())
+            .output()
+            .unwrap()
+    };
+    let to = format!("{}/team-a/cli:v1", reg.host());
+    let o = cli(&common::guests::wasm("stamp_v1"), &to);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("{to}@{manifest}")
+    );
+    assert_eq!(
+        *pulled(&verifying, &at(&reg, "team-a/cli:v1"), Some(&me))
+            .await
+            .bytes,
+        module
+    );
+    std::fs::write(dir.0.join("core.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let o = cli(&dir.0.join("core.wasm"), &to);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && stderr.contains("is not a WebAssembly component"),
+        "{stderr}"
+    );
+}
+
+/// Waits until guest `name` serves the module whose sha256 is `digest`.
+async fn serving(sup: &reconciled::supervisor::Supervisor, name: &str, digest: &str, what: &str) {
+    wait_until(what, Duration::from_secs(180), || {
+        sup.controller(name).is_some_and(|c| c.digest() == digest)
+    })
+    .await;
+}
+
+/// Waits until guest `name`'s last error says `says`, and checks that `digest` still serves.
+async fn rejected(sup: &reconciled::supervisor::Supervisor, name: &str, says: &str, digest: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !sup.last_error(name).is_some_and(|e| e.contains(says)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} not rejected saying {says:?} within 60 s; last error: {:?}",
+            sup.last_error(name)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("{name}: {}", sup.last_error(name).unwrap());
+    let c = sup
+        .controller(name)
+        .expect("the previous version keeps serving");
+    assert_eq!(c.digest(), digest, "the previous version keeps serving");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survives_bad_references() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "oci-team-a";
+    common::tenant_namespace(cp, ns).await;
+    common::install_example_crd(cp).await;
+    let guest_user = format!("system:serviceaccount:{ns}:reconciled-guest");
+    use testenv::fixtures::rule;
+    testenv::fixtures::grant(
+        &admin,
+        ns,
+        "generators-and-pull-secret",
+        &guest_user,
+        vec![
+            rule(
+                "example.reconciled.dev",
+                &["configmapgenerators", "configmapgenerators/status"],
+                &["get", "list", "watch", "patch", "update"],
+            ),
+            k8s_openapi::api::rbac::v1::PolicyRule {
+                resource_names: Some(vec!["registry-login".into()]),
+                ..rule("", &["secrets"], &["get"])
+            },
+        ],
+    )
+    .await
+    .unwrap();
+    // The same Role: once one rule takes effect, both have.
+    common::wait_allowed(
+        &admin,
+        ns,
+        "reconciled-guest",
+        ("example.reconciled.dev", "configmapgenerators", "watch"),
+    )
+    .await;
+
+    let reg = TestRegistry::start().unwrap();
+    let secrets = Api::<Secret>::namespaced(admin.clone(), ns);
+    let dockerconfig = |json: String| Secret {
+        metadata: ObjectMeta {
+            name: Some("registry-login".into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/dockerconfigjson".into()),
+        data: Some(
+            [(
+                ".dockerconfigjson".to_string(),
+                k8s_openapi::ByteString(json.into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    secrets
+        .create(
+            &PostParams::default(),
+            &dockerconfig(reg.dockerconfigjson()),
+        )
+        .await
+        .unwrap();
+
+    let client = Arc::new(Registry::new(settings(&reg)).unwrap());
+    let me = login(&reg);
+    let ts = std::fs::read(common::guests::wasm("configmap_generator_ts")).unwrap();
+    let rust = std::fs::read(common::guests::wasm("configmap_generator")).unwrap();
+    eprintln!(
+        "TypeScript module: {} bytes; Rust: {} bytes",
+        ts.len(),
+        rust.len()
+    );
+    assert!(
+        ts.len() > 10 << 20,
+        "the TypeScript component is the large one"
+    );
+    let d1 = client
+        .push(&at(&reg, "team-a/cmgen:v1"), Some(&me), ts.clone(), None)
+        .await
+        .unwrap();
+    let d2 = client
+        .push(&at(&reg, "team-a/cmgen:v2"), Some(&me), rust.clone(), None)
+        .await
+        .unwrap();
+
+    let dir = TempDir::new("oci-tenant");
+    let sup = supervisor_with(&cp.admin_config(), Some(&dir));
+    let mut policy = common::tenants(&[
+        "v1/ConfigMap",
+        "example.reconciled.dev/v1alpha1/ConfigMapGenerator",
+    ]);
+    policy.registries = [reg.host().to_string(), "127.0.0.1:1".to_string()].into();
+    policy.min_reload_interval_ms = 0;
+    let _source =
+        ConfigMapSource::start_with(sup.factory(), sup.clone(), policy, client.clone()).unwrap();
+
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+    let name = format!("{ns}/cmgen/gen");
+    let delivery = |reference: String| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("cmgen".into()),
+            labels: Some([(LABEL.to_string(), "true".to_string())].into()),
+            annotations: Some([(PULL_SECRET.to_string(), "registry-login".to_string())].into()),
+            ..Default::default()
+        },
+        data: Some([("gen.wasm.ref".to_string(), reference)].into()),
+        ..Default::default()
+    };
+    let point = async |reference: String| {
+        cms.patch(
+            "cmgen",
+            &PatchParams::apply("oci-test").force(),
+            &Patch::Apply(&delivery(reference)),
+        )
+        .await
+        .unwrap();
+    };
+
+    // Loads, from team-a's ConfigMap, and reconciles.
+    let host = reg.host().to_string();
+    let started = std::time::Instant::now();
+    point(format!("{host}/team-a/cmgen:v1@{d1}")).await;
+    serving(&sup, &name, &digest_of(&ts), "the TypeScript guest serving").await;
+    eprintln!(
+        "pulled and loaded the TypeScript guest in {:?}",
+        started.elapsed()
+    );
+    let gvk = GroupVersionKind::gvk("example.reconciled.dev", "v1alpha1", "ConfigMapGenerator");
+    let generators =
+        Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &ApiResource::from_gvk(&gvk));
+    let generate = async |name: &str| {
+        let g: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "example.reconciled.dev/v1alpha1", "kind": "ConfigMapGenerator",
+            "metadata": {"name": name},
+            "spec": {"copies": 1, "data": {"greeting": "hello"}}
+        }))
+        .unwrap();
+        generators.create(&PostParams::default(), &g).await.unwrap();
+        common::wait::wait_until_async(
+            &format!("{name}-0 generated"),
+            Duration::from_secs(60),
+            async || cms.get_opt(&format!("{name}-0")).await.unwrap().is_some(),
+        )
+        .await;
+    };
+    generate("by-typescript").await;
+
+    // Reloads when the reference changes.
+    point(format!("{host}/team-a/cmgen:v2@{d2}")).await;
+    serving(&sup, &name, &digest_of(&rust), "the new reference serving").await;
+    generate("by-rust").await;
+
+    // A wrong digest: refused, the serving version stays.
+    let serving_now = digest_of(&rust);
+    point(format!("{host}/team-a/cmgen:v2@sha256:{}", "0".repeat(64))).await;
+    rejected(&sup, &name, "does not exist", &serving_now).await;
+
+    // A tag is followed as it moves, and a move to a bad module is refused.
+    client
+        .push(
+            &at(&reg, "team-a/cmgen:moving"),
+            Some(&me),
+            ts.clone(),
+            None,
+        )
+        .await
+        .unwrap();
+    point(format!("{host}/team-a/cmgen:moving")).await;
+    serving(&sup, &name, &digest_of(&ts), "the tag's module serving").await;
+    client
+        .push(
+            &at(&reg, "team-a/cmgen:moving"),
+            Some(&me),
+            rust.clone(),
+            None,
+        )
+        .await
+        .unwrap();
+    serving(
+        &sup,
+        &name,
+        &digest_of(&rust),
+        "the module the tag moved to serving",
+    )
+    .await;
+    client
+        .push(
+            &at(&reg, "team-a/cmgen:moving"),
+            Some(&me),
+            b"\0asm not a component".to_vec(),
+            None,
+        )
+        .await
+        .unwrap();
+    rejected(&sup, &name, "not a valid wasm component", &serving_now).await;
+
+    // Bad credentials, a registry tenants may not use, an unreachable one.
+    secrets
+        .replace("registry-login", &PostParams::default(), &{
+            let mut s = dockerconfig(
+                serde_json::json!({"auths": {host.clone(): {"username": reg.user(), "password": "wrong"}}})
+                    .to_string(),
+            );
+            s.metadata.resource_version = secrets.get("registry-login").await.unwrap().metadata.resource_version;
+            s
+        })
+        .await
+        .unwrap();
+    client
+        .push(&at(&reg, "team-a/cmgen:v3"), Some(&me), ts.clone(), None)
+        .await
+        .unwrap();
+    point(format!("{host}/team-a/cmgen:v3")).await;
+    rejected(&sup, &name, "refused user \"tester\"", &serving_now).await;
+    point("registry.example/team-a/cmgen:v1".into()).await;
+    rejected(
+        &sup,
+        &name,
+        "is not one tenants may pull from",
+        &serving_now,
+    )
+    .await;
+    point("127.0.0.1:1/team-a/cmgen:v1".into()).await;
+    rejected(&sup, &name, "is unreachable", &serving_now).await;
+
+    // Each refusal is an Event on the ConfigMap, in its own words.
+    let said = events(&admin, ns, "cmgen").await;
+    for says in [
+        "does not exist",
+        "not a valid wasm component",
+        "refused user",
+        "is not one tenants may pull from",
+        "is unreachable",
+    ] {
+        assert!(
+            said.iter()
+                .any(|(r, m)| r == "ModuleRejected" && m.contains(says)),
+            "no ModuleRejected Event saying {says:?}: {said:#?}"
+        );
+    }
+}

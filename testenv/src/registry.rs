@@ -1,0 +1,222 @@
+//! A real OCI registry on loopback, with TLS and basic auth: go-containerregistry's registry
+//! (`testenv/registry/main.go`), built from Go modules like the control plane and cached by
+//! the hash of its sources. The same binary pulls with crane, to show that an artifact is an
+//! ordinary one.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use sha2::Digest as _;
+
+/// Why the registry could not be built, started or used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Building it failed.
+    #[error(
+        "cannot build the test registry (testenv/registry) with Go: {0}; check that `go` 1.26 is on PATH and the module proxy is reachable"
+    )]
+    Build(String),
+    /// Starting it failed.
+    #[error("cannot start the test registry: {0}")]
+    Start(String),
+    /// Certificates could not be made.
+    #[error(transparent)]
+    Pki(#[from] crate::pki::Error),
+    /// A crane pull failed.
+    #[error("crane could not pull {reference}: {reason}")]
+    Pull {
+        /// What.
+        reference: String,
+        /// Its output.
+        reason: String,
+    },
+}
+
+const SOURCES: [(&str, &str); 3] = [
+    ("go.mod", include_str!("../registry/go.mod")),
+    ("go.sum", include_str!("../registry/go.sum")),
+    ("main.go", include_str!("../registry/main.go")),
+];
+
+/// The registry binary, built first if the cache lacks one for these sources.
+pub fn binary() -> Result<PathBuf, Error> {
+    let mut h = sha2::Sha256::new();
+    for (_, text) in SOURCES {
+        h.update(text.as_bytes());
+    }
+    let hash: String = h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let dir = crate::binaries::cache_dir().join("registry").join(hash);
+    let bin = dir.join("registry");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Build(format!("{}: {e}", dir.display())))?;
+    let lock = std::fs::File::create(dir.with_extension("lock"))
+        .map_err(|e| Error::Build(format!("{}: {e}", dir.display())))?;
+    lock.lock()
+        .map_err(|e| Error::Build(format!("{}: {e}", dir.display())))?;
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    eprintln!(
+        "testenv: building the test OCI registry (once per machine; cached in {})",
+        dir.display()
+    );
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("registry");
+    let tmp = dir.join(format!("registry.tmp.{}", std::process::id()));
+    let out = Command::new("go")
+        .current_dir(&src)
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", "0")
+        .args(["build", "-trimpath", "-o"])
+        .arg(&tmp)
+        .arg(".")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Error::Build(format!("cannot run go: {e}")))?;
+    if !out.status.success() {
+        let text = String::from_utf8_lossy(&out.stderr);
+        let last = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no output");
+        return Err(Error::Build(last.to_string()));
+    }
+    std::fs::rename(&tmp, &bin).map_err(|e| Error::Build(format!("{}: {e}", bin.display())))?;
+    Ok(bin)
+}
+
+/// A running registry; stopped when dropped (it also exits when this process dies, as its
+/// stdin closes).
+#[derive(Debug)]
+pub struct Registry {
+    child: Child,
+    _stdin: ChildStdin,
+    host: String,
+    dir: tempfile::TempDir,
+    user: String,
+    password: String,
+}
+
+impl Registry {
+    /// Builds (if needed) and starts a registry on a free loopback port, serving TLS with a
+    /// certificate of a fresh CA and accepting one user.
+    pub fn start() -> Result<Self, Error> {
+        let bin = binary()?;
+        let dir = tempfile::tempdir().map_err(|e| Error::Start(e.to_string()))?;
+        let pki = crate::pki::Pki::new()?;
+        let serving = pki.serving_cert()?;
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).map_err(|e| Error::Start(format!("{}: {e}", p.display())))?;
+            Ok::<_, Error>(p)
+        };
+        write("ca.pem", pki.ca_pem())?;
+        let cert = write("cert.pem", &serving.cert_pem)?;
+        let key = write("key.pem", &serving.key_pem)?;
+        let (user, password) = ("tester".to_string(), format!("pw-{}", std::process::id()));
+        let mut child = Command::new(&bin)
+            .args(["serve", "-addr", "127.0.0.1:0", "-cert"])
+            .arg(&cert)
+            .arg("-key")
+            .arg(&key)
+            .args(["-user", &user, "-password", &password])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| Error::Start(format!("{}: {e}", bin.display())))?;
+        let stdin = child.stdin.take().expect("stdin was piped");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout was piped"))
+            .read_line(&mut line)
+            .map_err(|e| Error::Start(e.to_string()))?;
+        let Some(addr) = line.trim().strip_prefix("listening on ") else {
+            let _ = child.kill();
+            return Err(Error::Start(format!(
+                "it printed {line:?} instead of its address"
+            )));
+        };
+        let host = addr.to_string();
+        Ok(Registry {
+            child,
+            _stdin: stdin,
+            host,
+            dir,
+            user,
+            password,
+        })
+    }
+
+    /// `127.0.0.1:<port>`, as references name it (its certificate names that address).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The CA file its certificate chains to.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// The user it accepts.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// That user's password.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// A `.dockerconfigjson` document with its login.
+    pub fn dockerconfigjson(&self) -> String {
+        serde_json::json!({"auths": {self.host.clone(): {
+            "username": self.user, "password": self.password,
+        }}})
+        .to_string()
+    }
+
+    /// Pulls `reference`'s one layer into `out` with crane; returns what crane saw: the
+    /// manifest, config and layer media types and the layer digest, space-separated.
+    pub fn crane_pull(&self, reference: &str, out: &Path) -> Result<String, Error> {
+        let bin = binary()?;
+        let o = Command::new(bin)
+            .args(["pull", "-ca"])
+            .arg(self.ca_file())
+            .args([
+                "-user",
+                &self.user,
+                "-password",
+                &self.password,
+                "-ref",
+                reference,
+                "-out",
+            ])
+            .arg(out)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| Error::Pull {
+                reference: reference.into(),
+                reason: e.to_string(),
+            })?;
+        if !o.status.success() {
+            return Err(Error::Pull {
+                reference: reference.into(),
+                reason: String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
