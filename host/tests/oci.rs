@@ -513,3 +513,103 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
         );
     }
 }
+
+/// `reconciled run` with `[[guest]] module = "oci://…:tag"`, logging in with `[registry]
+/// pull_secret`: the guest serves what the tag names, and follows it when it moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_guest_named_by_tag_in_the_host_config_follows_the_tag() {
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "oci-operator";
+    common::namespace(&admin, ns).await;
+    let reg = TestRegistry::start().unwrap();
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("registry-login".into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/dockerconfigjson".into()),
+        data: Some(
+            [(
+                ".dockerconfigjson".to_string(),
+                k8s_openapi::ByteString(reg.dockerconfigjson().into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let client = Registry::new(settings(&reg)).unwrap();
+    let me = login(&reg);
+    let v1 = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
+    let v2 = std::fs::read(common::guests::wasm("stamp_v2")).unwrap();
+    let tag = at(&reg, "platform/stamp:stable");
+    client
+        .push(&tag, Some(&me), v1.clone(), None)
+        .await
+        .unwrap();
+
+    let dir = TempDir::new("oci-operator");
+    let config = dir.0.join("host.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[guest]]\nname = \"stamp\"\nmodule = \"{tag}\"\n[guest.grant]\nnamespaces = [\"{ns}\"]\n\n\
+             [registry]\npull_secret = \"{ns}/registry-login\"\nca_file = \"{}\"\npoll_interval_ms = 300\n",
+            reg.ca_file().display()
+        ),
+    )
+    .unwrap();
+    let addr = common::host::free_port();
+    let log = dir.0.join("run.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_reconciled"))
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig_path())
+        .args(["--listen", &addr.to_string()])
+        .env("RECONCILED_CACHE_DIR", dir.0.join("cache"))
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut std::process::Child, &'a std::path::Path);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+            if std::thread::panicking() {
+                eprintln!(
+                    "--- reconciled run log ---\n{}",
+                    std::fs::read_to_string(self.1).unwrap_or_default()
+                );
+            }
+        }
+    }
+    let _kill = Kill(&mut child, &log);
+    let serving = async |digest: String, what: &str| {
+        common::wait::wait_until_async(what, Duration::from_secs(60), async || {
+            reconciled::ops::http::get_status(addr)
+                .await
+                .ok()
+                .and_then(|s| s.guests.into_iter().find(|g| g.name == "stamp"))
+                .is_some_and(|g| {
+                    g.digest.as_deref() == Some(digest.as_str()) && g.source == tag.to_string()
+                })
+        })
+        .await;
+    };
+    serving(digest_of(&v1), "stamp v1 serving from the registry").await;
+    client
+        .push(&tag, Some(&me), v2.clone(), None)
+        .await
+        .unwrap();
+    serving(digest_of(&v2), "stamp v2 serving once the tag moved").await;
+}
