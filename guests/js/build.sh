@@ -51,7 +51,10 @@ echo "guests/js/build.sh: type-checking the SDK and the TypeScript examples" >&2
 
 mkdir -p "$(dirname "$out")"
 bundle="$out.js"
+# Projects outside this repository (`reconciled new --lang ts`) import the SDK as
+# 'reconciled-guest'.
 "$bin/esbuild" "$entry" --bundle --format=esm --platform=neutral \
+    --alias:reconciled-guest="$here/src/index.ts" \
     --external:'reconciled:runtime/*' --outfile="$bundle" --log-level=warning >&2
 sum="$(cat "$bundle" "$root/wit/runtime.wit" | sha256sum | cut -d' ' -f1)-$lock_sum"
 stamp="$(dirname "$out")/.$(basename "$out").sum"

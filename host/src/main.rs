@@ -46,6 +46,9 @@ enum Command {
     /// Publish a module to an OCI registry as a Wasm artifact; prints the reference pinned by
     /// digest.
     Push(cli::push::PushArgs),
+    /// Write a new reconciler project (Rust, TypeScript or Python): a CRD, the reconciler, a
+    /// test and a README; it builds with ./build.sh and runs with `reconciled dev`.
+    New(cli::new::NewArgs),
 }
 
 #[derive(Args)]
@@ -161,6 +164,7 @@ fn main() -> ExitCode {
         Command::Status(args) => rt.block_on(status(args)),
         Command::Pack(args) => pack(args),
         Command::Push(args) => rt.block_on(cli::push::push(args)),
+        Command::New(args) => cli::new::new(args),
     };
     // Everything was stopped in order already; a blocking task still running (storing a
     // compiled artifact) must not hold the exit up.
