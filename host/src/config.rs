@@ -127,6 +127,16 @@ pub enum Error {
         #[source]
         source: crate::sources::oci::reference::Error,
     },
+    /// `[registry] pull_secret` is not `namespace/name`.
+    #[error(
+        "config {path}: [registry] pull_secret {value:?} is not namespace/name (the dockerconfigjson Secret the operator's guests log in with)"
+    )]
+    PullSecret {
+        /// The file.
+        path: PathBuf,
+        /// What it says.
+        value: String,
+    },
     /// Two guests share a name.
     #[error(
         "config {path}: guest name {name:?} is used twice; names identify guests in logs and metrics"
@@ -316,6 +326,14 @@ impl Config {
                 }
             })?;
         }
+        if let Some(secret) = &config.registry.pull_secret
+            && secret.split('/').filter(|p| !p.is_empty()).count() != 2
+        {
+            return Err(Error::PullSecret {
+                path: path.into(),
+                value: secret.clone(),
+            });
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         let mut names = std::collections::HashSet::new();
         for g in &mut config.guests {
@@ -392,6 +410,51 @@ mod tests {
         std::fs::write(&path, "[tenants]\nservice_account = \"Not Valid\"\n").unwrap();
         let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains("tenants.service_account"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_module_may_be_a_reference_which_stays_as_written() {
+        let dir =
+            std::env::temp_dir().join(format!("reconciled-config-oci-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.toml");
+        let guest = "[[guest]]\nname = \"a\"\nmodule = \"oci://r.example/team/a:1\"\n";
+        std::fs::write(
+            &path,
+            format!("{guest}[registry]\npull_secret = \"ops/login\"\npoll_interval_ms = 500\n"),
+        )
+        .unwrap();
+        let c = Config::load(&path).unwrap();
+        assert_eq!(
+            c.guests[0].module,
+            PathBuf::from("oci://r.example/team/a:1"),
+            "not made relative"
+        );
+        assert_eq!(
+            c.guests[0].reference().unwrap().unwrap().repository(),
+            "team/a"
+        );
+        assert_eq!(
+            c.registry.poll_interval(),
+            std::time::Duration::from_millis(500)
+        );
+        std::fs::write(&path, "[[guest]]\nname = \"a\"\nmodule = \"oci://a:1\"\n").unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("guest \"a\"") && err.contains("names no registry"),
+            "{err}"
+        );
+        std::fs::write(
+            &path,
+            format!("{guest}[registry]\npull_secret = \"login\"\n"),
+        )
+        .unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("pull_secret \"login\" is not namespace/name"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

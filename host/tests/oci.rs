@@ -140,25 +140,7 @@ async fn pushed_modules_are_wasm_artifacts_and_every_bad_pull_says_why() {
     );
 
     // A container image is not a module.
-    let image = at(&reg, "team-a/image:v1");
-    let oci = oci_client::Client::new(oci_client::client::ClientConfig {
-        extra_root_certificates: vec![oci_client::client::Certificate {
-            encoding: oci_client::client::CertificateEncoding::Pem,
-            data: std::fs::read(reg.ca_file()).unwrap(),
-        }],
-        ..Default::default()
-    });
-    let image_ref: oci_client::Reference =
-        format!("{}/team-a/image:v1", reg.host()).parse().unwrap();
-    oci.push(
-        &image_ref,
-        &[oci_client::client::ImageLayer::oci_v1(module.clone(), None)],
-        oci_client::client::Config::oci_v1(b"{}".to_vec(), None),
-        &oci_client::secrets::RegistryAuth::Basic(me.username.clone(), me.password.clone()),
-        None,
-    )
-    .await
-    .unwrap();
+    let image = push_image(&reg, "team-a/image:v1", module.clone()).await;
     let e = refused(&client, &image, Some(&me), 64 << 20).await;
     assert!(
         e.contains(
@@ -247,6 +229,49 @@ async fn pushed_modules_are_wasm_artifacts_and_every_bad_pull_says_why() {
     );
 }
 
+/// Pushes `layer` to `path` of `reg` as an ordinary container image (OCI image config, one
+/// tar layer): what a Wasm artifact is not.
+async fn push_image(reg: &TestRegistry, path: &str, layer: Vec<u8>) -> ModuleRef {
+    let oci = oci_client::Client::new(oci_client::client::ClientConfig {
+        extra_root_certificates: vec![oci_client::client::Certificate {
+            encoding: oci_client::client::CertificateEncoding::Pem,
+            data: std::fs::read(reg.ca_file()).unwrap(),
+        }],
+        use_monolithic_push: true,
+        ..Default::default()
+    });
+    let image_ref: oci_client::Reference = format!("{}/{path}", reg.host()).parse().unwrap();
+    oci.push(
+        &image_ref,
+        &[oci_client::client::ImageLayer::oci_v1(layer, None)],
+        oci_client::client::Config::oci_v1(b"{}".to_vec(), None),
+        &oci_client::secrets::RegistryAuth::Basic(reg.user().into(), reg.password().into()),
+        None,
+    )
+    .await
+    .unwrap();
+    at(reg, path)
+}
+
+/// A `kubernetes.io/dockerconfigjson` Secret `registry-login` holding `json`.
+fn dockerconfig(json: String) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some("registry-login".into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/dockerconfigjson".into()),
+        data: Some(
+            [(
+                ".dockerconfigjson".to_string(),
+                k8s_openapi::ByteString(json.into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    }
+}
+
 /// Waits until guest `name` serves the module whose sha256 is `digest`.
 async fn serving(sup: &reconciled::supervisor::Supervisor, name: &str, digest: &str, what: &str) {
     wait_until(what, Duration::from_secs(180), || {
@@ -312,21 +337,6 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
 
     let reg = TestRegistry::start().unwrap();
     let secrets = Api::<Secret>::namespaced(admin.clone(), ns);
-    let dockerconfig = |json: String| Secret {
-        metadata: ObjectMeta {
-            name: Some("registry-login".into()),
-            ..Default::default()
-        },
-        type_: Some("kubernetes.io/dockerconfigjson".into()),
-        data: Some(
-            [(
-                ".dockerconfigjson".to_string(),
-                k8s_openapi::ByteString(json.into_bytes()),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    };
     secrets
         .create(
             &PostParams::default(),
@@ -468,6 +478,11 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
         .unwrap();
     rejected(&sup, &name, "not a valid wasm component", &serving_now).await;
 
+    // A container image where a module should be.
+    push_image(&reg, "team-a/cmgen:image", rust.clone()).await;
+    point(format!("{host}/team-a/cmgen:image")).await;
+    rejected(&sup, &name, "is not a Wasm OCI artifact", &serving_now).await;
+
     // Bad credentials, a registry tenants may not use, an unreachable one.
     secrets
         .replace("registry-login", &PostParams::default(), &{
@@ -502,6 +517,7 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
     for says in [
         "does not exist",
         "not a valid wasm component",
+        "is not a Wasm OCI artifact",
         "refused user",
         "is not one tenants may pull from",
         "is unreachable",
@@ -523,21 +539,7 @@ async fn an_operators_guest_named_by_tag_in_the_host_config_follows_the_tag() {
     let ns = "oci-operator";
     common::namespace(&admin, ns).await;
     let reg = TestRegistry::start().unwrap();
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("registry-login".into()),
-            ..Default::default()
-        },
-        type_: Some("kubernetes.io/dockerconfigjson".into()),
-        data: Some(
-            [(
-                ".dockerconfigjson".to_string(),
-                k8s_openapi::ByteString(reg.dockerconfigjson().into_bytes()),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    };
+    let secret = dockerconfig(reg.dockerconfigjson());
     Api::<Secret>::namespaced(admin.clone(), ns)
         .create(&PostParams::default(), &secret)
         .await
