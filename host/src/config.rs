@@ -327,7 +327,9 @@ impl Config {
             })?;
         }
         if let Some(secret) = &config.registry.pull_secret
-            && secret.split('/').filter(|p| !p.is_empty()).count() != 2
+            && !secret
+                .split_once('/')
+                .is_some_and(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
         {
             return Err(Error::PullSecret {
                 path: path.into(),

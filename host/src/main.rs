@@ -340,6 +340,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             service_account: None,
         });
     }
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(g) = guests.iter().find(|g| !seen.insert(g.name.as_str())) {
+        anyhow::bail!(
+            "two guests are named {:?} (--guest names a guest after its file or repository); give one of them another name in a [[guest]] of --config",
+            g.name
+        );
+    }
     let tenants = match (&config.tenants, args.configmaps) {
         (Some(_), _) if !args.tenant_kinds.is_empty() || !args.tenant_registries.is_empty() => {
             anyhow::bail!(

@@ -133,7 +133,7 @@ async fn pushed_modules_are_wasm_artifacts_and_every_bad_pull_says_why() {
     let untrusting = Registry::new(Settings::default()).unwrap();
     let e = refused(&untrusting, &v1, Some(&me), 64 << 20).await;
     assert!(
-        e.contains("TLS certificate is not trusted")
+        e.contains("TLS certificate is not accepted")
             && e.contains("UnknownIssuer")
             && e.contains("ca_file"),
         "a certificate nobody vouched for: {e}"
@@ -511,6 +511,48 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
     .await;
     point("127.0.0.1:1/team-a/cmgen:v1".into()).await;
     rejected(&sup, &name, "is unreachable", &serving_now).await;
+
+    // Removing the ConfigMap unloads the guest, and its watch pulls nothing more: a tag that
+    // moves afterwards brings nothing back.
+    client
+        .push(
+            &at(&reg, "team-a/cmgen:moving"),
+            Some(&me),
+            rust.clone(),
+            None,
+        )
+        .await
+        .unwrap();
+    point(format!("{host}/team-a/cmgen:moving")).await;
+    wait_until(
+        "serving from the tag again",
+        Duration::from_secs(60),
+        || {
+            sup.last_error(&name)
+                .is_none_or(|e| !e.contains("unreachable"))
+                && sup.controller(&name).is_some()
+        },
+    )
+    .await;
+    cms.delete("cmgen", &Default::default()).await.unwrap();
+    wait_until("the guest unloaded", Duration::from_secs(30), || {
+        sup.controller(&name).is_none()
+    })
+    .await;
+    client
+        .push(
+            &at(&reg, "team-a/cmgen:moving"),
+            Some(&me),
+            ts.clone(),
+            None,
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        sup.controller(&name).is_none(),
+        "five polls later, nothing brought the removed guest back"
+    );
 
     // Each refusal is an Event on the ConfigMap, in its own words.
     let said = events(&admin, ns, "cmgen").await;

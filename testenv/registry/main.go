@@ -185,15 +185,12 @@ func pull(args []string) {
 
 // repository is ref without its tag or digest.
 func repository(ref string) string {
-	for i := len(ref) - 1; i >= 0; i-- {
-		switch ref[i] {
-		case '@':
-			return repository(ref[:i])
-		case ':':
-			return ref[:i]
-		case '/':
-			return ref
-		}
+	if i := strings.Index(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	}
+	slash := strings.LastIndex(ref, "/")
+	if colon := strings.LastIndex(ref, ":"); colon > slash {
+		return ref[:colon]
 	}
 	return ref
 }

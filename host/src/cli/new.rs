@@ -107,14 +107,26 @@ impl Names {
                 (group.to_string(), version.to_string(), kind.to_string())
             }
         };
+        // Names the templates (and the SDKs) use for their own types and imports.
+        const TAKEN: [&str; 10] = [
+            "Status",
+            "Spec",
+            "Reconcile",
+            "Request",
+            "Outcome",
+            "Description",
+            "Kind",
+            "Gvk",
+            "Result",
+            "Error",
+        ];
+        if TAKEN.contains(&kind.as_str()) {
+            return Err(format!(
+                "the kind {kind:?} would clash with a type of the generated code; name the kind with --kind (for example {group}/{version}/My{kind})"
+            ));
+        }
         let singular = kind.to_ascii_lowercase();
-        let plural = if singular.ends_with('s') || singular.ends_with('x') {
-            format!("{singular}es")
-        } else if let Some(stem) = singular.strip_suffix('y') {
-            format!("{stem}ies")
-        } else {
-            format!("{singular}s")
-        };
+        let plural = plural_of(&singular);
         Ok(Names {
             name: name.to_string(),
             krate: name.replace('-', "_"),
@@ -127,6 +139,8 @@ impl Names {
         })
     }
 
+    /// Fills `template` in; the SDK path goes into shell, TOML and JSON text, so it must need
+    /// no quoting in any of them.
     fn fill(&self, template: &str) -> String {
         template
             .replace("{{name}}", &self.name)
@@ -137,6 +151,27 @@ impl Names {
             .replace("{{singular}}", &self.singular)
             .replace("{{plural}}", &self.plural)
             .replace("{{sdk}}", &self.sdk)
+    }
+}
+
+/// English plurals as Kubernetes users write them: policy → policies, gateway → gateways,
+/// box → boxes, patch → patches.
+fn plural_of(singular: &str) -> String {
+    let vowel_before_y = singular
+        .strip_suffix('y')
+        .and_then(|stem| stem.chars().last())
+        .is_some_and(|c| "aeiou".contains(c));
+    if let Some(stem) = singular.strip_suffix('y')
+        && !vowel_before_y
+    {
+        format!("{stem}ies")
+    } else if ["s", "x", "z", "ch", "sh"]
+        .iter()
+        .any(|e| singular.ends_with(e))
+    {
+        format!("{singular}es")
+    } else {
+        format!("{singular}s")
     }
 }
 
@@ -214,6 +249,16 @@ pub(crate) fn new(args: NewArgs) -> anyhow::Result<()> {
             "the reconciled checkout this binary was built from is gone: pass --sdk <path to a reconciled checkout>, whose guests/ holds the SDKs"
         ),
     };
+    if sdk
+        .to_string_lossy()
+        .chars()
+        .any(|c| matches!(c, '"' | '$' | '`' | '\\' | '\n'))
+    {
+        anyhow::bail!(
+            "--sdk {}: the path goes into the project's shell scripts, Cargo.toml and tsconfig.json, so it may not hold \", $, ` or \\; use a path without them",
+            sdk.display()
+        );
+    }
     if !sdk.join("guests/sdk/Cargo.toml").is_file() {
         anyhow::bail!(
             "--sdk {}: no guests/sdk/Cargo.toml there; name the root of a reconciled checkout",

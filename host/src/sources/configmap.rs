@@ -533,6 +533,10 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
     let uid = modules.uid.clone();
     let (offers, mut wanted) = offers_for(modules, &namespace, &cm, &dispatch.policy, &account);
     for (name, offer) in offers {
+        let offer = match dispatch.refs.requires_signatures() {
+            true => unsigned(offer),
+            false => offer,
+        };
         dispatch.submit(name, offer);
     }
     let refs = Refs {
@@ -561,6 +565,29 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
         submitted += 1;
     }
     submitted
+}
+
+/// `offer` refused if it would load an inline module: with `[registry] verify_key` every
+/// module must be signed, and only a registry can hold a signature.
+fn unsigned(offer: Offer) -> Offer {
+    match offer {
+        Offer::Load {
+            source, settings, ..
+        } => {
+            let message = format!(
+                "this host runs only signed modules ([registry] verify_key), and a module inside a ConfigMap cannot carry a signature: push it to a registry signed (`reconciled push --sign-key`, or cosign) and name it in a .wasm.ref key instead of {source}"
+            );
+            Offer::Unreadable {
+                source,
+                settings,
+                unreadable: Unreadable {
+                    digest: crate::guest::digest_of(message.as_bytes()),
+                    message,
+                },
+            }
+        }
+        other => other,
+    }
 }
 
 /// The `reconciled.dev/service-account` annotation of a ConfigMap, if it has one.
@@ -606,22 +633,33 @@ fn account_of(
 }
 
 /// Whether `new` delivers the modules `old` did, as the same identity: the same object (uid)
-/// with the same `binaryData` and `data` (where references live), compared as text, without
+/// with the same `binaryData` and `.wasm.ref` keys of `data`, compared as text, without
 /// decoding, and the same ServiceAccount and pull-secret annotations.
 ///
-/// Where it may surprise: JSON that cannot be borrowed as it stands (an escaped character,
-/// which base64 never holds but other `data` text may) counts as changed, so the modules are
-/// read again: slower, never wrong.
+/// Where it may surprise: JSON that cannot be borrowed as it stands (an escaped character in a
+/// key or in `binaryData`, which base64 never holds) counts as changed, so the modules are read
+/// again: slower, never wrong.
 fn same_modules(old: &ObjectRef, new: &ObjectRef) -> bool {
-    #[derive(serde::Deserialize, PartialEq)]
+    #[derive(serde::Deserialize)]
     struct Cm<'a> {
         #[serde(default, borrow, rename = "binaryData")]
         binary_data: BTreeMap<&'a str, &'a str>,
+        // Text, which may hold escapes a plain borrow cannot take.
         #[serde(default, borrow)]
-        data: BTreeMap<&'a str, &'a str>,
+        data: BTreeMap<&'a str, std::borrow::Cow<'a, str>>,
     }
-    fn contents(o: &ObjectRef) -> Option<Cm<'_>> {
-        serde_json::from_slice::<Cm<'_>>(o.json()).ok()
+    type Modules<'a> = (
+        BTreeMap<&'a str, &'a str>,
+        Vec<(&'a str, std::borrow::Cow<'a, str>)>,
+    );
+    fn contents(o: &ObjectRef) -> Option<Modules<'_>> {
+        let cm = serde_json::from_slice::<Cm<'_>>(o.json()).ok()?;
+        let refs = cm
+            .data
+            .into_iter()
+            .filter(|(k, _)| k.ends_with(".wasm.ref"))
+            .collect();
+        Some((cm.binary_data, refs))
     }
     old.uid() == new.uid()
         && annotated_account(old) == annotated_account(new)
@@ -955,6 +993,52 @@ mod tests {
             m.text_wasm_keys.is_empty(),
             "a .wasm.ref is no misplaced module"
         );
+    }
+
+    #[test]
+    fn a_host_that_runs_only_signed_modules_refuses_inline_ones_saying_how_to_sign() {
+        let m = modules(serde_json::json!({"rec.wasm": b64(b"module")}));
+        let (offers, _) = offers_for(
+            m,
+            "team-a",
+            "cm",
+            &TenantPolicy::default(),
+            &guest_account(),
+        );
+        let [(_, offer)]: [(String, Offer); 1] = offers.try_into().unwrap();
+        let Offer::Unreadable { unreadable, .. } = unsigned(offer) else {
+            panic!("an inline module is not loaded");
+        };
+        assert!(
+            unreadable.message.contains("verify_key") && unreadable.message.contains(".wasm.ref"),
+            "{}",
+            unreadable.message
+        );
+        assert!(
+            matches!(unsigned(Offer::Remove), Offer::Remove),
+            "removals pass"
+        );
+    }
+
+    #[test]
+    fn text_data_beside_the_modules_is_no_change_of_modules_even_with_escapes() {
+        let with = |notes: &str| -> ObjectRef {
+            Arc::new(
+                Object::from_value(
+                    serde_json::json!({
+                        "metadata": {"name": "m", "namespace": "team-a", "uid": "u", "resourceVersion": "1"},
+                        "data": {"rec.wasm.ref": "r.example/rec:1", "notes": notes},
+                    }),
+                    &Transform::none(),
+                    None,
+                )
+                .unwrap(),
+            )
+        };
+        assert!(same_modules(
+            &with("a\nquoted \"text\""),
+            &with("other\ntext")
+        ));
     }
 
     #[test]

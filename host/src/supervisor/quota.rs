@@ -15,7 +15,8 @@
 //!   [`Supervisor::remove`] directly, not through an [`Offer::Remove`], keeps its seat until its
 //!   name is offered again.
 //! - A waiting offer keeps what its source handed over (for a ConfigMap, the packed module, at
-//!   most the API server's 1 MiB per ConfigMap) until it loads or a newer offer replaces it.
+//!   most the API server's 1 MiB per ConfigMap; for a `.wasm.ref`, the pulled module, up to
+//!   `max_module_bytes`) until it loads or a newer offer replaces it.
 //! - Each offer refused is one more rejection, with its Event: a tenant editing a waiting
 //!   guest's ConfigMap gets one per edit.
 

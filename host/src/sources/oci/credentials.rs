@@ -10,7 +10,7 @@ use base64::Engine as _;
 pub enum Error {
     /// The Secret could not be read.
     #[error(
-        "cannot read pull secret {namespace}/{name}: {reason}; create it with `kubectl create secret docker-registry {name} -n {namespace} --docker-server=… --docker-username=… --docker-password=…`"
+        "cannot read pull secret {namespace}/{name}: {reason}; if it is missing, create it with `kubectl create secret docker-registry {name} -n {namespace} --docker-server=… --docker-username=… --docker-password=…`; if forbidden, the identity reading it (a tenant's ServiceAccount, or the host for [registry] pull_secret) needs get on it"
     )]
     Read {
         /// Its namespace.
@@ -77,7 +77,15 @@ impl Logins {
             #[serde(default)]
             auth: Option<String>,
         }
-        let doc: Doc = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        // serde's own message quotes the offending value, which may be a password.
+        let doc: Doc = serde_json::from_slice(json).map_err(|e| {
+            format!(
+                "it is not a dockerconfigjson document ({:?} error at line {}, column {})",
+                e.classify(),
+                e.line(),
+                e.column()
+            )
+        })?;
         let mut by_host = BTreeMap::new();
         for (key, e) in doc.auths {
             let login = match (e.username, e.password, e.auth) {
@@ -141,14 +149,19 @@ impl Logins {
     }
 }
 
-/// `https://r.example:5000/v1/` → `r.example:5000`.
+/// `https://r.example:5000/v1/` → `r.example:5000`; Docker Hub's legacy key
+/// `https://index.docker.io/v1/` → `docker.io`, as references name it.
 fn host_of(key: &str) -> String {
     let k = key.trim();
     let k = k
         .strip_prefix("https://")
         .or_else(|| k.strip_prefix("http://"))
         .unwrap_or(k);
-    k.split('/').next().unwrap_or(k).to_ascii_lowercase()
+    let host = k.split('/').next().unwrap_or(k).to_ascii_lowercase();
+    match host.as_str() {
+        "index.docker.io" | "registry-1.docker.io" => "docker.io".into(),
+        _ => host,
+    }
 }
 
 #[cfg(test)]
@@ -185,10 +198,15 @@ mod tests {
             (r#"{"auths":{"r":{"auth":"!!"}}}"#, "not base64"),
             (r#"{"auths":{"r":{"auth":"Ym9i"}}}"#, "not user:password"),
             (r#"{"auths":{"r":{}}}"#, "neither"),
-            (r#"{"auths":[]}"#, "invalid type"),
+            (r#"{"auths":[]}"#, "Data error at line 1"),
+            (r#"{"auths":{"r":"c2VjcmV0"}}"#, "not a dockerconfigjson"),
         ] {
             let e = Logins::parse(doc.as_bytes()).unwrap_err();
             assert!(e.contains(want), "{doc}: {e}");
+            assert!(
+                !e.contains("c2VjcmV0"),
+                "a value never reaches the message: {e}"
+            );
         }
     }
 }

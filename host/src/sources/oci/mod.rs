@@ -8,19 +8,20 @@
 //!
 //! Every pull fetches the manifest from the registry with the requester's own credentials,
 //! checks it against the pinned digest, its media types and the size limit, and only then
-//! takes the layer, from the cache when its digest is known (the registry has just said that
-//! this repository holds that layer, to this requester) or else from the registry, checked
-//! against its digest as it streams. A module named by a tag is polled (see [`watch`]) and
-//! reloads when the tag moves.
+//! takes the layer: from the cache when this registry's repository gave that very layer before,
+//! or else from the registry, checked against its digest as it streams. A module named by a tag
+//! is polled (see [`watch`]) and reloads when the tag moves.
 //!
 //! Where it may surprise:
-//! - The manifest is fetched on every pull and poll, even when the module is cached: a cache
-//!   hit never stands in for the registry's word that a requester may read a repository,
-//!   so one tenant cannot load another's private module by naming its digest.
+//! - The manifest is fetched on every pull and poll, even when the module is cached, and the
+//!   cache is keyed by registry, repository and digest: a cache hit never stands in for the
+//!   registry's word that a requester may read a repository, so one tenant cannot load
+//!   another's private module by naming its digest from a repository of its own.
 //! - Pulls are bounded in time ([`Settings::pull_timeout`]) and the layer in size; a registry
 //!   that never answers delays only the guest that names it.
 //! - With [`Settings::verify_key`], a module without a valid cosign signature is rejected
-//!   (see [`signature`]).
+//!   (see [`signature`]), and tenants' ConfigMaps may deliver modules only by reference: an
+//!   inline module cannot carry a signature.
 
 pub mod credentials;
 pub mod reference;
@@ -75,7 +76,7 @@ pub enum Error {
     },
     /// The registry's TLS certificate is not one the host trusts.
     #[error(
-        "registry {registry}'s TLS certificate is not trusted for {reference}: {reason}; add the CA that signed it to [registry] ca_file (or `reconciled push --ca-file`)"
+        "registry {registry}'s TLS certificate is not accepted for {reference}: {reason}; if a private CA signed it, add that CA to [registry] ca_file (or `reconciled push --ca-file`)"
     )]
     Untrusted {
         /// The reference.
@@ -87,7 +88,7 @@ pub enum Error {
     },
     /// The registry refused the credentials (or their absence).
     #[error(
-        "registry {registry} refused {who} for {reference}: check the pull secret's username and password for {registry}"
+        "registry {registry} refused {who} for {reference}: check the login for {registry} (the dockerconfigjson pull secret; one without an entry for {registry} means anonymous access)"
     )]
     Unauthorized {
         /// The reference.
@@ -130,6 +131,16 @@ pub enum Error {
         expected: String,
         /// What it is.
         actual: String,
+    },
+    /// The registry served content whose digest is not the one it was asked for.
+    #[error(
+        "{reference}: the registry served content that does not match its digest ({reason}); it was not used"
+    )]
+    Corrupt {
+        /// The reference.
+        reference: ModuleRef,
+        /// What the check said.
+        reason: String,
     },
     /// Larger than allowed.
     #[error(
@@ -175,7 +186,7 @@ pub struct Settings {
     /// anonymous]. Tenants name their own, in their namespace.
     pub pull_secret: Option<String>,
     /// PEM file of CA certificates trusted beside the system's, for registries with a private
-    /// CA.
+    /// CA. Read at start: a file without a certificate stops the host.
     pub ca_file: Option<PathBuf>,
     /// Registries (`host:port`) spoken to over plain HTTP. Only for a registry on loopback or a
     /// trusted network: nothing protects the module on the way.
@@ -186,7 +197,9 @@ pub struct Settings {
     /// Longest one pull may take, in milliseconds [120 000].
     pub pull_timeout_ms: u64,
     /// PEM public key (ECDSA P-256, as `cosign generate-key-pair` writes) every pulled module
-    /// must carry a cosign signature of [none: no check]. Applies to tenants' modules too.
+    /// must carry a cosign signature of [none: no check]. Applies to tenants' modules too, and
+    /// then refuses their inline (`.wasm`, `.wasm.gz`) modules, which cannot be signed. The
+    /// operator's own `[[guest]]` files are taken as they are.
     pub verify_key: Option<PathBuf>,
 }
 
@@ -241,6 +254,31 @@ pub enum Fetched {
     New(Pulled),
 }
 
+/// HTTP clients kept at most, one per login.
+const MAX_CLIENTS: usize = 64;
+
+/// The client `settings` ask for. Unlike `oci_client::Client::new`, which falls back to a
+/// default client (no CA, no timeouts) on a bad setting, this says what is wrong.
+fn build_client(settings: &Settings, roots: &[Certificate]) -> Result<oci_client::Client, Error> {
+    oci_client::Client::try_from(ClientConfig {
+        protocol: if settings.insecure.is_empty() {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::HttpsExcept(settings.insecure.clone())
+        },
+        extra_root_certificates: roots.to_vec(),
+        platform_resolver: None,
+        // One PUT per blob: every registry takes it, while chunked uploads trip over
+        // registries that answer a PATCH without a Location (crane's).
+        use_monolithic_push: true,
+        connect_timeout: Some(Duration::from_secs(10)),
+        read_timeout: Some(Duration::from_secs(30)),
+        user_agent: concat!("reconciled/", env!("CARGO_PKG_VERSION")),
+        ..ClientConfig::default()
+    })
+    .map_err(|e| Error::Settings(format!("cannot build the registry client: {}", chain(&e))))
+}
+
 /// Modules kept by their layer digest, at most this many bytes in all.
 const CACHE_BYTES: usize = 256 << 20;
 
@@ -254,7 +292,7 @@ pub struct Registry {
     cache: Mutex<LayerCache>,
 }
 
-/// Modules by layer digest (hex), with the order they were added in, oldest first.
+/// Modules by `registry/repository@digest`, with the order they were added in, oldest first.
 #[derive(Default)]
 struct LayerCache {
     by_digest: HashMap<String, Arc<Vec<u8>>>,
@@ -295,6 +333,12 @@ impl Registry {
                 let pem = std::fs::read(path).map_err(|e| {
                     Error::Settings(format!("cannot read ca_file {}: {e}", path.display()))
                 })?;
+                if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+                    return Err(Error::Settings(format!(
+                        "ca_file {} holds no PEM certificate (-----BEGIN CERTIFICATE-----); convert a DER file with `openssl x509 -inform der -in ca.der -out ca.pem`",
+                        path.display()
+                    )));
+                }
                 vec![Certificate {
                     encoding: CertificateEncoding::Pem,
                     data: pem,
@@ -306,6 +350,8 @@ impl Registry {
             Some(path) => Some(signature::read_public_key(path).map_err(Error::Settings)?),
             None => None,
         };
+        // A malformed certificate shows here, once, rather than in every pull.
+        build_client(&settings, &roots)?;
         Ok(Registry {
             settings,
             roots,
@@ -320,8 +366,16 @@ impl Registry {
         &self.settings
     }
 
+    /// Whether every module must carry a signature ([`Settings::verify_key`]).
+    pub fn requires_signatures(&self) -> bool {
+        self.key.is_some()
+    }
+
     /// The client for `login` (`None`: anonymous).
-    pub(crate) fn client(&self, login: Option<&Login>) -> (oci_client::Client, RegistryAuth) {
+    pub(crate) fn client(
+        &self,
+        login: Option<&Login>,
+    ) -> Result<(oci_client::Client, RegistryAuth), Error> {
         let (key, auth) = match login {
             Some(l) => {
                 let mut h = sha2::Sha256::new();
@@ -336,28 +390,17 @@ impl Registry {
             None => (String::new(), RegistryAuth::Anonymous),
         };
         let mut clients = self.clients.lock().unwrap();
-        let client = clients
-            .entry(key)
-            .or_insert_with(|| {
-                oci_client::Client::new(ClientConfig {
-                    protocol: if self.settings.insecure.is_empty() {
-                        ClientProtocol::Https
-                    } else {
-                        ClientProtocol::HttpsExcept(self.settings.insecure.clone())
-                    },
-                    extra_root_certificates: self.roots.clone(),
-                    platform_resolver: None,
-                    // One PUT per blob: every registry takes it, while chunked uploads trip
-                    // over registries that answer a PATCH without a Location (crane's).
-                    use_monolithic_push: true,
-                    connect_timeout: Some(Duration::from_secs(10)),
-                    read_timeout: Some(Duration::from_secs(30)),
-                    user_agent: concat!("reconciled/", env!("CARGO_PKG_VERSION")),
-                    ..ClientConfig::default()
-                })
-            })
-            .clone();
-        (client, auth)
+        if let Some(c) = clients.get(&key) {
+            return Ok((c.clone(), auth));
+        }
+        // Tenants choose their logins: rotating one in a loop must not grow the host. Dropping
+        // every client costs one token exchange per login afterwards.
+        if clients.len() >= MAX_CLIENTS {
+            clients.clear();
+        }
+        let client = build_client(&self.settings, &self.roots)?;
+        clients.insert(key, client.clone());
+        Ok((client, auth))
     }
 
     /// Pulls `reference` as `login`, unless it still resolves to manifest `known`; at most
@@ -388,7 +431,7 @@ impl Registry {
         known: Option<&str>,
         max_bytes: usize,
     ) -> Result<Fetched, Error> {
-        let (client, auth) = self.client(login);
+        let (client, auth) = self.client(login)?;
         let fail = |e| classify(e, reference, login);
         let (body, _) = client
             .pull_manifest_raw(reference.inner(), &auth, &[MANIFEST_MEDIA_TYPE])
@@ -439,15 +482,18 @@ impl Registry {
                 ),
             })?
             .to_string();
-        let cached = self.cache.lock().unwrap().by_digest.get(&hex).cloned();
+        // The repository is part of the key: a registry may accept a manifest naming a layer
+        // the repository does not hold, so a digest alone proves nothing about who may read it.
+        let key = format!("{}/{}@{hex}", reference.registry(), reference.repository());
+        let cached = self.cache.lock().unwrap().by_digest.get(&key).cloned();
         let bytes = match cached {
             Some(b) => b,
             None => {
-                let b = Arc::new(
-                    self.pull_layer(&client, reference, &layer, &hex, max_bytes)
-                        .await?,
-                );
-                self.remember(&hex, b.clone());
+                let b = self
+                    .pull_layer(&client, reference, login, &layer, &hex, max_bytes)
+                    .await?;
+                let b = Arc::new(b);
+                self.remember(&key, b.clone());
                 b
             }
         };
@@ -462,6 +508,7 @@ impl Registry {
         &self,
         client: &oci_client::Client,
         reference: &ModuleRef,
+        login: Option<&Login>,
         layer: &oci_client::manifest::OciDescriptor,
         hex: &str,
         max_bytes: usize,
@@ -469,11 +516,11 @@ impl Registry {
         let mut stream = client
             .pull_blob_stream(reference.inner(), layer)
             .await
-            .map_err(|e| classify(e, reference, None))?;
-        let mut bytes = Vec::with_capacity(layer.size as usize);
+            .map_err(|e| classify(e, reference, login))?;
+        let mut bytes = Vec::with_capacity(layer.size.clamp(0, max_bytes as i64) as usize);
         let mut hasher = sha2::Sha256::new();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| classify(e.into(), reference, None))?;
+            let chunk = chunk.map_err(|e| classify(e.into(), reference, login))?;
             if bytes.len() + chunk.len() > max_bytes {
                 return Err(Error::TooLarge {
                     reference: reference.clone(),
@@ -527,7 +574,7 @@ impl Registry {
         module: Vec<u8>,
         sign: Option<&p256::ecdsa::SigningKey>,
     ) -> Result<String, Error> {
-        let (client, auth) = self.client(login);
+        let (client, auth) = self.client(login)?;
         let fail = |e| classify(e, reference, login);
         client
             .auth(
@@ -562,11 +609,14 @@ impl Registry {
             .await
             .map_err(fail)?;
         let digest = format!("sha256:{}", crate::guest::digest_of(&manifest));
+        let content_type = http::HeaderValue::from_static(MANIFEST_MEDIA_TYPE);
+        // By digest, then the signature, and only then the tag: a host polling the tag never
+        // sees a module whose signature is not there yet.
         client
             .push_manifest_raw(
-                reference.inner(),
-                manifest,
-                http::HeaderValue::from_static(MANIFEST_MEDIA_TYPE),
+                reference.at(&digest).inner(),
+                manifest.clone(),
+                content_type.clone(),
             )
             .await
             .map_err(fail)?;
@@ -575,6 +625,10 @@ impl Registry {
                 .await
                 .map_err(fail)?;
         }
+        client
+            .push_manifest_raw(reference.inner(), manifest, content_type)
+            .await
+            .map_err(fail)?;
         Ok(digest)
     }
 }
@@ -645,15 +699,13 @@ fn classify(e: OciDistributionError, reference: &ModuleRef, login: Option<&Login
                 _ => Error::Registry {
                     reference: reference.clone(),
                     registry,
-                    reason: envelope.to_string(),
+                    reason: bounded(envelope.to_string()),
                 },
             }
         }
-        OciDistributionError::DigestError(d) => Error::DigestMismatch {
+        OciDistributionError::DigestError(d) => Error::Corrupt {
             reference: reference.clone(),
-            what: "content",
-            expected: String::new(),
-            actual: d.to_string(),
+            reason: bounded(d.to_string()),
         },
         OciDistributionError::RequestError(r) if r.is_connect() || r.is_timeout() => {
             let reason = chain(&r);
@@ -690,5 +742,15 @@ fn chain(e: &dyn std::error::Error) -> String {
         text.push_str(&s.to_string());
         source = s.source();
     }
-    text
+    bounded(text)
+}
+
+/// At most 300 characters of what a registry said: an error body is the registry's to fill,
+/// and it travels into logs, `/status` and Events.
+fn bounded(text: String) -> String {
+    const MAX: usize = 300;
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
 }

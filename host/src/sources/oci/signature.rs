@@ -8,7 +8,9 @@
 //! key-pair mode needs no transparency log or OIDC issuer, which an offline or air-gapped
 //! cluster cannot reach.
 //!
-//! Where it may surprise: only the key-pair, tag-based form is read (cosign 2 with
+//! Where it may surprise: the payload's `docker-reference` is not compared with the module's
+//! repository (cosign does not either), so a signed module copied to another repository stays
+//! signed. Only the key-pair, tag-based form is read (cosign 2 with
 //! `--tlog-upload=false`, or `reconciled push --sign-key`). Keyless signatures and the newer
 //! Sigstore bundles attached as OCI referrers are not, and a module carrying only those is
 //! rejected as unsigned. Cosign's own encrypted private keys are not read by `push`: give it a
@@ -198,8 +200,21 @@ pub(super) async fn verify(
             );
             continue;
         }
+        // Read no more than a payload may be, whatever the registry declared or sends.
+        let mut stream = client.pull_blob_stream(at.inner(), layer).await?;
         let mut payload = Vec::new();
-        client.pull_blob(at.inner(), layer, &mut payload).await?;
+        while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+            payload.extend_from_slice(&chunk.map_err(OciDistributionError::from)?);
+            if payload.len() as i64 > MAX_PAYLOAD {
+                break;
+            }
+        }
+        if payload.len() as i64 > MAX_PAYLOAD
+            || format!("sha256:{}", crate::guest::digest_of(&payload)) != layer.digest
+        {
+            last = "a signature payload does not match its digest".to_string();
+            continue;
+        }
         match check(&payload, sig, digest, key) {
             Ok(()) => return Ok(()),
             Err(why) => last = why,
@@ -209,6 +224,9 @@ pub(super) async fn verify(
 }
 
 /// Pushes `key`'s signature of manifest `digest` of `reference`, as cosign lays it out.
+///
+/// Where it may surprise: it replaces the signature tag rather than adding a layer to it, as
+/// cosign would; a module signed by two keys needs cosign for the second.
 pub(super) async fn sign(
     client: &oci_client::Client,
     reference: &ModuleRef,

@@ -10,7 +10,13 @@
 //!   namespace named by the annotation [`PULL_SECRET`], read as the guest's ServiceAccount: a
 //!   tenant can use only a Secret its guest may `get`.
 //! - The watch is kept across resyncs and edits that leave the reference, the Secret and the
-//!   ServiceAccount as they were; changing any of them pulls again at once.
+//!   ServiceAccount as they were; changing any of them pulls again at once. A resync or a
+//!   change of the namespace's RBAC offers the last module pulled again while the guest has
+//!   not settled from it (refused for access, for its quota, or for a sync that timed out), as
+//!   it offers a ConfigMap's inline modules again.
+//! - A watch stopped (the key, the label or the ConfigMap removed, or the reference changed)
+//!   offers nothing more, even a pull that was finishing as it stopped: its outcome is offered
+//!   under the same lock that stops it, and only if it is still the guest's current watch.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -64,8 +70,21 @@ fn refused(source: Source, settings: Settings, message: String) -> Offer {
 #[derive(Debug)]
 pub(crate) struct TenantRefs {
     registry: Arc<Registry>,
-    /// Guest → (what its watch was started for, the watch).
-    watches: Mutex<HashMap<String, (String, Watch)>>,
+    watches: Arc<Mutex<HashMap<String, Entry>>>,
+    generations: std::sync::atomic::AtomicU64,
+}
+
+/// One guest's watch.
+#[derive(Debug)]
+struct Entry {
+    /// What the watch was started for.
+    spec: String,
+    /// Which start of a watch for this guest it is: a late outcome of an older one is dropped.
+    generation: u64,
+    /// The last module it pulled, with what to offer it as.
+    last: Option<(Pulled, Source, Settings, Duration)>,
+    /// `None` only while it is being started.
+    watch: Option<Watch>,
 }
 
 /// A ConfigMap's references and what they run as.
@@ -82,8 +101,15 @@ impl TenantRefs {
     pub(crate) fn new(registry: Arc<Registry>) -> Self {
         TenantRefs {
             registry,
-            watches: Mutex::new(HashMap::new()),
+            watches: Arc::new(Mutex::new(HashMap::new())),
+            generations: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Whether inline modules must be refused: every module must be signed, and only a
+    /// registry can hold a signature.
+    pub(crate) fn requires_signatures(&self) -> bool {
+        self.registry.requires_signatures()
     }
 
     /// Stops `name`'s watch, if it has one: it was removed, or is now delivered otherwise.
@@ -129,7 +155,17 @@ impl TenantRefs {
             };
             let spec = format!("{reference} {:?} {account}", refs.pull_secret);
             let mut watches = self.watches.lock().unwrap();
-            if watches.get(&name).is_some_and(|(s, _)| *s == spec) {
+            if let Some(e) = watches.get(&name)
+                && e.spec == spec
+            {
+                // Offered again while not settled from it: see the module docs.
+                if let Some((p, source, settings, interval)) = &e.last
+                    && !supervisor.offers_settled(&[name.clone()].into())
+                {
+                    let offer =
+                        offer_of(Ok(p.clone()), source.clone(), settings.clone(), *interval);
+                    supervisor.offer(&name, offer);
+                }
                 continue;
             }
             let login = match &refs.pull_secret {
@@ -155,18 +191,46 @@ impl TenantRefs {
                 login,
                 max_bytes: policy.max_module_bytes,
             };
-            let (sup, guest) = (Arc::downgrade(supervisor), name.clone());
+            let generation = self
+                .generations
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // In place before the task starts, so that its first outcome finds it; replacing an
+            // older entry drops (stops) its watch.
+            watches.insert(
+                name.clone(),
+                Entry {
+                    spec,
+                    generation,
+                    last: None,
+                    watch: None,
+                },
+            );
+            let (sup, map, guest) = (
+                Arc::downgrade(supervisor),
+                Arc::downgrade(&self.watches),
+                name.clone(),
+            );
             let min_interval = Duration::from_millis(policy.min_reload_interval_ms);
             let watch = Watch::start(target, move |outcome| {
-                if let Some(sup) = sup.upgrade() {
-                    sup.offer(
-                        &guest,
-                        offer_of(outcome, source.clone(), settings.clone(), min_interval),
-                    );
+                let (Some(sup), Some(map)) = (sup.upgrade(), map.upgrade()) else {
+                    return;
+                };
+                let mut map = map.lock().unwrap();
+                let Some(entry) = map.get_mut(&guest).filter(|e| e.generation == generation) else {
+                    return;
+                };
+                if let Ok(p) = &outcome {
+                    entry.last = Some((p.clone(), source.clone(), settings.clone(), min_interval));
                 }
+                // Under the lock that `stop` takes: never after the guest's removal.
+                sup.offer(
+                    &guest,
+                    offer_of(outcome, source.clone(), settings.clone(), min_interval),
+                );
             });
-            // Replacing an older watch drops (stops) it.
-            watches.insert(name, (spec, watch));
+            if let Some(e) = watches.get_mut(&name) {
+                e.watch = Some(watch);
+            }
         }
         names
     }

@@ -5,7 +5,8 @@
 //! manifest the tag names now, pulling again only when that changed. A reference pinned by
 //! digest cannot move, so its task ends after the first good pull. A failed pull is retried
 //! with backoff, from one second up to the poll interval, and reported each time (the
-//! supervisor reports the same failure once).
+//! supervisor reports the same failure once); the first good answer after a failure offers
+//! the module again, even unchanged, since the failure's offer may have displaced it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,24 +106,18 @@ impl Watch {
 
 async fn run(target: Target, on: impl Fn(Result<Pulled, Error>)) {
     let interval = target.registry.settings().poll_interval();
-    let mut backoff = Backoff::new(
-        Duration::from_secs(1).min(interval),
-        interval,
-        interval,
-        0.1,
-    );
-    let mut known: Option<String> = None;
+    // Reset only by a success: a registry that keeps failing is retried every interval.
+    let first = Duration::from_secs(1).min(interval);
+    let mut backoff = Backoff::new(first, interval, Duration::MAX, 0.1);
+    let mut last: Option<Pulled> = None;
+    let mut failed = false;
     loop {
         let outcome = match target.login.login(target.reference.registry()).await {
             Ok(login) => {
+                let known = last.as_ref().map(|p| p.manifest.as_str());
                 target
                     .registry
-                    .pull(
-                        &target.reference,
-                        login.as_ref(),
-                        known.as_deref(),
-                        target.max_bytes,
-                    )
+                    .pull(&target.reference, login.as_ref(), known, target.max_bytes)
                     .await
             }
             Err(e) => Err(e),
@@ -130,19 +125,25 @@ async fn run(target: Target, on: impl Fn(Result<Pulled, Error>)) {
         let wait = match outcome {
             Ok(Fetched::Unchanged) => {
                 backoff.reset();
+                if std::mem::take(&mut failed)
+                    && let Some(p) = &last
+                {
+                    on(Ok(p.clone()));
+                }
                 interval
             }
             Ok(Fetched::New(pulled)) => {
                 backoff.reset();
-                match &known {
+                failed = false;
+                match &last {
                     None => {
                         tracing::info!(reference = %target.reference, manifest = %pulled.manifest, bytes = pulled.bytes.len(), "pulled module")
                     }
                     Some(before) => {
-                        tracing::info!(reference = %target.reference, from = %before, to = %pulled.manifest, "the tag moved; pulled the module it names now")
+                        tracing::info!(reference = %target.reference, from = %before.manifest, to = %pulled.manifest, "the tag moved; pulled the module it names now")
                     }
                 }
-                known = Some(pulled.manifest.clone());
+                last = Some(pulled.clone());
                 on(Ok(pulled));
                 if target.reference.pinned().is_some() {
                     return;
@@ -150,6 +151,7 @@ async fn run(target: Target, on: impl Fn(Result<Pulled, Error>)) {
                 interval
             }
             Err(e) => {
+                failed = true;
                 let wait = backoff.failure();
                 tracing::warn!(reference = %target.reference, retry_in = ?wait, "pull failed: {e}");
                 on(Err(e));
