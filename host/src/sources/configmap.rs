@@ -995,6 +995,40 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_namespace_names_no_more_modules_by_reference_than_its_quota() {
+        let mut dispatch = offline_dispatch();
+        dispatch.policy.max_guests_per_namespace = 1;
+        dispatch.policy.registries = ["127.0.0.1:1".to_string()].into();
+        let mut seen = Seen::default();
+        let cm = Arc::new(
+            Object::from_value(
+                serde_json::json!({
+                    "metadata": {"name": "refs", "namespace": "team-a", "uid": "u", "resourceVersion": "1",
+                                 "labels": {LABEL: "true"}},
+                    "data": {"a.wasm.ref": "127.0.0.1:1/team-a/a:1", "b.wasm.ref": "127.0.0.1:1/team-a/b:1"},
+                }),
+                &Transform::none(),
+                None,
+            )
+            .unwrap(),
+        );
+        assert_eq!(sync(&dispatch, &mut seen, &cm).await, 2);
+        idle(&dispatch).await;
+        let e = dispatch
+            .supervisor
+            .last_error("team-a/refs/b")
+            .unwrap_or_default();
+        assert!(e.contains("already names 1 modules by reference"), "{e}");
+        assert!(
+            !dispatch
+                .supervisor
+                .last_error("team-a/refs/a")
+                .is_some_and(|e| e.contains("already names")),
+            "the first one is pulled"
+        );
+    }
+
     #[test]
     fn a_host_that_runs_only_signed_modules_refuses_inline_ones_saying_how_to_sign() {
         let m = modules(serde_json::json!({"rec.wasm": b64(b"module")}));

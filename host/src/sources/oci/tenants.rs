@@ -14,6 +14,10 @@
 //!   change of the namespace's RBAC offers the last module pulled again while the guest has
 //!   not settled from it (refused for access, for its quota, or for a sync that timed out), as
 //!   it offers a ConfigMap's inline modules again.
+//! - A namespace may name at most [`TenantPolicy::max_guests_per_namespace`] modules by
+//!   reference at once, over all its ConfigMaps: each is pulled (and held, up to
+//!   `max_module_bytes`) before the supervisor's quota sees it. One past that is refused, and
+//!   pulled at its ConfigMap's next edit or resync once another is gone.
 //! - A watch stopped (the key, the label or the ConfigMap removed, or the reference changed)
 //!   offers nothing more, even a pull that was finishing as it stopped: its outcome is offered
 //!   under the same lock that stops it, and only if it is still the guest's current watch.
@@ -166,6 +170,22 @@ impl TenantRefs {
                         offer_of(Ok(p.clone()), source.clone(), settings.clone(), *interval);
                     supervisor.offer(&name, offer);
                 }
+                continue;
+            }
+            // A reference is pulled before the supervisor's quota sees it: bound the pulls, and
+            // the bytes they hold, by the same number per namespace.
+            let prefix = format!("{}/", refs.namespace);
+            let others = watches
+                .keys()
+                .filter(|n| n.starts_with(&prefix) && **n != name)
+                .count();
+            if others >= policy.max_guests_per_namespace {
+                watches.remove(&name);
+                let message = format!(
+                    "namespace {} already names {others} modules by reference, the most it may (max_guests_per_namespace under [tenants]); remove one, and this one is pulled at the ConfigMap's next edit or resync",
+                    refs.namespace
+                );
+                supervisor.offer(&name, refused(source, settings, message));
                 continue;
             }
             let login = match &refs.pull_secret {
