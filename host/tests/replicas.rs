@@ -917,3 +917,66 @@ async fn a_replica_without_lease_rbac_is_not_ready_and_names_the_rule() {
         "no shard without its Lease"
     );
 }
+
+/// A renew that reached the API server but whose answer was lost (its task cancelled as the
+/// replica stopped) left the replica holding an older copy of the Lease; releasing from it
+/// conflicted, and the shard waited a whole lease duration instead of moving at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_a_renew_whose_answer_was_lost_still_frees_the_lease() {
+    use reconciled::replicas::lease::{Error, Writer};
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    common::namespace(&admin, "lost-renew-leases").await;
+    let writer = |id: &str| {
+        Writer::new(
+            admin.clone(),
+            "lost-renew-leases",
+            "lost-renew",
+            id,
+            LEASE,
+            Duration::from_secs(5),
+        )
+    };
+    let ours = writer("r0");
+    let stale = ours
+        .acquire("lost-renew-shard-0", "shard", None)
+        .await
+        .unwrap();
+    let renewed = ours.renew(&stale).await.unwrap();
+    assert_ne!(
+        stale.metadata.resource_version, renewed.metadata.resource_version,
+        "the renew wrote a new version"
+    );
+
+    let released = ours.release(&stale).await.unwrap();
+    let spec = released.spec.unwrap();
+    assert_eq!(spec.holder_identity, None, "released from the stale copy");
+    assert_eq!(spec.lease_duration_seconds, Some(1));
+
+    // Once another replica holds it, a stale copy releases nothing.
+    let theirs = writer("r1");
+    let seen = ours.get("lost-renew-shard-0").await.unwrap();
+    theirs
+        .acquire("lost-renew-shard-0", "shard", Some(&seen))
+        .await
+        .unwrap();
+    let names = |v: Vec<k8s_openapi::api::coordination::v1::Lease>| -> Vec<String> {
+        v.into_iter().filter_map(|l| l.metadata.name).collect()
+    };
+    assert_eq!(
+        names(theirs.held_here().await.unwrap()),
+        ["lost-renew-shard-0"],
+        "r1 finds what it holds on the server"
+    );
+    assert!(ours.held_here().await.unwrap().is_empty());
+    match ours.release(&renewed).await {
+        Err(Error::Conflict { .. }) => {}
+        other => panic!("a Lease held by r1 is not released by r0: {other:?}"),
+    }
+    let now = ours.get("lost-renew-shard-0").await.unwrap();
+    assert_eq!(
+        now.spec.unwrap().holder_identity.as_deref(),
+        Some("r1"),
+        "r1 still holds it"
+    );
+}

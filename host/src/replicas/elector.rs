@@ -450,6 +450,32 @@ pub(super) async fn hand_over(inner: &Arc<Inner>) {
     for gate in &inner.gates {
         gate.close("this replica is stopping");
     }
+    // A write cancelled as the elector stopped (an acquire or a hand-over) may have reached the
+    // server without this replica learning of it: release those too rather than leave them to
+    // expire.
+    match inner.writer.held_here().await {
+        Ok(leases) => {
+            let names: HashMap<String, u32> = (0..inner.config.shards)
+                .map(|s| (inner.config.shard_lease(s), s))
+                .collect();
+            let late = leases.into_iter().filter_map(|l| {
+                let shard = *names.get(l.metadata.name.as_deref()?)?;
+                let held = Held {
+                    lease: l,
+                    deadline: Instant::now(),
+                    next_renew: Instant::now(),
+                };
+                Some(release(
+                    inner,
+                    shard,
+                    held,
+                    "as this replica stops (a write answered late)",
+                ))
+            });
+            futures::future::join_all(late).await;
+        }
+        Err(e) => tracing::debug!("cannot list the shard Leases this replica may hold: {e}"),
+    }
     let member = inner.config.member_lease();
     if let Err(e) = inner.writer.delete(&member).await {
         tracing::debug!("cannot delete this replica's Lease {member} (it expires instead): {e}");

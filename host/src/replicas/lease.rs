@@ -253,7 +253,30 @@ impl Writer {
 
     /// Gives `held` up: no holder and a duration of one second, so that every replica may take
     /// it at once (client-go releases the same way).
+    ///
+    /// `held` may be older than the Lease on the server while this replica still holds it: a
+    /// renew that reached the server but whose answer was lost (a task cancelled as the replica
+    /// stops, a timeout). On a conflict the Lease is read again and, if this replica is still its
+    /// holder, released from what was read; [`Error::Conflict`] only when another replica holds
+    /// it now, which is then not ours to release.
     pub async fn release(&self, held: &Lease) -> Result<Lease, Error> {
+        match self.release_from(held).await {
+            Err(Error::Conflict { .. }) => {
+                let name = held.metadata.name.clone().unwrap_or_default();
+                let now = self.get(&name).await?;
+                let ours = now.spec.as_ref().and_then(|s| s.holder_identity.as_deref())
+                    == Some(self.identity.as_str());
+                if ours {
+                    self.release_from(&now).await
+                } else {
+                    Err(Error::Conflict { name })
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn release_from(&self, held: &Lease) -> Result<Lease, Error> {
         let mut lease = held.clone();
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.holder_identity = None;
@@ -290,6 +313,39 @@ impl Writer {
     /// answered too late).
     pub async fn get(&self, name: &str) -> Result<Lease, Error> {
         self.call(name, self.api.get(name)).await
+    }
+
+    /// The shard Leases of this group that name this replica as holder on the server: after a
+    /// write whose answer was lost (cancelled as the replica stops), there may be some the
+    /// replica does not know it holds.
+    pub async fn held_here(&self) -> Result<Vec<Lease>, Error> {
+        let lp = kube::api::ListParams::default()
+            .labels(&format!("{GROUP_LABEL}={},{ROLE_LABEL}=shard", self.group));
+        let list = match tokio::time::timeout(self.timeout, self.api.list(&lp)).await {
+            Err(_) => {
+                return Err(Error::Timeout {
+                    namespace: self.namespace.clone(),
+                    name: format!("{}-shard-*", self.group),
+                    after: self.timeout,
+                });
+            }
+            Ok(Err(source)) => {
+                return Err(Error::Api {
+                    namespace: self.namespace.clone(),
+                    name: format!("{}-shard-*", self.group),
+                    source,
+                });
+            }
+            Ok(Ok(list)) => list,
+        };
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|l| {
+                l.spec.as_ref().and_then(|s| s.holder_identity.as_deref())
+                    == Some(self.identity.as_str())
+            })
+            .collect())
     }
 
     async fn call(
