@@ -45,6 +45,9 @@ pub mod guest;
 // The controller: handlers, work queue, workers; one per loaded guest.
 pub mod controller;
 
+// Offline: guests run against fixtures and an in-memory API server (`reconciled test`).
+pub mod offline;
+
 // Replicas: guests sharded over several hosts through Leases; a guest runs where its shard is held.
 pub mod replicas;
 

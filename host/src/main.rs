@@ -49,6 +49,9 @@ enum Command {
     /// Write a new reconciler project (Rust, TypeScript or Python): a CRD, the reconciler, a
     /// test and a README; it builds with ./build.sh and runs with `reconciled dev`.
     New(cli::new::NewArgs),
+    /// Run a guest against fixtures (objects, request, expected writes and Events) with no
+    /// cluster; exits non-zero when an outcome differs from its expected.yaml.
+    Test(cli::test::TestArgs),
 }
 
 #[derive(Args)]
@@ -136,6 +139,10 @@ struct PackArgs {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // `reconciled test` prints its report on stdout: logs (the guests' own included, with
+    // RUST_LOG=info) go to stderr, and only warnings by default.
+    let testing = matches!(cli.command, Command::Test(_));
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -143,11 +150,21 @@ fn main() -> ExitCode {
                 // embedded control plane's readiness polls; our own modules log failures with
                 // their context, so its lines are only noise.
                 .unwrap_or_else(|_| {
-                    tracing_subscriber::EnvFilter::new("info,kube_client::client::builder=off")
+                    tracing_subscriber::EnvFilter::new(if testing {
+                        "warn"
+                    } else {
+                        "info,kube_client::client::builder=off"
+                    })
                 }),
         )
+        .with_writer(move || -> Box<dyn std::io::Write> {
+            if testing {
+                Box::new(std::io::stderr())
+            } else {
+                Box::new(std::io::stdout())
+            }
+        })
         .init();
-    let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -165,6 +182,7 @@ fn main() -> ExitCode {
         Command::Pack(args) => pack(args),
         Command::Push(args) => rt.block_on(cli::push::push(args)),
         Command::New(args) => cli::new::new(args),
+        Command::Test(args) => rt.block_on(cli::test::test(args)),
     };
     // Everything was stopped in order already; a blocking task still running (storing a
     // compiled artifact) must not hold the exit up.

@@ -22,6 +22,8 @@ const STAGES: &[(&str, &[&str])] = &[
     ("informer", &["informer"]),
     ("guest", &["guest"]),
     ("controller", &["controller"]),
+    // Guests run with no cluster: the controller's plan, offline informers, an in-memory server.
+    ("offline", &["offline"]),
     ("replicas", &["replicas"]),
     ("ops", &["ops"]),
     ("supervisor", &["supervisor"]),

@@ -122,6 +122,7 @@ async fn run(cp: &testenv::ControlPlane, wasm: &Path, n: usize) -> anyhow::Resul
         read_your_writes: true,
         limits,
         metrics: Default::default(),
+        world: Default::default(),
     });
     let req = |name: &str| Request {
         namespace: NS.into(),

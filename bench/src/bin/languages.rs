@@ -111,6 +111,7 @@ async fn run(
         read_your_writes: true,
         limits: Limits::default(),
         metrics: Default::default(),
+        world: Default::default(),
     });
     let cache =
         std::env::temp_dir().join(format!("reconciled-bench-languages-{}", std::process::id()));

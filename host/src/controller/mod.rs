@@ -8,7 +8,7 @@
 pub mod fair_share;
 pub mod gate;
 pub mod handlers;
-mod plan;
+pub(crate) mod plan;
 pub mod reconciles;
 mod snapshot;
 pub mod work_queue;
@@ -650,6 +650,7 @@ fn build_version_from(
         read_your_writes: plan.read_your_writes,
         limits: settings.limits,
         metrics,
+        world: Default::default(),
     });
     Version {
         module,

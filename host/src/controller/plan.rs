@@ -18,18 +18,18 @@ use crate::selector::LabelSelector;
 
 /// What a declaration needs: each kind once, with its informer key, indexes and roles.
 #[derive(Debug)]
-pub(super) struct Plan {
-    pub(super) kinds: Vec<PlannedKind>,
-    pub(super) for_kind: Gvk,
-    pub(super) read_your_writes: bool,
+pub(crate) struct Plan {
+    pub(crate) kinds: Vec<PlannedKind>,
+    pub(crate) for_kind: Gvk,
+    pub(crate) read_your_writes: bool,
 }
 
 /// One kind the guest reads, and how.
 #[derive(Debug)]
-pub(super) struct PlannedKind {
-    pub(super) kind: Gvk,
-    pub(super) key: InformerKey,
-    pub(super) indexes: Vec<String>,
+pub(crate) struct PlannedKind {
+    pub(crate) kind: Gvk,
+    pub(crate) key: InformerKey,
+    pub(crate) indexes: Vec<String>,
     pub(super) roles: Vec<Role>,
 }
 
@@ -48,7 +48,7 @@ pub(super) async fn describe(module: &Module, settings: &Settings) -> Result<Pla
 /// The plan for `desc` under `settings`: the declaration validated and checked against the
 /// grant, then each kind once, with its scope (declared namespaces, else the granted ones, else
 /// all; the label selector applies to the `for` kind only), indexes and roles.
-pub(super) fn plan(desc: &Description, settings: &Settings) -> Result<Plan, Error> {
+pub(crate) fn plan(desc: &Description, settings: &Settings) -> Result<Plan, Error> {
     let name = &settings.name;
     // The declaration is guest-controlled: a value Kubernetes would refuse is rejected here,
     // named, before the grant check advises granting it or an informer is built from it.

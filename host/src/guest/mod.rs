@@ -13,6 +13,7 @@ pub mod grant;
 pub mod identity;
 pub mod imports;
 pub mod read_your_writes;
+pub mod world;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -402,16 +403,17 @@ impl Module {
 
     /// Stores the native code in the runtime's precompile cache, in the background, if it was
     /// compiled now. Call it once the module is validated: the cache holds only modules that
-    /// loaded, so rejected uploads cannot fill the disk. Must be called inside a tokio runtime.
-    pub fn persist_artifact(&self) {
-        let Some(cache) = self.artifacts.clone() else {
-            return;
-        };
+    /// loaded, so rejected uploads cannot fill the disk. Must be called inside a tokio runtime;
+    /// await the handle when the process may exit before the store is done.
+    pub fn persist_artifact(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let cache = self.artifacts.clone()?;
         if self.origin != Origin::Compiled {
-            return;
+            return None;
         }
         let (component, digest) = (self.component.clone(), self.digest.clone());
-        tokio::task::spawn_blocking(move || cache.store(&component, &digest));
+        Some(tokio::task::spawn_blocking(move || {
+            cache.store(&component, &digest);
+        }))
     }
 
     fn store(&self, ctx: Option<Arc<GuestContext>>, limits: Limits) -> Store<HostState> {

@@ -22,6 +22,7 @@ pub mod delta_fifo;
 pub mod discovery;
 pub mod factory;
 mod key;
+mod offline;
 pub mod preflight;
 pub mod reflector;
 pub mod store;

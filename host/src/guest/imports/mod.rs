@@ -136,6 +136,8 @@ pub struct GuestContext {
     pub limits: Limits,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// The guest's clocks and randomness: the host's, or fixed for a repeatable call.
+    pub world: crate::guest::world::World,
 }
 
 impl std::fmt::Debug for GuestContext {
@@ -500,6 +502,9 @@ impl HostState {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         let mut wasi = wasmtime_wasi::WasiCtxBuilder::new();
         wasi.stderr(stderr.clone());
+        if let Some(ctx) = &ctx {
+            ctx.world.apply(&mut wasi);
+        }
         for (k, v) in ENVIRONMENT.get().map_or(&[][..], Vec::as_slice) {
             wasi.env(k, v);
         }
@@ -833,6 +838,7 @@ mod tests {
             read_your_writes: false,
             limits: Limits::default(),
             metrics: Arc::default(),
+            world: Default::default(),
         };
         let req = request_to("/api/v1/namespaces");
         let err = s.send(&ctx, req).await.unwrap_err();

@@ -1,0 +1,166 @@
+//! What the offline server records of a guest's requests (its writes and Events) and the
+//! faults a fixture imposes on them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::offline::kinds::Kind;
+use crate::offline::semantics::Refusal;
+
+/// One write the guest made, as the server received it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Write {
+    /// `create`, `update`, `merge-patch`, `json-patch`, `strategic-merge-patch`, `apply` or
+    /// `delete`.
+    pub verb: String,
+    /// `apiVersion/Kind`, e.g. `v1/ConfigMap`.
+    pub kind: String,
+    /// Empty for cluster-scoped kinds.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// The object's name (for a create, from the body).
+    pub name: String,
+    /// `status` for a write to the status subresource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subresource: Option<String>,
+    /// The field manager of an apply.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "fieldManager"
+    )]
+    pub field_manager: Option<String>,
+    /// Whether an apply forces conflicts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
+    /// What was sent, without the metadata the server assigns (uid, resourceVersion,
+    /// generation, creationTimestamp, managedFields), which would only make a diff noisy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Value>,
+    /// The error it was answered with (`conflict`, `not-found`…), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One Event the guest recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    /// `Normal` or `Warning`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// UpperCamelCase reason.
+    pub reason: String,
+    /// `Kind namespace/name` of the object it is about.
+    pub regarding: String,
+    /// The message.
+    pub message: String,
+}
+
+/// An answer a fixture imposes on matching requests instead of the modelled one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// The verb (as in [`Write::verb`], or `get`, `list`, `event`); absent: every write.
+    #[serde(default)]
+    pub verb: Option<String>,
+    /// The kind (`ConfigMap`, or `v1/ConfigMap`); absent: any.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// The namespace; absent: any.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// The name; absent: any.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `status` to match only writes to the status subresource; absent: either.
+    #[serde(default)]
+    pub subresource: Option<String>,
+    /// What the server answers: `conflict`, `forbidden`, `not-found`, `already-exists`,
+    /// `invalid`, `too-many-requests`, `unavailable` or `timeout`.
+    pub answer: String,
+    /// How many matching requests get it; absent: all of them.
+    #[serde(default)]
+    pub times: Option<u32>,
+}
+
+impl Fault {
+    /// The refusal it answers with, or why the fixture's `answer` is not one.
+    pub fn refusal(&self, what: &str) -> Result<Refusal, String> {
+        let (code, reason) = match self.answer.as_str() {
+            "conflict" => (409, "Conflict"),
+            "already-exists" => (409, "AlreadyExists"),
+            "forbidden" => (403, "Forbidden"),
+            "not-found" => (404, "NotFound"),
+            "invalid" => (422, "Invalid"),
+            "too-many-requests" => (429, "TooManyRequests"),
+            "unavailable" => (503, "ServiceUnavailable"),
+            "timeout" => (504, "Timeout"),
+            other => {
+                return Err(format!(
+                    "fault answer {other:?} is not one of conflict, already-exists, forbidden, not-found, invalid, too-many-requests, unavailable, timeout"
+                ));
+            }
+        };
+        Ok(Refusal::new(
+            code,
+            reason,
+            format!("{what}: {} (injected by the fixture)", reason),
+        ))
+    }
+
+    pub(crate) fn matches(
+        &self,
+        verb: &str,
+        kind: &Kind,
+        namespace: &str,
+        name: &str,
+        subresource: Option<&str>,
+    ) -> bool {
+        let r = &kind.resource;
+        let write = !matches!(verb, "get" | "list" | "event");
+        self.verb.as_deref().map_or(write, |v| v == verb)
+            && self
+                .kind
+                .as_deref()
+                .is_none_or(|k| k == r.kind || k == format!("{}/{}", r.api_version, r.kind))
+            && self.namespace.as_deref().is_none_or(|n| n == namespace)
+            && self.name.as_deref().is_none_or(|n| n == name)
+            && self
+                .subresource
+                .as_deref()
+                .is_none_or(|s| Some(s) == subresource)
+            && self.times != Some(0)
+    }
+}
+
+/// A body as a write record shows it: without server-assigned metadata.
+pub(crate) fn shown(body: &Value) -> Value {
+    let mut v = body.clone();
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for f in [
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "managedFields",
+        ] {
+            m.remove(f);
+        }
+    }
+    v
+}
+
+/// The WIT error case a refusal becomes for the guest (see `guest::imports::errors`).
+pub fn error_case(code: u16, reason: &str) -> &'static str {
+    match (code, reason) {
+        (404, _) => "not-found",
+        (409, _) => "conflict",
+        (403, _) => "forbidden",
+        (400 | 422, _) => "invalid",
+        (413 | 414 | 431, _) => "too-large",
+        (504, _) => "timeout",
+        _ => "other",
+    }
+}

@@ -1,0 +1,195 @@
+//! Runs a guest against one fixture case: the host's real informer stores (filled from the
+//! case's objects, with the guest's field indexes), the real imports, and the in-memory
+//! [`Server`](super::server::Server) in place of the cluster; fixed clocks and randomness.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::controller::Settings;
+use crate::controller::plan::{self, Plan};
+use crate::guest::bindings::{Description, Outcome as GuestOutcome, Request};
+use crate::guest::imports::{Declared, GuestContext, Limits};
+use crate::guest::world::World;
+use crate::guest::{CallError, Module};
+use crate::informer::Informer;
+use crate::offline::fixture::{Case, Outcome};
+use crate::offline::kinds::Kinds;
+use crate::offline::server::Server;
+
+/// Why a guest cannot be run offline at all.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `describe()` failed.
+    #[error("describe() failed: {0}")]
+    Describe(#[from] CallError),
+    /// The declaration is not one the host would run.
+    #[error("{0}")]
+    Plan(#[from] crate::controller::Error),
+    /// A kind it declares cannot be served.
+    #[error(transparent)]
+    Kind(#[from] crate::offline::kinds::Error),
+}
+
+/// A guest ready to run cases: its module, declaration and plan.
+#[derive(Debug)]
+pub struct Subject {
+    module: Module,
+    plan: Plan,
+    kinds: Kinds,
+    limits: Limits,
+}
+
+/// What one case came to.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    /// The outcome, writes and Events.
+    pub outcome: Outcome,
+    /// The guest's error message, or the trap's, when there is one: shown, not compared.
+    pub message: Option<String>,
+    /// What the offline server could not model for this case.
+    pub notes: Vec<&'static str>,
+    /// How long the reconcile took.
+    pub took: Duration,
+}
+
+/// Why one case could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseError {
+    /// An object or stale entry the server cannot hold.
+    #[error("{0}")]
+    Server(#[from] crate::offline::server::Error),
+    /// A stale entry naming no object.
+    #[error("stale: {0} is not among the objects of objects.yaml; name an object the case holds")]
+    NoSuchObject(String),
+}
+
+impl Subject {
+    /// Describes `module` and plans it as the host would, with a full grant; each declared kind
+    /// must be in `kinds`.
+    pub async fn new(module: Module, kinds: Kinds) -> Result<Self, Error> {
+        let limits = Limits::default();
+        let desc: Description = module.describe(limits).await?;
+        let settings = Settings::new("test");
+        let plan = plan::plan(&desc, &settings)?;
+        for k in &plan.kinds {
+            kinds.get(&k.kind)?;
+        }
+        Ok(Self {
+            module,
+            plan,
+            kinds,
+            limits,
+        })
+    }
+
+    /// The module.
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
+
+    /// Runs `case`: builds its server and caches, calls `reconcile` once and collects what
+    /// happened.
+    pub async fn run(&self, case: &Case) -> Result<Ran, CaseError> {
+        let server = Server::new(self.kinds.clone(), case.now);
+        for o in &case.objects {
+            server.seed(o.clone())?;
+        }
+        let client = server.client();
+        let mut declared = HashMap::new();
+        for k in &self.plan.kinds {
+            let kind = self
+                .kinds
+                .get(&k.kind)
+                .expect("every planned kind was checked in Subject::new");
+            let (informer, writer) =
+                Informer::offline(client.clone(), k.key.clone(), kind.resource.clone());
+            for index in &k.indexes {
+                // Declared once per kind by the plan: a duplicate cannot happen here.
+                let _ = informer.add_field_index(index);
+            }
+            server.attach(kind, k.key.scope.clone(), writer);
+            declared.insert(
+                k.kind.clone(),
+                Declared {
+                    informer,
+                    floors: Arc::default(),
+                    indexes: k.indexes.clone(),
+                },
+            );
+        }
+        for s in &case.setup.stale {
+            if !server.advance(&s.api_version, &s.kind, &s.namespace, &s.name) {
+                return Err(CaseError::NoSuchObject(format!(
+                    "{}/{} {}/{}",
+                    s.api_version, s.kind, s.namespace, s.name
+                )));
+            }
+        }
+        for f in &case.setup.faults {
+            server.fail(f.clone());
+        }
+        let ctx = Arc::new(GuestContext {
+            name: case.name.clone(),
+            client,
+            identity: None,
+            grant: crate::guest::grant::Grant::default(),
+            declared,
+            read_your_writes: self.plan.read_your_writes,
+            limits: self.limits,
+            metrics: Arc::default(),
+            world: World::fixed(SystemTime::UNIX_EPOCH + case.now, case.setup.seed),
+        });
+        let request = Request {
+            namespace: case.setup.request.namespace.clone(),
+            name: case.setup.request.name.clone(),
+        };
+        let started = Instant::now();
+        let reconciled = self.module.reconcile(ctx, request).await;
+        let took = started.elapsed();
+        let (outcome, message) = describe(reconciled.result);
+        Ok(Ran {
+            outcome: Outcome {
+                outcome,
+                writes: server.writes(),
+                events: server.events(),
+            },
+            message,
+            notes: server.notes(),
+            took,
+        })
+    }
+}
+
+/// The `outcome` line of a result, and the message that goes with it.
+pub fn describe(
+    result: Result<Result<GuestOutcome, crate::guest::bindings::GuestError>, CallError>,
+) -> (String, Option<String>) {
+    use crate::guest::bindings::GuestError as E;
+    match result {
+        Ok(Ok(GuestOutcome::Done)) => ("done".into(), None),
+        Ok(Ok(GuestOutcome::RequeueAfter(ms))) => (format!("requeue-after {ms}ms"), None),
+        Ok(Err(e)) => {
+            let (case, m) = match &e {
+                E::NotFound(m) => ("not-found", m),
+                E::Conflict(m) => ("conflict", m),
+                E::Forbidden(m) => ("forbidden", m),
+                E::Invalid(m) => ("invalid", m),
+                E::TooLarge(m) => ("too-large", m),
+                E::NotDeclared(m) => ("not-declared", m),
+                E::UnindexedField(m) => ("unindexed-field", m),
+                E::Timeout(m) => ("timeout", m),
+                E::Other(m) => ("other", m),
+            };
+            (format!("error {case}"), Some(m.clone()))
+        }
+        Err(e) => {
+            let word = match e {
+                CallError::Deadline { .. } => "deadline",
+                CallError::Memory(_) => "memory",
+                CallError::Trap { .. } => "trap",
+            };
+            (word.into(), Some(e.to_string()))
+        }
+    }
+}
