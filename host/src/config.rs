@@ -276,6 +276,7 @@ impl GuestConfig {
             workers: self.workers,
             read_your_writes: self.read_your_writes,
             identity: self.service_account.clone(),
+            recorder: None,
         }
     }
 }

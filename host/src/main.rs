@@ -52,6 +52,9 @@ enum Command {
     /// Run a guest against fixtures (objects, request, expected writes and Events) with no
     /// cluster; exits non-zero when an outcome differs from its expected.yaml.
     Test(cli::test::TestArgs),
+    /// Replay reconciles recorded with `run --record` against another version of the guest,
+    /// offline; report per request the writes, Events and reads that differ.
+    Replay(cli::replay::ReplayArgs),
 }
 
 #[derive(Args)]
@@ -97,6 +100,8 @@ struct RunArgs {
     /// unique, a DNS label. Defaults to $POD_NAME, else <hostname>-<pid>.
     #[arg(long = "replica-id")]
     replica_id: Option<String>,
+    #[command(flatten)]
+    record: cli::record::RecordArgs,
 }
 
 #[derive(Args)]
@@ -140,9 +145,9 @@ struct PackArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // `reconciled test` prints its report on stdout: logs (the guests' own included, with
+    // `reconciled test` and `replay` print their report on stdout: logs (the guests' own included, with
     // RUST_LOG=info) go to stderr, and only warnings by default.
-    let testing = matches!(cli.command, Command::Test(_));
+    let testing = matches!(cli.command, Command::Test(_) | Command::Replay(_));
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -183,6 +188,7 @@ fn main() -> ExitCode {
         Command::Push(args) => rt.block_on(cli::push::push(args)),
         Command::New(args) => cli::new::new(args),
         Command::Test(args) => rt.block_on(cli::test::test(args)),
+        Command::Replay(args) => rt.block_on(cli::replay::replay(args)),
     };
     // Everything was stopped in order already; a blocking task still running (storing a
     // compiled artifact) must not hold the exit up.
@@ -248,6 +254,7 @@ async fn host(
     args: &ClusterArgs,
     fair_share: reconciled::controller::fair_share::Config,
     replicas: Option<reconciled::replicas::Config>,
+    record: Option<(String, reconciled::guest::tape::RecorderRef)>,
 ) -> anyhow::Result<Host> {
     let (config, embedded) = config(args).await?;
     let identities = Identities::new(config)?;
@@ -273,6 +280,7 @@ async fn host(
         supervisor::Options {
             fair_share,
             replicas,
+            record,
             ..supervisor::Options::default()
         },
     ));
@@ -433,7 +441,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let registry = Arc::new(Registry::new(config.registry.clone())?);
-    let mut host = host(&args.cluster, config.fair_share(), replicas).await?;
+    if let Some(name) = &args.record.record_guest
+        && !guests.iter().any(|g| &g.name == name)
+    {
+        let names: Vec<&str> = guests.iter().map(|g| g.name.as_str()).collect();
+        if tenants.is_none() {
+            anyhow::bail!(
+                "--record-guest {name:?} names no guest of this host (its guests: {names:?}); name one of them"
+            );
+        }
+        tracing::warn!(guest = %name, "--record-guest names none of the configured guests ({names:?}): only a tenant's guest of that name will be recorded");
+    }
+    let record = args.record.recorder()?;
+    let mut host = host(&args.cluster, config.fair_share(), replicas, record).await?;
     for g in &guests {
         host.supervisor.expect(&g.name, source_of(g), g.settings());
     }
@@ -547,7 +567,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         )?),
         None => None,
     };
-    let mut host = host(&args.cluster, Default::default(), None).await?;
+    let mut host = host(&args.cluster, Default::default(), None, None).await?;
     host.serve(&args.cluster).await?;
     let (watch, mut changes) = DirSource::start(&args.dir, Settle::default())?;
     tracing::info!(dir = %args.dir.display(), "watching for modules; write a .wasm there to load or reload it; Ctrl-C stops");

@@ -123,6 +123,7 @@ async fn run(cp: &testenv::ControlPlane, wasm: &Path, n: usize) -> anyhow::Resul
         limits,
         metrics: Default::default(),
         world: Default::default(),
+        recorder: None,
     });
     let req = |name: &str| Request {
         namespace: NS.into(),

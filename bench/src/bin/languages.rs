@@ -112,6 +112,7 @@ async fn run(
         limits: Limits::default(),
         metrics: Default::default(),
         world: Default::default(),
+        recorder: None,
     });
     let cache =
         std::env::temp_dir().join(format!("reconciled-bench-languages-{}", std::process::id()));

@@ -107,6 +107,8 @@ pub struct Settings {
     /// to a new version, until [`Controller::hold`] releases it: whoever runs it must first
     /// have checked that the ServiceAccount may read what the version reads from the cache.
     pub identity: Option<ServiceAccount>,
+    /// Where its reconciles are recorded (`reconciled run --record`), if they are.
+    pub recorder: Option<crate::guest::tape::RecorderRef>,
 }
 
 impl Settings {
@@ -119,6 +121,7 @@ impl Settings {
             workers: 1,
             read_your_writes: None,
             identity: None,
+            recorder: None,
         }
     }
 }
@@ -651,6 +654,7 @@ fn build_version_from(
         limits: settings.limits,
         metrics,
         world: Default::default(),
+        recorder: settings.recorder.as_ref().map(|r| r.0.clone()),
     });
     Version {
         module,

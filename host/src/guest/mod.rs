@@ -13,6 +13,7 @@ pub mod grant;
 pub mod identity;
 pub mod imports;
 pub mod read_your_writes;
+pub mod tape;
 pub mod world;
 
 use std::sync::Arc;
@@ -452,7 +453,7 @@ impl Module {
         ctx: Option<Arc<GuestContext>>,
         limits: Limits,
         f: impl AsyncFnOnce(&Reconciler, &mut Store<HostState>) -> wasmtime::Result<R>,
-    ) -> (Result<R, CallError>, Usage) {
+    ) -> (Result<R, CallError>, Usage, Option<tape::Tape>) {
         let started = Instant::now();
         let mut store = self.store(ctx, limits);
         // Host imports may wait (I/O, read-your-writes); the epoch only runs while wasm does,
@@ -492,7 +493,8 @@ impl Module {
                 blame: usage.deadline_blame(),
             }),
         };
-        (result, usage)
+        let tape = store.data_mut().tape.take();
+        (result, usage, tape)
     }
 
     /// Calls `describe()` in a fresh instance. Host imports are unavailable (they trap).
@@ -503,13 +505,34 @@ impl Module {
     }
 
     /// Calls `reconcile(request)` in a fresh instance.
+    ///
+    /// With a recorder in `ctx`, what the call did is recorded once it ends.
     pub async fn reconcile(&self, ctx: Arc<GuestContext>, request: Request) -> Reconciled {
         let limits = ctx.limits;
-        let (result, usage) = self
-            .call(Some(ctx), limits, async |r, s| {
+        let started = ctx.recorder.as_ref().map(|_| tape::now_rfc3339());
+        let (result, usage, tape) = self
+            .call(Some(ctx.clone()), limits, async |r, s| {
                 r.call_reconcile(s, &request).await
             })
             .await;
+        if let (Some(recorder), Some(tape), Some(started)) = (&ctx.recorder, tape, started) {
+            let (outcome, message) = tape::outcome_of(&result);
+            recorder.keep(tape::Recording {
+                guest: ctx.name.clone(),
+                module: self.digest.clone(),
+                request: tape::RequestKey {
+                    namespace: request.namespace,
+                    name: request.name,
+                },
+                started,
+                seed: tape.seed,
+                outcome,
+                message,
+                reads: tape.reads,
+                writes: tape.writes,
+                events: tape.events,
+            });
+        }
         Reconciled { result, usage }
     }
 
@@ -522,10 +545,12 @@ impl Module {
         object: String,
     ) -> (Result<Vec<Request>, CallError>, Usage) {
         let limits = ctx.limits;
-        self.call(Some(ctx), limits, async |r, s| {
-            r.call_map(s, &kind, &object).await
-        })
-        .await
+        let (result, usage, _) = self
+            .call(Some(ctx), limits, async |r, s| {
+                r.call_map(s, &kind, &object).await
+            })
+            .await;
+        (result, usage)
     }
 }
 

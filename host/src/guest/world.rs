@@ -60,6 +60,23 @@ impl World {
     }
 }
 
+impl World {
+    /// The seed of a recorded call's random bytes: this world's own when fixed; otherwise a
+    /// fresh one, whose generator replaces the operating system's source for this call, so
+    /// that a replay can give the guest the same bytes.
+    pub(crate) fn recording_seed(&self, wasi: &mut WasiCtxBuilder) -> u64 {
+        match *self {
+            World::Fixed { seed, .. } => seed,
+            World::Real => {
+                let seed = fastrand::u64(..);
+                wasi.secure_random(StdRng::seed_from_u64(seed));
+                wasi.insecure_random(StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15));
+                seed
+            }
+        }
+    }
+}
+
 /// The elapsed time after one more read.
 fn tick(ticks: &AtomicU64) -> Duration {
     TICK * (ticks.fetch_add(1, Ordering::Relaxed) as u32).saturating_add(1)

@@ -28,6 +28,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::guest::tape::RequestKey;
 use crate::offline::server::{Event, Fault, Write};
 
 /// A fixture that cannot be read.
@@ -57,17 +58,6 @@ pub enum Error {
         /// What is wrong, and what would be right.
         reason: String,
     },
-}
-
-/// The object a reconcile is about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RequestKey {
-    /// Empty for cluster-scoped kinds.
-    #[serde(default)]
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
 }
 
 /// An object named by kind and key.
@@ -267,6 +257,7 @@ mod tests {
                 force: Some(true),
                 body: Some(serde_json::json!({"data": {"on": "yes", "n": "1"}, "list": [1, "2"]})),
                 error: None,
+                step: 0,
             }],
             events: vec![],
         };

@@ -11,6 +11,7 @@ mod feed;
 pub mod fixture;
 pub mod kinds;
 pub mod records;
+pub mod replay;
 pub mod runner;
 pub mod semantics;
 pub mod server;

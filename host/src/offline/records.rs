@@ -1,62 +1,12 @@
-//! What the offline server records of a guest's requests (its writes and Events) and the
-//! faults a fixture imposes on them.
+//! What the offline server records of a guest's requests (its writes and Events, the same
+//! records a live recording keeps) and the faults a fixture imposes on them.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+pub use crate::guest::tape::{Event, Write, shown};
 
 use crate::offline::kinds::Kind;
 use crate::offline::semantics::Refusal;
-
-/// One write the guest made, as the server received it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Write {
-    /// `create`, `update`, `merge-patch`, `json-patch`, `strategic-merge-patch`, `apply` or
-    /// `delete`.
-    pub verb: String,
-    /// `apiVersion/Kind`, e.g. `v1/ConfigMap`.
-    pub kind: String,
-    /// Empty for cluster-scoped kinds.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub namespace: String,
-    /// The object's name (for a create, from the body).
-    pub name: String,
-    /// `status` for a write to the status subresource.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subresource: Option<String>,
-    /// The field manager of an apply.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        rename = "fieldManager"
-    )]
-    pub field_manager: Option<String>,
-    /// Whether an apply forces conflicts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub force: Option<bool>,
-    /// What was sent, without the metadata the server assigns (uid, resourceVersion,
-    /// generation, creationTimestamp, managedFields), which would only make a diff noisy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<Value>,
-    /// The error it was answered with (`conflict`, `not-found`…), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// One Event the guest recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Event {
-    /// `Normal` or `Warning`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// UpperCamelCase reason.
-    pub reason: String,
-    /// `Kind namespace/name` of the object it is about.
-    pub regarding: String,
-    /// The message.
-    pub message: String,
-}
 
 /// An answer a fixture imposes on matching requests instead of the modelled one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,23 +83,6 @@ impl Fault {
                 .is_none_or(|s| Some(s) == subresource)
             && self.times != Some(0)
     }
-}
-
-/// A body as a write record shows it: without server-assigned metadata.
-pub(crate) fn shown(body: &Value) -> Value {
-    let mut v = body.clone();
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        for f in [
-            "uid",
-            "resourceVersion",
-            "generation",
-            "creationTimestamp",
-            "managedFields",
-        ] {
-            m.remove(f);
-        }
-    }
-    v
 }
 
 /// The WIT error case a refusal becomes for the guest (see `guest::imports::errors`).

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::controller::Settings;
 use crate::controller::plan::{self, Plan};
-use crate::guest::bindings::{Description, Outcome as GuestOutcome, Request};
+use crate::guest::bindings::{Description, Request};
 use crate::guest::imports::{Declared, GuestContext, Limits};
 use crate::guest::world::World;
 use crate::guest::{CallError, Module};
@@ -51,6 +51,8 @@ pub struct Ran {
     pub notes: Vec<&'static str>,
     /// How long the reconcile took.
     pub took: Duration,
+    /// The run as a recording: every read with its answer, as the imports saw it.
+    pub recording: Option<crate::guest::tape::Recording>,
 }
 
 /// Why one case could not be run.
@@ -129,6 +131,7 @@ impl Subject {
         for f in &case.setup.faults {
             server.fail(f.clone());
         }
+        let recorder = Arc::new(crate::guest::tape::Recorder::in_memory());
         let ctx = Arc::new(GuestContext {
             name: case.name.clone(),
             client,
@@ -139,6 +142,7 @@ impl Subject {
             limits: self.limits,
             metrics: Arc::default(),
             world: World::fixed(SystemTime::UNIX_EPOCH + case.now, case.setup.seed),
+            recorder: Some(recorder.clone()),
         });
         let request = Request {
             namespace: case.setup.request.namespace.clone(),
@@ -147,7 +151,7 @@ impl Subject {
         let started = Instant::now();
         let reconciled = self.module.reconcile(ctx, request).await;
         let took = started.elapsed();
-        let (outcome, message) = describe(reconciled.result);
+        let (outcome, message) = crate::guest::tape::outcome_of(&reconciled.result);
         Ok(Ran {
             outcome: Outcome {
                 outcome,
@@ -157,39 +161,7 @@ impl Subject {
             message,
             notes: server.notes(),
             took,
+            recording: recorder.take().pop(),
         })
-    }
-}
-
-/// The `outcome` line of a result, and the message that goes with it.
-pub fn describe(
-    result: Result<Result<GuestOutcome, crate::guest::bindings::GuestError>, CallError>,
-) -> (String, Option<String>) {
-    use crate::guest::bindings::GuestError as E;
-    match result {
-        Ok(Ok(GuestOutcome::Done)) => ("done".into(), None),
-        Ok(Ok(GuestOutcome::RequeueAfter(ms))) => (format!("requeue-after {ms}ms"), None),
-        Ok(Err(e)) => {
-            let (case, m) = match &e {
-                E::NotFound(m) => ("not-found", m),
-                E::Conflict(m) => ("conflict", m),
-                E::Forbidden(m) => ("forbidden", m),
-                E::Invalid(m) => ("invalid", m),
-                E::TooLarge(m) => ("too-large", m),
-                E::NotDeclared(m) => ("not-declared", m),
-                E::UnindexedField(m) => ("unindexed-field", m),
-                E::Timeout(m) => ("timeout", m),
-                E::Other(m) => ("other", m),
-            };
-            (format!("error {case}"), Some(m.clone()))
-        }
-        Err(e) => {
-            let word = match e {
-                CallError::Deadline { .. } => "deadline",
-                CallError::Memory(_) => "memory",
-                CallError::Trap { .. } => "trap",
-            };
-            (word.into(), Some(e.to_string()))
-        }
     }
 }

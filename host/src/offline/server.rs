@@ -425,6 +425,7 @@ impl State {
             force: (verb == "apply").then(|| query.get("force").is_some_and(|f| f == "true")),
             body: body.as_ref().map(shown),
             error: None,
+            step: 0,
         });
         let answer = match injected {
             Some(refusal) => Err(refusal),

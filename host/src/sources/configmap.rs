@@ -191,6 +191,7 @@ impl TenantPolicy {
             workers: self.workers,
             read_your_writes: None,
             identity: Some(account),
+            recorder: None,
         }
     }
 }

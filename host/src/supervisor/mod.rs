@@ -84,6 +84,8 @@ pub struct Options {
     /// while this replica holds its shard (see [`crate::replicas`]). Every guest is still
     /// loaded, compiled and synced here, so a takeover needs neither a compile nor a relist.
     pub replicas: Option<Arc<Replicas>>,
+    /// The guest (by name) whose reconciles are recorded, and where.
+    pub record: Option<(String, crate::guest::tape::RecorderRef)>,
 }
 
 impl Default for Options {
@@ -94,6 +96,7 @@ impl Default for Options {
             review_period: Duration::from_secs(60),
             fair_share: fair_share::Config::default(),
             replicas: None,
+            record: None,
         }
     }
 }
@@ -328,6 +331,12 @@ impl Supervisor {
         let lock = self.lock_for(name);
         let _serial = lock.lock().await;
         let started = Instant::now();
+        let mut settings = settings;
+        if let Some((recorded, recorder)) = &self.options.record
+            && recorded == name
+        {
+            settings.recorder = Some(recorder.clone());
+        }
         let (digest, bytes) = match digest {
             Some(d) => (d, bytes),
             // Off the async runtime for large modules: 12 MB take about 8 ms.

@@ -148,7 +148,15 @@ impl Host for HostState {
         name: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
         let ctx = self.enter()?;
-        Ok(get(self, &ctx, kind, namespace, name).await)
+        let copy = self
+            .recording()
+            .then(|| (kind.clone(), namespace.clone(), name.clone()));
+        let answer = get(self, &ctx, kind, namespace, name).await;
+        if let Some((k, ns, n)) = copy {
+            let objects = answer.as_ref().map(std::iter::once);
+            self.note_read("api.get", &k, &ns, &n, String::new(), objects);
+        }
+        Ok(answer)
     }
 
     async fn list(
@@ -157,7 +165,20 @@ impl Host for HostState {
         options: ListOptions,
     ) -> wasmtime::Result<Result<ListPage, GuestError>> {
         let ctx = self.enter()?;
-        Ok(list(self, &ctx, kind, options).await)
+        let copy = self.recording().then(|| (kind.clone(), options.clone()));
+        let answer = list(self, &ctx, kind, options).await;
+        if let Some((kind, options)) = copy {
+            let query = super::cache::query_of(&options);
+            self.note_read(
+                "api.list",
+                &kind,
+                &options.namespace,
+                "",
+                query,
+                answer.as_ref().map(|p| p.items.iter()),
+            );
+        }
+        Ok(answer)
     }
 }
 

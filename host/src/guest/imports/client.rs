@@ -5,7 +5,9 @@ use serde_json::Value;
 
 use crate::guest::bindings::reconciled::runtime::client::{EventType, Host, PatchBody as Patch};
 use crate::guest::bindings::{GuestError, Gvk};
+use crate::guest::imports::notes::WriteNote;
 use crate::guest::imports::{Access, Declared, GuestContext, HostState, Metrics, names, request};
+use crate::guest::tape::Event;
 use crate::informer::Namespaces;
 use crate::informer::discovery::Resource;
 use crate::object::{kind_of, object_key};
@@ -405,7 +407,11 @@ impl Host for HostState {
         object: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
         let ctx = self.enter()?;
-        Ok(create(self, &ctx, kind, namespace, object).await)
+        let copy = self.recording().then(|| object.clone());
+        let answer = create(self, &ctx, kind.clone(), namespace.clone(), object).await;
+        let note = WriteNote::new("create", &kind, &namespace, "", copy.as_deref());
+        self.note_write(note, &answer);
+        Ok(answer)
     }
 
     async fn update(
@@ -415,7 +421,11 @@ impl Host for HostState {
         object: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
         let ctx = self.enter()?;
-        Ok(update(self, &ctx, kind, namespace, object, false).await)
+        let copy = self.recording().then(|| object.clone());
+        let answer = update(self, &ctx, kind.clone(), namespace.clone(), object, false).await;
+        let note = WriteNote::new("update", &kind, &namespace, "", copy.as_deref());
+        self.note_write(note, &answer);
+        Ok(answer)
     }
 
     async fn patch(
@@ -426,7 +436,23 @@ impl Host for HostState {
         p: Patch,
     ) -> wasmtime::Result<Result<String, GuestError>> {
         let ctx = self.enter()?;
-        Ok(patch(self, &ctx, kind, namespace, name, p).await)
+        let copy = self.recording().then(|| p.clone());
+        let answer = patch(self, &ctx, kind.clone(), namespace.clone(), name.clone(), p).await;
+        if let Some(p) = copy {
+            let mut note = WriteNote::new("merge-patch", &kind, &namespace, &name, None);
+            match &p {
+                Patch::Merge(b) => note.body = Some(b.as_str()),
+                Patch::Json(b) => (note.verb, note.body) = ("json-patch", Some(b.as_str())),
+                Patch::Apply(a) => {
+                    note.verb = "apply";
+                    note.body = Some(&a.body);
+                    note.field_manager = Some(&a.field_manager);
+                    note.force = Some(a.force);
+                }
+            }
+            self.note_write(note, &answer);
+        }
+        Ok(answer)
     }
 
     async fn delete(
@@ -436,7 +462,10 @@ impl Host for HostState {
         name: String,
     ) -> wasmtime::Result<Result<(), GuestError>> {
         let ctx = self.enter()?;
-        Ok(delete(self, &ctx, kind, namespace, name).await)
+        let answer = delete(self, &ctx, kind.clone(), namespace.clone(), name.clone()).await;
+        let note = WriteNote::new("delete", &kind, &namespace, &name, None);
+        self.note_write(note, &answer);
+        Ok(answer)
     }
 
     async fn update_status(
@@ -446,7 +475,12 @@ impl Host for HostState {
         object: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
         let ctx = self.enter()?;
-        Ok(update(self, &ctx, kind, namespace, object, true).await)
+        let copy = self.recording().then(|| object.clone());
+        let answer = update(self, &ctx, kind.clone(), namespace.clone(), object, true).await;
+        let mut note = WriteNote::new("update", &kind, &namespace, "", copy.as_deref());
+        note.status = true;
+        self.note_write(note, &answer);
+        Ok(answer)
     }
 
     async fn record_event(
@@ -459,6 +493,19 @@ impl Host for HostState {
         message: String,
     ) -> wasmtime::Result<Result<(), GuestError>> {
         let ctx = self.enter()?;
+        let note = self.recording().then(|| Event {
+            type_: match event_type {
+                EventType::Normal => "Normal".into(),
+                EventType::Warning => "Warning".into(),
+            },
+            reason: reason.clone(),
+            regarding: if namespace.is_empty() {
+                format!("{} {name}", regarding.kind)
+            } else {
+                format!("{} {namespace}/{name}", regarding.kind)
+            },
+            message: crate::events::truncate_message(&message).into_owned(),
+        });
         let args = EventArgs {
             regarding,
             namespace,
@@ -467,7 +514,11 @@ impl Host for HostState {
             reason,
             message,
         };
-        Ok(record_event(self, &ctx, args).await)
+        let answer = record_event(self, &ctx, args).await;
+        if let (Some(event), Ok(())) = (note, &answer) {
+            self.note_event(event);
+        }
+        Ok(answer)
     }
 }
 

@@ -17,6 +17,7 @@ pub mod errors;
 mod limiter;
 pub mod log;
 pub mod names;
+mod notes;
 
 pub use limiter::Limiter;
 
@@ -138,6 +139,8 @@ pub struct GuestContext {
     pub metrics: Arc<Metrics>,
     /// The guest's clocks and randomness: the host's, or fixed for a repeatable call.
     pub world: crate::guest::world::World,
+    /// Where this guest's reconciles are recorded, if they are (`reconciled run --record`).
+    pub recorder: Option<Arc<crate::guest::tape::Recorder>>,
 }
 
 impl std::fmt::Debug for GuestContext {
@@ -434,6 +437,8 @@ pub struct HostState {
     host_wait: Duration,
     /// Whether the last API request of this call failed because of the cluster.
     cluster_failed: bool,
+    /// What this call did, when its guest is recorded (see [`notes`]).
+    pub(crate) tape: Option<crate::guest::tape::Tape>,
 }
 
 impl std::fmt::Debug for HostState {
@@ -502,8 +507,16 @@ impl HostState {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         let mut wasi = wasmtime_wasi::WasiCtxBuilder::new();
         wasi.stderr(stderr.clone());
+        let mut tape = None;
         if let Some(ctx) = &ctx {
             ctx.world.apply(&mut wasi);
+            if ctx.recorder.is_some() {
+                let seed = ctx.world.recording_seed(&mut wasi);
+                tape = Some(crate::guest::tape::Tape {
+                    seed,
+                    ..Default::default()
+                });
+            }
         }
         for (k, v) in ENVIRONMENT.get().map_or(&[][..], Vec::as_slice) {
             wasi.env(k, v);
@@ -520,6 +533,7 @@ impl HostState {
             api_wait: Duration::ZERO,
             host_wait: Duration::ZERO,
             cluster_failed: false,
+            tape,
         }
     }
 
@@ -839,6 +853,7 @@ mod tests {
             limits: Limits::default(),
             metrics: Arc::default(),
             world: Default::default(),
+            recorder: None,
         };
         let req = request_to("/api/v1/namespaces");
         let err = s.send(&ctx, req).await.unwrap_err();

@@ -1,0 +1,474 @@
+//! Recording what a guest did in one reconcile: its request, every read with its answer, every
+//! write and Event with how it was answered, and how it ended. `reconciled run --record` writes
+//! these to a folder for `reconciled replay`; `reconciled test` and `replay` read the same record
+//! of a guest run offline.
+//!
+//! Secrets' values never reach a recording: `data` and `stringData` keep their keys, with each
+//! value replaced by [`REDACTED`].
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::guest::CallError;
+use crate::guest::bindings::{GuestError, Gvk, Outcome};
+
+/// What a Secret's values read as in a recording.
+pub const REDACTED: &str = "(redacted)";
+
+/// One write the guest made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Write {
+    /// `create`, `update`, `merge-patch`, `json-patch`, `strategic-merge-patch`, `apply` or
+    /// `delete`.
+    pub verb: String,
+    /// `apiVersion/Kind`, e.g. `v1/ConfigMap`.
+    pub kind: String,
+    /// Empty for cluster-scoped kinds.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// The object's name (for a create, from the body).
+    pub name: String,
+    /// `status` for a write to the status subresource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subresource: Option<String>,
+    /// The field manager of an apply.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "fieldManager"
+    )]
+    pub field_manager: Option<String>,
+    /// Whether an apply forces conflicts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
+    /// What was sent, without the metadata the server assigns (uid, resourceVersion,
+    /// generation, creationTimestamp, managedFields), which would only make a diff noisy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Value>,
+    /// The error it was answered with (`conflict`, `not-found`…), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Its place among the call's reads and writes, from 1 (0: not recorded).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub step: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Write {
+    /// What identifies the write when two runs are compared: verb, kind, object, subresource.
+    pub fn key(&self) -> String {
+        let sub = self
+            .subresource
+            .as_deref()
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default();
+        let at = if self.namespace.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}/{}", self.namespace, self.name)
+        };
+        format!("{} {} {at}{sub}", self.verb, self.kind)
+    }
+}
+
+/// One Event the guest recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    /// `Normal` or `Warning`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// UpperCamelCase reason.
+    pub reason: String,
+    /// `Kind namespace/name` of the object it is about.
+    pub regarding: String,
+    /// The message.
+    pub message: String,
+}
+
+/// One read and its answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Read {
+    /// `cache.get`, `cache.list`, `api.get` or `api.list`.
+    pub op: String,
+    /// `apiVersion/Kind`.
+    pub kind: String,
+    /// The namespace asked for (empty: all, for a list).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// The name, for a get.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// Label selector, field matches and continue token of a list, as one line.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub query: String,
+    /// The objects answered (one for a get).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<Value>,
+    /// The error answered, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Its place among the call's reads and writes, from 1.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub step: u32,
+}
+
+impl Read {
+    /// What identifies the read when two runs are compared (the answer aside).
+    pub fn key(&self) -> String {
+        format!(
+            "{} {} {}/{} {}",
+            self.op, self.kind, self.namespace, self.name, self.query
+        )
+    }
+}
+
+/// What one reconcile did, so far (kept in the call's store while it runs).
+#[derive(Debug, Clone, Default)]
+pub struct Tape {
+    /// Seed of the guest's random bytes in this call.
+    pub seed: u64,
+    /// Reads, in order.
+    pub reads: Vec<Read>,
+    /// Writes, in order.
+    pub writes: Vec<Write>,
+    /// Events, in order.
+    pub events: Vec<Event>,
+}
+
+impl Tape {
+    /// The place of the next read or write.
+    pub fn next_step(&self) -> u32 {
+        (self.reads.len() + self.writes.len() + 1) as u32
+    }
+}
+
+/// The object a reconcile was about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestKey {
+    /// Empty for cluster-scoped kinds.
+    #[serde(default)]
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// One recorded reconcile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recording {
+    /// The guest's name.
+    pub guest: String,
+    /// The sha256 of the module that ran.
+    pub module: String,
+    /// What was reconciled.
+    pub request: RequestKey,
+    /// When the reconcile started (RFC 3339): a replay's guest clock starts here.
+    pub started: String,
+    /// Seed of the guest's random bytes: a replay's guest gets the same ones.
+    pub seed: u64,
+    /// How it ended: see [`outcome_of`].
+    pub outcome: String,
+    /// The guest's error or trap message, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Reads, in order.
+    #[serde(default)]
+    pub reads: Vec<Read>,
+    /// Writes, in order.
+    #[serde(default)]
+    pub writes: Vec<Write>,
+    /// Events, in order.
+    #[serde(default)]
+    pub events: Vec<Event>,
+}
+
+/// `apiVersion/Kind` of a declared kind.
+pub fn kind_name(kind: &Gvk) -> String {
+    if kind.group.is_empty() {
+        format!("{}/{}", kind.version, kind.kind)
+    } else {
+        format!("{}/{}/{}", kind.group, kind.version, kind.kind)
+    }
+}
+
+/// A JSON text as a recording shows it: parsed, Secrets' values redacted. Unparseable text is
+/// kept as a string.
+pub fn recorded(text: &str) -> Value {
+    let mut v: Value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()));
+    redact(&mut v);
+    v
+}
+
+/// Replaces a Secret's values (`data`, `stringData`) with [`REDACTED`], keeping the keys.
+pub fn redact(v: &mut Value) {
+    if v["kind"] != "Secret" {
+        return;
+    }
+    for field in ["data", "stringData"] {
+        if let Some(m) = v.get_mut(field).and_then(Value::as_object_mut) {
+            for value in m.values_mut() {
+                *value = Value::String(REDACTED.into());
+            }
+        }
+    }
+}
+
+/// A body as a write record shows it: Secrets redacted, server-assigned metadata left out.
+pub fn shown(body: &Value) -> Value {
+    let mut v = body.clone();
+    redact(&mut v);
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for f in [
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "managedFields",
+        ] {
+            m.remove(f);
+        }
+    }
+    v
+}
+
+/// The WIT error case of a guest error: `conflict`, `not-found`…
+pub fn error_case(e: &GuestError) -> (&'static str, &str) {
+    match e {
+        GuestError::NotFound(m) => ("not-found", m),
+        GuestError::Conflict(m) => ("conflict", m),
+        GuestError::Forbidden(m) => ("forbidden", m),
+        GuestError::Invalid(m) => ("invalid", m),
+        GuestError::TooLarge(m) => ("too-large", m),
+        GuestError::NotDeclared(m) => ("not-declared", m),
+        GuestError::UnindexedField(m) => ("unindexed-field", m),
+        GuestError::Timeout(m) => ("timeout", m),
+        GuestError::Other(m) => ("other", m),
+    }
+}
+
+/// How a reconcile ended, as one word (with its detail): `done`, `requeue-after <ms>ms`,
+/// `error <case>` (`error conflict`), `trap`, `deadline` or `memory`; and the message that goes
+/// with an error.
+pub fn outcome_of(
+    result: &Result<Result<Outcome, GuestError>, CallError>,
+) -> (String, Option<String>) {
+    match result {
+        Ok(Ok(Outcome::Done)) => ("done".into(), None),
+        Ok(Ok(Outcome::RequeueAfter(ms))) => (format!("requeue-after {ms}ms"), None),
+        Ok(Err(e)) => {
+            let (case, m) = error_case(e);
+            (format!("error {case}"), Some(m.to_string()))
+        }
+        Err(e) => {
+            let word = match e {
+                CallError::Deadline { .. } => "deadline",
+                CallError::Memory(_) => "memory",
+                CallError::Trap { .. } => "trap",
+            };
+            (word.into(), Some(e.to_string()))
+        }
+    }
+}
+
+/// Where recordings go.
+#[derive(Debug)]
+enum Sink {
+    /// One YAML file per reconcile in this folder.
+    Dir(PathBuf),
+    /// Kept in memory, for an offline run to read back.
+    Memory(Vec<Recording>),
+}
+
+#[derive(Debug)]
+struct State {
+    sink: Sink,
+    kept: u64,
+    bytes: u64,
+    full: bool,
+}
+
+/// Takes the recordings of one guest's reconciles, up to a size and until a time.
+///
+/// Where it may surprise: a guest with a recorder gets random bytes from a generator seeded per
+/// reconcile (the seed is recorded, so a replay gets the same bytes), not from the operating
+/// system's source: recording is for debugging, not for guests that make keys.
+#[derive(Debug)]
+pub struct Recorder {
+    max_bytes: u64,
+    until: Option<Instant>,
+    state: Mutex<State>,
+}
+
+impl Recorder {
+    /// Records into `dir` (created if missing), at most `max_bytes` of YAML, for `for_at_most`.
+    pub fn to_dir(dir: PathBuf, max_bytes: u64, for_at_most: Duration) -> std::io::Result<Self> {
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self {
+            max_bytes,
+            until: Instant::now().checked_add(for_at_most),
+            state: Mutex::new(State {
+                sink: Sink::Dir(dir),
+                kept: 0,
+                bytes: 0,
+                full: false,
+            }),
+        })
+    }
+
+    /// Keeps recordings in memory (see [`Recorder::take`]).
+    pub fn in_memory() -> Self {
+        Self {
+            max_bytes: u64::MAX,
+            until: None,
+            state: Mutex::new(State {
+                sink: Sink::Memory(Vec::new()),
+                kept: 0,
+                bytes: 0,
+                full: false,
+            }),
+        }
+    }
+
+    /// The recordings kept in memory so far, taken out.
+    pub fn take(&self) -> Vec<Recording> {
+        match &mut self.state.lock().unwrap().sink {
+            Sink::Memory(v) => std::mem::take(v),
+            Sink::Dir(_) => Vec::new(),
+        }
+    }
+
+    /// How many reconciles were recorded.
+    pub fn kept(&self) -> u64 {
+        self.state.lock().unwrap().kept
+    }
+
+    /// Keeps one recording, unless the size or time bound is reached (said once, in the log).
+    pub fn keep(&self, recording: Recording) {
+        let mut s = self.state.lock().unwrap();
+        if s.full {
+            return;
+        }
+        if self.until.is_some_and(|t| Instant::now() >= t) {
+            s.full = true;
+            tracing::warn!(guest = %recording.guest, recorded = s.kept, "recording stopped: its time is up");
+            return;
+        }
+        let State {
+            sink,
+            kept,
+            bytes,
+            full,
+        } = &mut *s;
+        match sink {
+            Sink::Memory(v) => v.push(recording),
+            Sink::Dir(dir) => {
+                let text = match serde_saphyr::to_string(&recording) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::warn!(guest = %recording.guest, "cannot record a reconcile: {e}");
+                        return;
+                    }
+                };
+                let size = text.len() as u64;
+                if *bytes + size > self.max_bytes {
+                    *full = true;
+                    tracing::warn!(guest = %recording.guest, recorded = *kept, bytes = *bytes, "recording stopped: its size limit is reached");
+                    return;
+                }
+                let path = dir.join(format!("{:06}.yaml", *kept + 1));
+                // Through a temporary name: a host stopped mid-write leaves no half recording.
+                let partial = path.with_extension("yaml.partial");
+                let written =
+                    std::fs::write(&partial, text).and_then(|()| std::fs::rename(&partial, &path));
+                if let Err(e) = written {
+                    *full = true;
+                    tracing::warn!(guest = %recording.guest, "recording stopped: cannot write {}: {e}", path.display());
+                    return;
+                }
+                *bytes += size;
+            }
+        }
+        *kept += 1;
+    }
+}
+
+/// A shared [`Recorder`], compared by identity, so that settings holding one stay comparable.
+#[derive(Debug, Clone)]
+pub struct RecorderRef(pub std::sync::Arc<Recorder>);
+
+impl PartialEq for RecorderRef {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for RecorderRef {}
+
+/// The current time as RFC 3339, for [`Recording::started`].
+pub fn now_rfc3339() -> String {
+    let since = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    k8s_openapi::jiff::Timestamp::new(since.as_secs() as i64, since.subsec_nanos() as i32)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secrets_values_are_redacted_and_its_keys_kept() {
+        let v = recorded(
+            r#"{"kind":"Secret","metadata":{"name":"s"},"data":{"password":"aHVudGVyMg=="},"stringData":{"token":"t"}}"#,
+        );
+        assert_eq!(v["data"]["password"], REDACTED);
+        assert_eq!(v["stringData"]["token"], REDACTED);
+        let cm = recorded(r#"{"kind":"ConfigMap","data":{"password":"plain"}}"#);
+        assert_eq!(cm["data"]["password"], "plain", "only Secrets");
+    }
+
+    #[test]
+    fn a_recorder_stops_at_its_size_limit_and_says_so_once() {
+        let dir = std::env::temp_dir().join(format!("reconciled-tape-{}", std::process::id()));
+        let r = Recorder::to_dir(dir.clone(), 600, Duration::from_secs(60)).unwrap();
+        let rec = Recording {
+            guest: "g".into(),
+            module: "m".into(),
+            request: RequestKey {
+                namespace: "ns".into(),
+                name: "n".into(),
+            },
+            started: now_rfc3339(),
+            seed: 1,
+            outcome: "done".into(),
+            message: None,
+            reads: vec![],
+            writes: vec![],
+            events: vec![],
+        };
+        for _ in 0..20 {
+            r.keep(rec.clone());
+        }
+        let files = std::fs::read_dir(&dir).unwrap().count() as u64;
+        assert_eq!(files, r.kept());
+        assert!((1..20).contains(&files), "{files}");
+        let back: Recording =
+            serde_saphyr::from_str(&std::fs::read_to_string(dir.join("000001.yaml")).unwrap())
+                .unwrap();
+        assert_eq!(back, rec);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,427 @@
+//! Replaying recorded reconciles against another version of a guest, and what differs.
+//!
+//! A recording becomes a case: the objects the recorded run read (each as first read, before
+//! any write of its own to it) are what the cache and the server hold; a write the recorded run
+//! saw refused is refused the same way once; the guest's clock starts when the recorded
+//! reconcile did, and its random bytes come from the recorded seed. The new version then runs
+//! offline (see [`runner`](super::runner)), and its writes, Events, outcome and reads are
+//! compared with the recorded ones.
+//!
+//! Where it may surprise: answers to writes come from the offline model, not from the
+//! recording, so a version that copies a uid or resourceVersion from a write's answer into a
+//! later write shows that later write as changed.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::guest::tape::{Event, Recording, Write};
+use crate::offline::fixture::{Case, Outcome, Setup};
+use crate::offline::runner::{CaseError, Subject};
+use crate::offline::server::Fault;
+
+/// One difference between a recorded reconcile and its replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The outcome differs.
+    Outcome {
+        /// Recorded.
+        old: String,
+        /// Replayed.
+        new: String,
+    },
+    /// A write only the replay made (its key).
+    WriteAdded(String),
+    /// A write only the recording has.
+    WriteRemoved(String),
+    /// A write both made, differently: its key and a diff, recorded first.
+    WriteChanged(String, String),
+    /// An Event only the replay recorded.
+    EventAdded(String),
+    /// An Event only the recording has.
+    EventRemoved(String),
+    /// A read only the replay made: the recording has no answer for it, so the offline model
+    /// answered from the objects the old version read.
+    NewRead(String),
+}
+
+impl Change {
+    /// What the change is about, for `--allow`: `outcome`, `events`, `reads`, or the
+    /// `apiVersion/Kind` of a write.
+    pub fn subject(&self) -> String {
+        match self {
+            Change::Outcome { .. } => "outcome".into(),
+            Change::EventAdded(_) | Change::EventRemoved(_) => "events".into(),
+            Change::NewRead(_) => "reads".into(),
+            Change::WriteAdded(k) | Change::WriteRemoved(k) | Change::WriteChanged(k, _) => {
+                k.split(' ').nth(1).unwrap_or("").to_string()
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Change::Outcome { old, new } => write!(f, "outcome: {old} -> {new}"),
+            Change::WriteAdded(k) => write!(f, "write added: {k}"),
+            Change::WriteRemoved(k) => write!(f, "write removed: {k}"),
+            Change::WriteChanged(k, diff) => {
+                writeln!(f, "write changed: {k}")?;
+                for line in diff.lines() {
+                    writeln!(f, "    {line}")?;
+                }
+                Ok(())
+            }
+            Change::EventAdded(e) => write!(f, "event added: {e}"),
+            Change::EventRemoved(e) => write!(f, "event removed: {e}"),
+            Change::NewRead(k) => write!(f, "new read: {k}"),
+        }
+    }
+}
+
+/// Reads the recordings in `dir` (`*.yaml`, in name order), each with its file.
+pub fn load(dir: &Path) -> Result<Vec<(PathBuf, Recording)>, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read the recording folder {}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(format!(
+            "no recordings in {}: record some with `reconciled run --record {} --record-guest <name>`",
+            dir.display(),
+            dir.display()
+        ));
+    }
+    files
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            let r: Recording = serde_saphyr::from_str(&text)
+                .map_err(|e| format!("{} is not a recording: {e}", p.display()))?;
+            Ok((p, r))
+        })
+        .collect()
+}
+
+fn object_key(v: &Value) -> String {
+    format!(
+        "{}/{} {}/{}",
+        v["apiVersion"].as_str().unwrap_or(""),
+        v["kind"].as_str().unwrap_or(""),
+        v["metadata"]["namespace"].as_str().unwrap_or(""),
+        v["metadata"]["name"].as_str().unwrap_or("")
+    )
+}
+
+/// The answer a fault replays a recorded refusal with; `None` for refusals the host makes
+/// itself (it will make them again) or that no server answer stands for.
+fn fault_answer(error: &str) -> Option<&'static str> {
+    Some(match error {
+        "not-found" => "not-found",
+        "conflict" => "conflict",
+        "forbidden" => "forbidden",
+        "invalid" => "invalid",
+        "timeout" => "timeout",
+        "other" => "unavailable",
+        _ => return None,
+    })
+}
+
+/// The case a recording stands for.
+pub fn case_of(name: &str, recording: &Recording) -> Case {
+    // An object the recorded run wrote before reading it was not there as read at the start.
+    let written: BTreeMap<String, u32> = recording
+        .writes
+        .iter()
+        .map(|w| {
+            let key = format!("{} {}/{}", w.kind, w.namespace, w.name);
+            (key, w.step)
+        })
+        .fold(BTreeMap::new(), |mut m, (k, step)| {
+            m.entry(k).or_insert(step);
+            m
+        });
+    let mut seen = HashSet::new();
+    let mut objects = Vec::new();
+    for read in &recording.reads {
+        for o in &read.objects {
+            let key = object_key(o);
+            let after_own_write = written.get(&key).is_some_and(|w| *w < read.step);
+            if !after_own_write && seen.insert(key) {
+                objects.push(o.clone());
+            }
+        }
+    }
+    let faults = recording
+        .writes
+        .iter()
+        .filter_map(|w| {
+            let answer = fault_answer(w.error.as_deref()?)?;
+            Some(Fault {
+                verb: Some(w.verb.clone()),
+                kind: Some(w.kind.clone()),
+                namespace: Some(w.namespace.clone()),
+                name: Some(w.name.clone()),
+                subresource: w.subresource.clone(),
+                answer: answer.into(),
+                times: Some(1),
+            })
+        })
+        .collect();
+    let now = recording
+        .started
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .map(|t| Duration::from_secs(u64::try_from(t.as_second()).unwrap_or(0)))
+        .unwrap_or(crate::offline::fixture::DEFAULT_NOW);
+    Case {
+        name: name.to_string(),
+        dir: PathBuf::new(),
+        setup: Setup {
+            request: recording.request.clone(),
+            now: Some(recording.started.clone()),
+            seed: recording.seed,
+            faults,
+            stale: Vec::new(),
+        },
+        now,
+        objects,
+        expected: Some(Outcome {
+            outcome: recording.outcome.clone(),
+            writes: recording.writes.clone(),
+            events: recording.events.clone(),
+        }),
+    }
+}
+
+/// Replays one recording against `subject`: the differences, in order.
+pub async fn replay(
+    subject: &Subject,
+    name: &str,
+    recording: &Recording,
+) -> Result<Vec<Change>, CaseError> {
+    let case = case_of(name, recording);
+    let ran = subject.run(&case).await?;
+    let new = ran.recording.unwrap_or_else(|| Recording {
+        reads: Vec::new(),
+        writes: Vec::new(),
+        events: Vec::new(),
+        ..recording.clone()
+    });
+    Ok(compare(recording, &new, &ran.outcome.outcome))
+}
+
+/// What differs between `old` and `new` (whose outcome is `outcome`).
+pub fn compare(old: &Recording, new: &Recording, outcome: &str) -> Vec<Change> {
+    let mut changes = Vec::new();
+    if old.outcome != outcome {
+        changes.push(Change::Outcome {
+            old: old.outcome.clone(),
+            new: outcome.to_string(),
+        });
+    }
+    changes.extend(compare_writes(&old.writes, &new.writes));
+    let show = |e: &Event| format!("{} {} {}: {}", e.type_, e.reason, e.regarding, e.message);
+    let old_events: Vec<String> = old.events.iter().map(show).collect();
+    let new_events: Vec<String> = new.events.iter().map(show).collect();
+    for e in &new_events {
+        if !old_events.contains(e) {
+            changes.push(Change::EventAdded(e.clone()));
+        }
+    }
+    for e in &old_events {
+        if !new_events.contains(e) {
+            changes.push(Change::EventRemoved(e.clone()));
+        }
+    }
+    let old_reads: BTreeSet<String> = old.reads.iter().map(|r| r.key()).collect();
+    let mut reported = BTreeSet::new();
+    for r in &new.reads {
+        let key = r.key();
+        if !old_reads.contains(&key) && reported.insert(key.clone()) {
+            changes.push(Change::NewRead(key.trim_end().to_string()));
+        }
+    }
+    changes
+}
+
+/// Writes paired by key, occurrence by occurrence: the i-th write of a key in one run with the
+/// i-th of the same key in the other.
+fn compare_writes(old: &[Write], new: &[Write]) -> Vec<Change> {
+    let group = |ws: &[Write]| {
+        let mut m: BTreeMap<String, Vec<Write>> = BTreeMap::new();
+        let mut order = Vec::new();
+        for w in ws {
+            let k = w.key();
+            if !m.contains_key(&k) {
+                order.push(k.clone());
+            }
+            m.entry(k).or_default().push(w.clone());
+        }
+        (m, order)
+    };
+    let (old_by, old_order) = group(old);
+    let (new_by, new_order) = group(new);
+    let mut keys = old_order;
+    for k in new_order {
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut changes = Vec::new();
+    let empty = Vec::new();
+    for k in keys {
+        let (a, b) = (
+            old_by.get(&k).unwrap_or(&empty),
+            new_by.get(&k).unwrap_or(&empty),
+        );
+        for i in 0..a.len().max(b.len()) {
+            match (a.get(i), b.get(i)) {
+                (Some(x), Some(y)) => {
+                    let (x, y) = (comparable(x), comparable(y));
+                    if x != y {
+                        let diff = similar::TextDiff::from_lines(&yaml(&x), &yaml(&y))
+                            .unified_diff()
+                            .context_radius(2)
+                            .header("recorded", "replayed")
+                            .to_string();
+                        changes.push(Change::WriteChanged(k.clone(), diff));
+                    }
+                }
+                (Some(_), None) => changes.push(Change::WriteRemoved(k.clone())),
+                (None, Some(_)) => changes.push(Change::WriteAdded(k.clone())),
+                (None, None) => {}
+            }
+        }
+    }
+    changes
+}
+
+/// A write without its place in the call, which may move without the write changing.
+fn comparable(w: &Write) -> Write {
+    Write {
+        step: 0,
+        ..w.clone()
+    }
+}
+
+fn yaml(w: &Write) -> String {
+    serde_saphyr::to_string(w).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guest::tape::{Read, RequestKey};
+    use serde_json::json;
+
+    fn write(verb: &str, name: &str, data: &str, step: u32) -> Write {
+        Write {
+            verb: verb.into(),
+            kind: "v1/ConfigMap".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            subresource: None,
+            field_manager: None,
+            force: None,
+            body: Some(json!({"data": {"k": data}})),
+            error: None,
+            step,
+        }
+    }
+
+    fn recording(writes: Vec<Write>, reads: Vec<Read>) -> Recording {
+        Recording {
+            guest: "g".into(),
+            module: "m".into(),
+            request: RequestKey {
+                namespace: "ns".into(),
+                name: "a".into(),
+            },
+            started: "2026-01-01T00:00:00Z".into(),
+            seed: 7,
+            outcome: "done".into(),
+            message: None,
+            reads,
+            writes,
+            events: vec![],
+        }
+    }
+
+    fn read(step: u32, name: &str) -> Read {
+        Read {
+            op: "cache.get".into(),
+            kind: "v1/ConfigMap".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            query: String::new(),
+            objects: vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                 "metadata": {"name": name, "namespace": "ns"}})],
+            error: None,
+            step,
+        }
+    }
+
+    #[test]
+    fn writes_pair_by_key_and_only_what_differs_is_reported() {
+        let old = recording(
+            vec![write("apply", "a", "1", 1), write("delete", "b", "", 2)],
+            vec![],
+        );
+        let new = recording(
+            vec![write("apply", "a", "2", 3), write("apply", "c", "1", 4)],
+            vec![read(1, "x")],
+        );
+        let changes = compare(&old, &new, "done");
+        let kinds: Vec<String> = changes
+            .iter()
+            .map(|c| c.to_string().lines().next().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "write changed: apply v1/ConfigMap ns/a",
+                "write removed: delete v1/ConfigMap ns/b",
+                "write added: apply v1/ConfigMap ns/c",
+                "new read: cache.get v1/ConfigMap ns/x",
+            ]
+        );
+        assert!(
+            changes[0].to_string().contains("-    k: \"1\"\n"),
+            "{}",
+            changes[0]
+        );
+        assert_eq!(changes[0].subject(), "v1/ConfigMap");
+        assert!(
+            compare(&old, &old, "done").is_empty(),
+            "a run equals itself"
+        );
+    }
+
+    #[test]
+    fn a_case_holds_what_was_read_before_the_run_wrote_it_and_replays_refusals_once() {
+        let mut refused = write("update", "a", "1", 3);
+        refused.error = Some("conflict".into());
+        let r = recording(
+            vec![write("apply", "b", "1", 2), refused],
+            vec![read(1, "a"), read(4, "b")],
+        );
+        let case = case_of("c", &r);
+        let names: Vec<&str> = case
+            .objects
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["a"], "b was read only after the run applied it");
+        assert_eq!(case.setup.faults.len(), 1);
+        assert_eq!(case.setup.faults[0].answer, "conflict");
+        assert_eq!(case.setup.faults[0].times, Some(1));
+        assert_eq!(case.setup.seed, 7);
+    }
+}
