@@ -254,6 +254,12 @@ pub struct GuestConfig {
     /// the host's own identity. Its cache reads are then reviewed as that ServiceAccount too.
     #[serde(default)]
     pub service_account: Option<ServiceAccount>,
+    /// A second version (a `.wasm` path, relative to the config file) to run beside `module` on
+    /// the same requests, its writes sent with `dryRun=All` and compared with the live
+    /// version's (see [`crate::controller::shadow`]). Promoting it is one edit: make it the
+    /// `module` and drop this line.
+    #[serde(default)]
+    pub shadow: Option<PathBuf>,
 }
 
 fn one() -> usize {
@@ -277,6 +283,7 @@ impl GuestConfig {
             read_your_writes: self.read_your_writes,
             identity: self.service_account.clone(),
             recorder: None,
+            shadow: None,
         }
     }
 }
@@ -357,6 +364,11 @@ impl Config {
                 Some(Ok(_)) => {}
                 None if g.module.is_relative() => g.module = base.join(&g.module),
                 None => {}
+            }
+            if let Some(shadow) = &mut g.shadow
+                && shadow.is_relative()
+            {
+                *shadow = base.join(&*shadow);
             }
         }
         Ok(config)

@@ -364,6 +364,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             grant: s.grant,
             limits: s.limits,
             service_account: None,
+            shadow: None,
         });
     }
     let mut seen = std::collections::BTreeSet::new();
@@ -482,7 +483,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 continue;
             }
         };
-        sup.apply(&g.name, Source::File(g.module.clone()), g.settings(), bytes)
+        let settings = sup.with_shadow(g.settings(), g.shadow.as_deref()).await;
+        sup.apply(&g.name, Source::File(g.module.clone()), settings, bytes)
             .await;
     }
     let configmaps = match tenants {

@@ -124,6 +124,7 @@ async fn run(cp: &testenv::ControlPlane, wasm: &Path, n: usize) -> anyhow::Resul
         metrics: Default::default(),
         world: Default::default(),
         recorder: None,
+        taped: false,
     });
     let req = |name: &str| Request {
         namespace: NS.into(),

@@ -113,6 +113,7 @@ async fn run(
         metrics: Default::default(),
         world: Default::default(),
         recorder: None,
+        taped: false,
     });
     let cache =
         std::env::temp_dir().join(format!("reconciled-bench-languages-{}", std::process::id()));

@@ -10,6 +10,7 @@ pub mod gate;
 pub mod handlers;
 pub(crate) mod plan;
 pub mod reconciles;
+pub mod shadow;
 mod snapshot;
 pub mod work_queue;
 mod worker;
@@ -109,6 +110,8 @@ pub struct Settings {
     pub identity: Option<ServiceAccount>,
     /// Where its reconciles are recorded (`reconciled run --record`), if they are.
     pub recorder: Option<crate::guest::tape::RecorderRef>,
+    /// A version to run beside this one with dry-run writes, compared (see [`shadow`]).
+    pub shadow: Option<shadow::ShadowModule>,
 }
 
 impl Settings {
@@ -122,6 +125,7 @@ impl Settings {
             read_your_writes: None,
             identity: None,
             recorder: None,
+            shadow: None,
         }
     }
 }
@@ -176,6 +180,7 @@ pub struct Controller {
     /// by the supervisor, which posts Events on a tenant's ConfigMap when it changes.
     failing: watch::Sender<Option<Failing>>,
     workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    shadow_counts: shadow::Counts,
 }
 
 /// One version of the guest: its module and everything built from its declaration. Swapped
@@ -188,6 +193,7 @@ struct Version {
     roles: HashMap<Gvk, Vec<Role>>,
     for_kind: Gvk,
     loaded_at: std::time::SystemTime,
+    shadow: Option<Arc<shadow::Shadow>>,
 }
 
 struct Link {
@@ -260,7 +266,11 @@ impl Controller {
             &HashMap::new(),
             metrics.clone(),
         );
+        let shadow_counts = shadow::Counts::default();
+        let mut version = version;
+        version.shadow = attach_shadow(&settings, &version, &client, &shadow_counts).await;
         let controller = Arc::new(Self {
+            shadow_counts,
             name: settings.name.clone(),
             client,
             current: RwLock::new(Arc::new(version)),
@@ -406,6 +416,9 @@ impl Controller {
             &floors,
             self.metrics.clone(),
         );
+        let mut version = version;
+        version.shadow =
+            attach_shadow(&self.settings, &version, &self.client, &self.shadow_counts).await;
         let digest = version.module.digest().to_string();
         if let Some(account) = &self.settings.identity {
             // Before the swap: no reconcile may run the new version until what it reads is
@@ -655,6 +668,7 @@ fn build_version_from(
         metrics,
         world: Default::default(),
         recorder: settings.recorder.as_ref().map(|r| r.0.clone()),
+        taped: settings.shadow.is_some(),
     });
     Version {
         module,
@@ -663,5 +677,18 @@ fn build_version_from(
         roles,
         for_kind: plan.for_kind.clone(),
         loaded_at: std::time::SystemTime::now(),
+        shadow: None,
     }
+}
+
+/// The shadow of `settings` ready beside `live`, if there is one that can run.
+async fn attach_shadow(
+    settings: &Settings,
+    live: &Version,
+    client: &kube::Client,
+    counts: &shadow::Counts,
+) -> Option<Arc<shadow::Shadow>> {
+    let prepared = shadow::prepare(settings, live, client).await?;
+    counts.set_problem(&settings.name, prepared.as_ref().err().cloned());
+    prepared.ok().map(Arc::new)
 }

@@ -53,6 +53,8 @@ pub struct Snapshot {
     pub tenant: String,
     /// CPU its `reconcile` and `map` calls used (all versions).
     pub cpu: Duration,
+    /// Its shadow version, if it has one.
+    pub shadow: Option<crate::controller::shadow::ShadowSnapshot>,
 }
 
 impl Controller {
@@ -84,6 +86,8 @@ impl Controller {
             compiled_bytes: v.module.compiled_bytes(),
             tenant: self.share.tenant().to_string(),
             cpu: self.counters.cpu(),
+            shadow: (self.settings.shadow.as_ref())
+                .map(|s| self.shadow_counts.snapshot(s.0.digest())),
         }
     }
 }

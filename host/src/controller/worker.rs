@@ -140,7 +140,12 @@ impl Controller {
             panic!("injected worker panic (fault-injection feature)");
         }
         let started = Instant::now();
-        let reconciled = version.module.reconcile(version.ctx.clone(), request).await;
+        let reconciled = (version.module)
+            .reconcile(version.ctx.clone(), request.clone())
+            .await;
+        if let Some(shadow) = &version.shadow {
+            (shadow.run(&self.name, request, &reconciled, &self.shadow_counts)).await;
+        }
         drop(version);
         slot.charge(reconciled.usage.cpu);
         self.counters.add_cpu(reconciled.usage.cpu);

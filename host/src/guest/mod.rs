@@ -9,6 +9,7 @@
 
 pub mod artifact_cache;
 pub mod bindings;
+pub mod divergence;
 pub mod grant;
 pub mod identity;
 pub mod imports;
@@ -186,6 +187,8 @@ pub struct Reconciled {
     pub result: Result<Result<Outcome, GuestError>, CallError>,
     /// Where the time went.
     pub usage: Usage,
+    /// What the call did, when its guest is recorded or taped (see [`tape`]).
+    pub recording: Option<tape::Recording>,
 }
 
 impl Reconciled {
@@ -509,31 +512,38 @@ impl Module {
     /// With a recorder in `ctx`, what the call did is recorded once it ends.
     pub async fn reconcile(&self, ctx: Arc<GuestContext>, request: Request) -> Reconciled {
         let limits = ctx.limits;
-        let started = ctx.recorder.as_ref().map(|_| tape::now_rfc3339());
+        let started = (ctx.recorder.is_some() || ctx.taped).then(tape::now_rfc3339);
         let (result, usage, tape) = self
             .call(Some(ctx.clone()), limits, async |r, s| {
                 r.call_reconcile(s, &request).await
             })
             .await;
-        if let (Some(recorder), Some(tape), Some(started)) = (&ctx.recorder, tape, started) {
+        let recording = tape.map(|tape| {
             let (outcome, message) = tape::outcome_of(&result);
-            recorder.keep(tape::Recording {
+            tape::Recording {
                 guest: ctx.name.clone(),
                 module: self.digest.clone(),
                 request: tape::RequestKey {
-                    namespace: request.namespace,
-                    name: request.name,
+                    namespace: request.namespace.clone(),
+                    name: request.name.clone(),
                 },
-                started,
+                started: started.clone().unwrap_or_default(),
                 seed: tape.seed,
                 outcome,
                 message,
                 reads: tape.reads,
                 writes: tape.writes,
                 events: tape.events,
-            });
+            }
+        });
+        if let (Some(recorder), Some(recording)) = (&ctx.recorder, &recording) {
+            recorder.keep(recording.clone());
         }
-        Reconciled { result, usage }
+        Reconciled {
+            result,
+            usage,
+            recording,
+        }
     }
 
     /// Calls `map(kind, object)` in a fresh instance; says where the time went, as
@@ -712,6 +722,7 @@ mod tests {
         let mut r = Reconciled {
             result: Ok(Err(GuestError::Conflict("x".into()))),
             usage: usage(5, 1, 0),
+            recording: None,
         };
         assert_eq!(r.blame(), Some(Blame::Guest));
         r.usage.cluster_failed = true;

@@ -143,6 +143,7 @@ impl Subject {
             metrics: Arc::default(),
             world: World::fixed(SystemTime::UNIX_EPOCH + case.now, case.setup.seed),
             recorder: Some(recorder.clone()),
+            taped: false,
         });
         let request = Request {
             namespace: case.setup.request.namespace.clone(),

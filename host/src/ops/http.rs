@@ -441,6 +441,7 @@ mod tests {
                 }),
                 shard: Some(3),
                 owner: Some("replica-b".into()),
+                shadow: None,
             }],
             uptime_seconds: 5,
             ..Status::default()

@@ -50,6 +50,7 @@ use crate::ops::memory::encode_memory;
 use crate::ops::metering::encode_metering;
 use crate::ops::process::{Process, encode_process};
 use crate::ops::replicas::encode_replicas;
+use crate::ops::shadow::encode_shadow;
 use crate::ops::status::GuestMemory;
 
 /// The content type of what [`encode`] returns: OpenMetrics text 1.0, which Prometheus parses
@@ -200,6 +201,7 @@ impl Collector for Scrape {
         encode_memory(&mut e, &self.guests, &self.informers)?;
         encode_metering(&mut e, &self.guests, &self.tenants)?;
         encode_replicas(&mut e, self.replicas.as_ref())?;
+        encode_shadow(&mut e, &self.guests)?;
         if let Some(p) = &self.process {
             encode_process(&mut e, p)?;
         }

@@ -11,4 +11,5 @@ pub mod metering;
 pub mod metrics;
 pub mod process;
 mod replicas;
+mod shadow;
 pub mod status;

@@ -140,6 +140,40 @@ pub struct GuestStatus {
     /// The replica reconciling it (holding its shard), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// Its shadow version, when it has one (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<GuestShadow>,
+}
+
+/// A shadow version beside a guest's live one: it runs on the same requests with dry-run
+/// writes, and its writes, Events and outcome are compared with the live version's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestShadow {
+    /// sha256 of the shadow module, lowercase hex.
+    pub digest: String,
+    /// Requests it reconciled beside the live version.
+    pub reconciles: u64,
+    /// Of those, the ones where it would have written, recorded or answered differently.
+    pub divergent: u64,
+    /// The latest divergence: the request and the first thing that differed.
+    #[serde(default)]
+    pub last_divergence: Option<String>,
+    /// Why it is not running, if it is not (the live version is unaffected).
+    #[serde(default)]
+    pub problem: Option<String>,
+}
+
+impl GuestShadow {
+    /// The shadow of a running controller.
+    pub fn of(s: &crate::controller::shadow::ShadowSnapshot) -> Self {
+        Self {
+            digest: s.digest.clone(),
+            reconciles: s.reconciles,
+            divergent: s.divergent,
+            last_divergence: s.last_divergence.clone(),
+            problem: s.problem.clone(),
+        }
+    }
 }
 
 /// The memory a serving guest accounts for.
@@ -645,6 +679,7 @@ mod tests {
             memory: None,
             shard: None,
             owner: None,
+            shadow: None,
         }
     }
 

@@ -192,6 +192,7 @@ impl TenantPolicy {
             read_your_writes: None,
             identity: Some(account),
             recorder: None,
+            shadow: None,
         }
     }
 }

@@ -40,6 +40,7 @@ mod outcome;
 mod placement;
 mod quota;
 mod report;
+mod shadow;
 mod source;
 
 pub use offers::{Offer, Read, Unreadable};

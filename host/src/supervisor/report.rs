@@ -337,6 +337,9 @@ fn guest_status(
         last_error: e.last_error.clone(),
         last_load_ms: e.last_load.map(|t| t.total.as_secs_f64() * 1000.0),
         reconciles: snap.as_ref().map(Reconciles::of).unwrap_or_default(),
+        shadow: (snap.as_ref())
+            .and_then(|s| s.shadow.as_ref())
+            .map(crate::ops::status::GuestShadow::of),
         queued: snap.as_ref().map_or(0, |s| s.queued),
         informers: snap.as_ref().map_or(Vec::new(), |s| {
             s.informers

@@ -141,6 +141,9 @@ pub struct GuestContext {
     pub world: crate::guest::world::World,
     /// Where this guest's reconciles are recorded, if they are (`reconciled run --record`).
     pub recorder: Option<Arc<crate::guest::tape::Recorder>>,
+    /// Whether each reconcile returns its recording even without a recorder (a guest with a
+    /// shadow version, whose writes are compared with the shadow's).
+    pub taped: bool,
 }
 
 impl std::fmt::Debug for GuestContext {
@@ -510,7 +513,7 @@ impl HostState {
         let mut tape = None;
         if let Some(ctx) = &ctx {
             ctx.world.apply(&mut wasi);
-            if ctx.recorder.is_some() {
+            if ctx.recorder.is_some() || ctx.taped {
                 let seed = ctx.world.recording_seed(&mut wasi);
                 tape = Some(crate::guest::tape::Tape {
                     seed,
@@ -854,6 +857,7 @@ mod tests {
             metrics: Arc::default(),
             world: Default::default(),
             recorder: None,
+            taped: false,
         };
         let req = request_to("/api/v1/namespaces");
         let err = s.send(&ctx, req).await.unwrap_err();

@@ -1,0 +1,223 @@
+//! A shadow version: a second module that runs beside the live one on the same requests and
+//! the same cache, whose writes reach the API server with `dryRun=All` (validated, admitted,
+//! never stored), and whose writes, Events and outcome are compared with the live version's
+//! after every reconcile. Divergences are counted in `/metrics` and the latest is shown in
+//! `/status`.
+//!
+//! Where it may surprise:
+//! - the shadow runs after the live reconcile, in the same worker slot: each request costs two
+//!   reconciles, both charged to the guest;
+//! - it reads the cache without read-your-writes: its writes are never stored, so there is
+//!   nothing to wait for, and it sees the live version's writes only once the watch delivers
+//!   them;
+//! - it may read only kinds the live version reads (it shares the live version's informers),
+//!   and a shadow that cannot run is reported, never a reason to stop the live version.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::controller::{Settings, Version, plan};
+use crate::guest::bindings::Request;
+use crate::guest::divergence;
+use crate::guest::imports::{Declared, GuestContext};
+use crate::guest::{Module, Reconciled};
+
+/// The shadow module of a guest's settings; equal when their digests are.
+#[derive(Clone)]
+pub struct ShadowModule(pub Module);
+
+impl std::fmt::Debug for ShadowModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ShadowModule({})", self.0.digest())
+    }
+}
+
+impl PartialEq for ShadowModule {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.digest() == other.0.digest()
+    }
+}
+
+impl Eq for ShadowModule {}
+
+/// Counts kept across reloads of the live version.
+#[derive(Debug, Default)]
+pub struct Counts {
+    reconciles: AtomicU64,
+    divergent: AtomicU64,
+    last: Mutex<Option<String>>,
+    problem: Mutex<Option<String>>,
+}
+
+/// A shadow as `/status` and `/metrics` show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShadowSnapshot {
+    /// sha256 of the shadow module.
+    pub digest: String,
+    /// Requests the shadow reconciled beside the live version.
+    pub reconciles: u64,
+    /// Of those, the ones where its writes, Events or outcome differed from the live version's.
+    pub divergent: u64,
+    /// The latest divergence: the request and what differed first.
+    pub last_divergence: Option<String>,
+    /// Why the shadow is not running, if it is not.
+    pub problem: Option<String>,
+}
+
+/// A shadow ready to run beside one live version.
+pub(super) struct Shadow {
+    module: Module,
+    ctx: Arc<GuestContext>,
+}
+
+/// A client whose writes are all sent with `dryRun=All`: the API server validates and admits
+/// them (webhooks included) and stores nothing.
+pub fn dry_run(client: kube::Client) -> kube::Client {
+    let namespace = client.default_namespace().to_string();
+    let service = tower::service_fn(move |mut req: http::Request<kube::client::Body>| {
+        let client = client.clone();
+        async move {
+            if req.method() != http::Method::GET {
+                let uri = req.uri().to_string();
+                let sep = if uri.contains('?') { '&' } else { '?' };
+                if let Ok(u) = format!("{uri}{sep}dryRun=All").parse() {
+                    *req.uri_mut() = u;
+                }
+            }
+            client.send(req).await
+        }
+    });
+    kube::Client::new(service, namespace)
+}
+
+/// Prepares `settings.shadow` to run beside `live`; the reason it cannot, otherwise.
+pub(super) async fn prepare(
+    settings: &Settings,
+    live: &Version,
+    client: &kube::Client,
+) -> Option<Result<Shadow, String>> {
+    let module = settings.shadow.as_ref()?.0.clone();
+    Some(prepare_module(settings, live, client, module).await)
+}
+
+async fn prepare_module(
+    settings: &Settings,
+    live: &Version,
+    client: &kube::Client,
+    module: Module,
+) -> Result<Shadow, String> {
+    let desc = module
+        .describe(settings.limits)
+        .await
+        .map_err(|e| format!("describe() failed: {e}"))?;
+    let plan = plan::plan(&desc, settings).map_err(|e| e.to_string())?;
+    if plan.for_kind != live.for_kind {
+        return Err(format!(
+            "it reconciles {} but the live version reconciles {}",
+            plan.for_kind, live.for_kind
+        ));
+    }
+    let mut declared = HashMap::new();
+    for k in &plan.kinds {
+        let Some(d) = live.ctx.declared.get(&k.kind) else {
+            return Err(format!(
+                "it reads {}, which the live version does not: a shadow shares the live version's informers",
+                k.kind
+            ));
+        };
+        if d.informer.key() != &k.key {
+            return Err(format!(
+                "it reads {} in another scope (namespaces or label selector) than the live version",
+                k.kind
+            ));
+        }
+        for index in &k.indexes {
+            // The informer is shared: an index the live version already declared is fine.
+            let _ = d.informer.add_field_index(index);
+        }
+        declared.insert(
+            k.kind.clone(),
+            Declared {
+                informer: d.informer.clone(),
+                floors: Arc::default(),
+                indexes: k.indexes.clone(),
+            },
+        );
+    }
+    let ctx = Arc::new(GuestContext {
+        name: format!("{} (shadow)", settings.name),
+        client: dry_run(client.clone()),
+        identity: settings.identity.clone(),
+        grant: settings.grant.clone(),
+        declared,
+        read_your_writes: false,
+        limits: settings.limits,
+        metrics: Arc::default(),
+        world: Default::default(),
+        recorder: None,
+        taped: true,
+    });
+    Ok(Shadow { module, ctx })
+}
+
+impl Shadow {
+    /// Reconciles `request` with the shadow and compares it with the live run `live`.
+    pub(crate) async fn run(
+        &self,
+        guest: &str,
+        request: Request,
+        live: &Reconciled,
+        counts: &Counts,
+    ) {
+        let Some(live) = &live.recording else {
+            return;
+        };
+        let key = format!("{}/{}", request.namespace, request.name);
+        let shadowed = self.module.reconcile(self.ctx.clone(), request).await;
+        let Some(shadow) = &shadowed.recording else {
+            return;
+        };
+        counts.reconciles.fetch_add(1, Ordering::Relaxed);
+        let changes = divergence::compare(live, shadow, &shadow.outcome);
+        // Reads may differ freely: only what the shadow would have done counts.
+        let changes: Vec<_> = changes
+            .into_iter()
+            .filter(|c| !matches!(c, divergence::Change::NewRead(_)))
+            .collect();
+        if let Some(first) = changes.first() {
+            counts.divergent.fetch_add(1, Ordering::Relaxed);
+            let first = first.to_string();
+            let first = first.lines().next().unwrap_or("");
+            let more = changes.len() - 1;
+            let summary = if more > 0 {
+                format!("{key}: {first} (and {more} more)")
+            } else {
+                format!("{key}: {first}")
+            };
+            tracing::info!(%guest, shadow = %self.module.digest(), "shadow diverged: {summary}");
+            *counts.last.lock().unwrap() = Some(summary);
+        }
+    }
+}
+
+impl Counts {
+    /// Records why the shadow cannot run (or, with `None`, that it can).
+    pub(crate) fn set_problem(&self, guest: &str, problem: Option<String>) {
+        if let Some(p) = &problem {
+            tracing::warn!(%guest, "the shadow version cannot run (the live version is unaffected): {p}");
+        }
+        *self.problem.lock().unwrap() = problem;
+    }
+
+    /// What `/status` and `/metrics` show, for shadow module `digest`.
+    pub(crate) fn snapshot(&self, digest: &str) -> ShadowSnapshot {
+        ShadowSnapshot {
+            digest: digest.to_string(),
+            reconciles: self.reconciles.load(Ordering::Relaxed),
+            divergent: self.divergent.load(Ordering::Relaxed),
+            last_divergence: self.last.lock().unwrap().clone(),
+            problem: self.problem.lock().unwrap().clone(),
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! The shadow families of `/metrics`: per guest with a shadow version, the requests the shadow
+//! reconciled beside the live version and those where it would have acted differently (see
+//! [`crate::controller::shadow`]).
+
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+
+use crate::ops::metrics::{Guest, counter, family};
+
+/// Encodes the shadow families; nothing when no guest has a shadow.
+pub(super) fn encode_shadow(e: &mut DescriptorEncoder, guests: &[Guest]) -> std::fmt::Result {
+    let shadows: Vec<(&str, &crate::controller::shadow::ShadowSnapshot)> = guests
+        .iter()
+        .filter_map(|g| {
+            let s = g.controller.as_ref()?.shadow.as_ref()?;
+            Some((g.name.as_str(), s))
+        })
+        .collect();
+    family(
+        e,
+        (
+            "reconciled_shadow_reconciles",
+            "Requests a guest's shadow version reconciled beside the live version, with dry-run writes.",
+        ),
+        MetricType::Counter,
+        !shadows.is_empty(),
+        |m| {
+            for (guest, s) in &shadows {
+                counter(
+                    m,
+                    &[("guest", *guest), ("shadow", s.digest.as_str())],
+                    s.reconciles,
+                )?;
+            }
+            Ok(())
+        },
+    )?;
+    family(
+        e,
+        (
+            "reconciled_shadow_divergences",
+            "Shadow reconciles whose writes, Events or outcome differed from the live version's on the same request.",
+        ),
+        MetricType::Counter,
+        !shadows.is_empty(),
+        |m| {
+            for (guest, s) in &shadows {
+                counter(
+                    m,
+                    &[("guest", *guest), ("shadow", s.digest.as_str())],
+                    s.divergent,
+                )?;
+            }
+            Ok(())
+        },
+    )
+}
