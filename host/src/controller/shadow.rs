@@ -221,3 +221,51 @@ impl Counts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[tokio::test]
+    async fn a_dry_run_client_marks_every_write_and_no_read() {
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let log = seen.clone();
+        let inner = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            log.lock()
+                .unwrap()
+                .push(format!("{} {}", req.method(), req.uri()));
+            async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                    bytes::Bytes::from_static(b"{}"),
+                )))
+            }
+        });
+        let client = dry_run(kube::Client::new(inner, "default"));
+        for (method, uri) in [
+            (http::Method::GET, "/api/v1/namespaces/a/configmaps/x"),
+            (
+                http::Method::PATCH,
+                "/api/v1/namespaces/a/configmaps/x?fieldManager=m",
+            ),
+            (http::Method::POST, "/api/v1/namespaces/a/events"),
+            (http::Method::DELETE, "/api/v1/namespaces/a/configmaps/x"),
+        ] {
+            let req = http::Request::builder()
+                .method(method)
+                .uri(uri)
+                .body(Vec::new())
+                .unwrap();
+            client.request_text(req).await.unwrap();
+        }
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "GET /api/v1/namespaces/a/configmaps/x",
+                "PATCH /api/v1/namespaces/a/configmaps/x?fieldManager=m&dryRun=All",
+                "POST /api/v1/namespaces/a/events?dryRun=All",
+                "DELETE /api/v1/namespaces/a/configmaps/x?dryRun=All",
+            ]
+        );
+    }
+}
