@@ -23,7 +23,8 @@
 //! guest/imports          cache get/list, client writes, api reads, log
 //! ```
 //!
-//! Around it: `sources/` offer modules (a dev folder, tenants' ConfigMaps), `replicas/` shares
+//! Around it: `sources/` offer modules (a dev folder, tenants' ConfigMaps), `offline/` runs
+//! guests against fixtures and recordings with no cluster, `replicas/` shares
 //! guests between hosts through Leases, `supervisor/` loads,
 //! swaps and unloads them, `ops/` serves the endpoints, and `config` reads the host config.
 //! Each stage uses only itself and the stages above it in the list of modules below

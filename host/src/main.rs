@@ -463,6 +463,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut pulls = Vec::new();
     for g in &guests {
         if let Some(reference) = g.reference() {
+            if g.shadow.is_some() {
+                tracing::warn!(guest = %g.name, "a shadow runs only beside a module given as a file; this one comes from a registry and runs without its shadow");
+            }
             pulls.push(pull(sup, &registry, g, reference?)?);
             continue;
         }

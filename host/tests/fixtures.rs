@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::time::Instant;
 
 use common::guests::wasm;
-use common::host::TempDir;
+use common::host::{TempDir, output_text};
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
@@ -27,14 +27,6 @@ fn reconciled_test(module: &Path, dir: &Path, extra: &[&str]) -> Output {
         .env_remove("KUBERNETES_SERVICE_HOST")
         .output()
         .expect("reconciled runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -64,7 +56,7 @@ fn the_three_configmap_generators_pass_the_same_fixtures_with_no_cluster() {
         // The first run may compile the module (seconds for TypeScript and Python) and store
         // it in the artifact cache; the second is what an author's loop costs.
         let first = reconciled_test(&wasm(module), &fixtures, &[]);
-        assert!(first.status.success(), "{module}:\n{}", text(&first));
+        assert!(first.status.success(), "{module}:\n{}", output_text(&first));
         let started = Instant::now();
         let out = reconciled_test(
             &wasm(module),
@@ -72,7 +64,7 @@ fn the_three_configmap_generators_pass_the_same_fixtures_with_no_cluster() {
             &["--junit", junit.to_str().unwrap()],
         );
         let took = started.elapsed();
-        let report = text(&out);
+        let report = output_text(&out);
         assert!(out.status.success(), "{module}:\n{report}");
         eprintln!(
             "{module}: {} in {took:?} (the whole command, warm)",
@@ -126,7 +118,7 @@ fn a_changed_outcome_fails_with_a_diff_and_update_writes_it_back() {
     let junit = dir.0.join("junit.xml");
     let module = wasm("configmap_generator");
     let out = reconciled_test(&module, &fixtures, &["--junit", junit.to_str().unwrap()]);
-    let report = text(&out);
+    let report = output_text(&out);
     assert!(!out.status.success(), "a difference fails:\n{report}");
     assert!(report.contains("FAILED   generates-copies"), "{report}");
     assert!(
@@ -142,8 +134,8 @@ fn a_changed_outcome_fails_with_a_diff_and_update_writes_it_back() {
     assert!(xml.contains(r#"failures="1""#), "{xml}");
 
     let out = reconciled_test(&module, &fixtures, &["--update"]);
-    assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("updated  generates-copies"));
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(output_text(&out).contains("updated  generates-copies"));
     assert_eq!(std::fs::read_to_string(&expected).unwrap(), right);
 
     // A case without expectations fails, printing what it came to.
@@ -151,9 +143,10 @@ fn a_changed_outcome_fails_with_a_diff_and_update_writes_it_back() {
     let out = reconciled_test(&module, &fixtures, &[]);
     assert!(!out.status.success());
     assert!(
-        text(&out).contains("no expected.yaml") && text(&out).contains("reason: Generated"),
+        output_text(&out).contains("no expected.yaml")
+            && output_text(&out).contains("reason: Generated"),
         "{}",
-        text(&out)
+        output_text(&out)
     );
 }
 
@@ -172,16 +165,16 @@ fn a_broken_fixture_and_an_unknown_kind_say_what_to_fix() {
     let out = reconciled_test(&module, &fixtures, &[]);
     assert!(!out.status.success());
     assert!(
-        text(&out).contains("ConfigMapGenerator") && text(&out).contains("--crd"),
+        output_text(&out).contains("ConfigMapGenerator") && output_text(&out).contains("--crd"),
         "{}",
-        text(&out)
+        output_text(&out)
     );
     let crd = examples().join("configmap-generator/crd.yaml");
     let out = reconciled_test(&module, &fixtures, &["--crd", crd.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(
-        text(&out).contains("BROKEN   typo") && text(&out).contains("\"maybe\""),
+        output_text(&out).contains("BROKEN   typo") && output_text(&out).contains("\"maybe\""),
         "{}",
-        text(&out)
+        output_text(&out)
     );
 }

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use common::guests::wasm;
-use common::host::{TempDir, free_port};
+use common::host::{TempDir, free_port, output_text};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use reconciled::guest::tape::Recording;
@@ -42,14 +42,6 @@ fn replay(dir: &Path, module: &Path, extra: &[&str]) -> Output {
         .args(extra)
         .output()
         .expect("reconciled runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// The example with one deliberate change, its field manager, built beside the other guests
@@ -169,11 +161,18 @@ async fn two_hundred_recorded_reconciles_replay_the_same_and_a_changed_version_d
     }
     let mut round = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-    while std::fs::read_dir(&recorded).map_or(0, |d| d.count()) < RECONCILES {
+    let kept = |dir: &Path| {
+        std::fs::read_dir(dir).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "yaml"))
+                .count()
+        })
+    };
+    while kept(&recorded) < RECONCILES {
         assert!(
             tokio::time::Instant::now() < deadline,
             "{} reconciles recorded in 240 s; host log in {}",
-            std::fs::read_dir(&recorded).map_or(0, |d| d.count()),
+            kept(&recorded),
             dir.0.display()
         );
         round += 1;
@@ -213,7 +212,7 @@ async fn two_hundred_recorded_reconciles_replay_the_same_and_a_changed_version_d
     );
 
     let same = replay(&recorded, &module, &[]);
-    let report = text(&same);
+    let report = output_text(&same);
     eprintln!("same module: {}", summary(&report));
     assert!(
         same.status.success(),
@@ -226,7 +225,7 @@ async fn two_hundred_recorded_reconciles_replay_the_same_and_a_changed_version_d
 
     let changed = changed_example(&dir.0);
     let differs = replay(&recorded, &changed, &[]);
-    let report = text(&differs);
+    let report = output_text(&differs);
     eprintln!("changed module: {}", summary(&report));
     assert!(
         !differs.status.success(),
@@ -265,6 +264,6 @@ async fn two_hundred_recorded_reconciles_replay_the_same_and_a_changed_version_d
     assert!(
         allowed.status.success(),
         "differences named by --allow do not fail:\n{}",
-        text(&allowed)
+        output_text(&allowed)
     );
 }

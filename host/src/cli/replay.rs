@@ -1,15 +1,11 @@
 //! `reconciled replay recording/ --guest new.wasm`: feeds recorded reconciles to another version
 //! of the guest, offline, and reports per request what it would do differently.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
-use reconciled::guest::Runtime;
-use reconciled::guest::artifact_cache::ArtifactCache;
 use reconciled::offline::replay;
-use reconciled::offline::runner::Subject;
-use reconciled::offline::suite;
 
 /// `reconciled replay`.
 #[derive(Args)]
@@ -32,25 +28,7 @@ pub(crate) struct ReplayArgs {
 pub(crate) async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let recordings = replay::load(&args.dir).map_err(anyhow::Error::msg)?;
-    let bytes = std::fs::read(&args.guest)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.guest.display()))?;
-    let mut runtime = Runtime::new()?;
-    if let Err(e) = runtime.use_artifact_cache(&ArtifactCache::default_dir()) {
-        tracing::debug!("{e}");
-    }
-    let module = runtime
-        .compile(bytes)
-        .await
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.guest.display()))?;
-    let crds: Vec<&Path> = args.crds.iter().map(PathBuf::as_path).collect();
-    // CustomResourceDefinitions may also sit beside the recordings.
-    let kinds = suite::kinds(&args.dir, &crds).map_err(anyhow::Error::msg)?;
-    let subject = Subject::new(module, kinds)
-        .await
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.guest.display()))?;
-    if let Some(stored) = subject.module().persist_artifact() {
-        let _ = stored.await;
-    }
+    let subject = super::test::subject(&args.guest, None, &args.crds).await?;
     let (mut same, mut different, mut failing, mut broken) = (0, 0, 0, 0);
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     for (path, recording) in &recordings {

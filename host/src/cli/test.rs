@@ -30,28 +30,38 @@ pub(crate) struct TestArgs {
     crds: Vec<PathBuf>,
 }
 
-/// Runs `reconciled test`.
-pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let bytes = std::fs::read(&args.module)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.module.display()))?;
+/// The guest in `module`, compiled (through the precompile cache, so that a TypeScript or
+/// Python guest compiles once) and described, with the kinds of `dir` and `crds`.
+pub(crate) async fn subject(
+    module: &Path,
+    dir: Option<&Path>,
+    crds: &[PathBuf],
+) -> anyhow::Result<Subject> {
+    let bytes = std::fs::read(module)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", module.display()))?;
     let mut runtime = Runtime::new()?;
-    // A TypeScript or Python guest takes seconds to compile; the cache makes the second run fast.
     if let Err(e) = runtime.use_artifact_cache(&ArtifactCache::default_dir()) {
         tracing::debug!("{e}");
     }
-    let module = runtime
+    let compiled = runtime
         .compile(bytes)
         .await
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.module.display()))?;
-    let crds: Vec<&Path> = args.crds.iter().map(PathBuf::as_path).collect();
-    let kinds = suite::kinds(&args.dir, &crds).map_err(anyhow::Error::msg)?;
-    let subject = Subject::new(module, kinds)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", module.display()))?;
+    let crds: Vec<&Path> = crds.iter().map(PathBuf::as_path).collect();
+    let kinds = suite::kinds(dir, &crds).map_err(anyhow::Error::msg)?;
+    let subject = Subject::new(compiled, kinds)
         .await
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.module.display()))?;
+        .map_err(|e| anyhow::anyhow!("{}: {e}", module.display()))?;
     if let Some(stored) = subject.module().persist_artifact() {
         let _ = stored.await;
     }
+    Ok(subject)
+}
+
+/// Runs `reconciled test`.
+pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let subject = subject(&args.module, Some(&args.dir), &args.crds).await?;
     let results = suite::run(&subject, &args.dir, args.update)
         .await
         .map_err(anyhow::Error::msg)?;

@@ -5,8 +5,9 @@
 //! `/status`.
 //!
 //! Where it may surprise:
-//! - the shadow runs after the live reconcile, in the same worker slot: each request costs two
-//!   reconciles, both charged to the guest;
+//! - the shadow runs just before the live reconcile, in the same worker slot, so that both see
+//!   the same cache (its writes change nothing); each request costs two reconciles, both
+//!   charged to the guest, and the live one waits for the shadow's;
 //! - it reads the cache without read-your-writes: its writes are never stored, so there is
 //!   nothing to wait for, and it sees the live version's writes only once the watch delivers
 //!   them;
@@ -162,26 +163,26 @@ async fn prepare_module(
 }
 
 impl Shadow {
-    /// Reconciles `request` with the shadow and compares it with the live run `live`.
-    pub(crate) async fn run(
+    /// Reconciles `request` with the shadow, before the live version does.
+    pub(crate) async fn reconcile(&self, request: Request) -> Reconciled {
+        self.module.reconcile(self.ctx.clone(), request).await
+    }
+
+    /// Compares the shadow's run of `key` with the live version's, and counts it.
+    pub(crate) fn compare(
         &self,
         guest: &str,
-        request: Request,
+        key: &str,
+        shadowed: &Reconciled,
         live: &Reconciled,
         counts: &Counts,
     ) {
-        let Some(live) = &live.recording else {
-            return;
-        };
-        let key = format!("{}/{}", request.namespace, request.name);
-        let shadowed = self.module.reconcile(self.ctx.clone(), request).await;
-        let Some(shadow) = &shadowed.recording else {
+        let (Some(live), Some(shadow)) = (&live.recording, &shadowed.recording) else {
             return;
         };
         counts.reconciles.fetch_add(1, Ordering::Relaxed);
-        let changes = divergence::compare(live, shadow, &shadow.outcome);
         // Reads may differ freely: only what the shadow would have done counts.
-        let changes: Vec<_> = changes
+        let changes: Vec<_> = divergence::compare(live, shadow, &shadow.outcome)
             .into_iter()
             .filter(|c| !matches!(c, divergence::Change::NewRead(_)))
             .collect();

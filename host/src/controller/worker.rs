@@ -140,11 +140,15 @@ impl Controller {
             panic!("injected worker panic (fault-injection feature)");
         }
         let started = Instant::now();
-        let reconciled = (version.module)
-            .reconcile(version.ctx.clone(), request.clone())
-            .await;
-        if let Some(shadow) = &version.shadow {
-            (shadow.run(&self.name, request, &reconciled, &self.shadow_counts)).await;
+        let shadowed = match &version.shadow {
+            Some(shadow) => Some(shadow.reconcile(request.clone()).await),
+            None => None,
+        };
+        let reconciled = version.module.reconcile(version.ctx.clone(), request).await;
+        if let (Some(shadow), Some(shadowed)) = (&version.shadow, &shadowed) {
+            shadow.compare(&self.name, key, shadowed, &reconciled, &self.shadow_counts);
+            slot.charge(shadowed.usage.cpu);
+            self.counters.add_cpu(shadowed.usage.cpu);
         }
         drop(version);
         slot.charge(reconciled.usage.cpu);

@@ -531,6 +531,7 @@ impl Module {
                 seed: tape.seed,
                 outcome,
                 message,
+                cut: tape.cut,
                 reads: tape.reads,
                 writes: tape.writes,
                 events: tape.events,

@@ -137,6 +137,10 @@ impl Read {
 pub struct Tape {
     /// Seed of the guest's random bytes in this call.
     pub seed: u64,
+    /// Bytes of answers and bodies kept so far (see [`TAPE_BYTES`]).
+    pub bytes: usize,
+    /// Whether something was left out for [`TAPE_BYTES`].
+    pub cut: bool,
     /// Reads, in order.
     pub reads: Vec<Read>,
     /// Writes, in order.
@@ -149,6 +153,17 @@ impl Tape {
     /// The place of the next read or write.
     pub fn next_step(&self) -> u32 {
         (self.reads.len() + self.writes.len() + 1) as u32
+    }
+
+    /// Whether `bytes` more fit in [`TAPE_BYTES`]; counts them if they do, marks the tape cut
+    /// if not.
+    pub fn room_for(&mut self, bytes: usize) -> bool {
+        if self.bytes.saturating_add(bytes) > TAPE_BYTES {
+            self.cut = true;
+            return false;
+        }
+        self.bytes += bytes;
+        true
     }
 }
 
@@ -182,6 +197,9 @@ pub struct Recording {
     /// The guest's error or trap message, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Whether answers or bodies were left out to keep the recording under its size bound.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
     /// Reads, in order.
     #[serde(default)]
     pub reads: Vec<Read>,
@@ -202,17 +220,40 @@ pub fn kind_name(kind: &Gvk) -> String {
     }
 }
 
-/// A JSON text as a recording shows it: parsed, Secrets' values redacted. Unparseable text is
-/// kept as a string.
-pub fn recorded(text: &str) -> Value {
-    let mut v: Value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()));
-    redact(&mut v);
+/// Most bytes of answers and bodies one call's tape keeps: past it, reads keep no objects and
+/// writes no bodies, and the recording says it was cut (a guest cannot make the host hold its
+/// whole 64 MiB answer budget a second time, parsed).
+pub const TAPE_BYTES: usize = 4 << 20;
+
+/// Whether `kind` is core/v1 Secret, whose values a recording never holds.
+pub fn is_secret(kind: &Gvk) -> bool {
+    kind.group.is_empty() && kind.kind == "Secret"
+}
+
+/// A JSON text (an object, a merge patch or a JSON patch of `kind`) as a recording shows it:
+/// parsed, with a Secret's values redacted. Decided by the kind the call names, not by what
+/// the text says it is: a patch carries no `kind`. Unparseable text is kept as a string, unless
+/// it is about a Secret.
+pub fn recorded(text: &str, kind: &Gvk) -> Value {
+    let secret = is_secret(kind);
+    let mut v: Value = serde_json::from_str(text)
+        .unwrap_or_else(|_| Value::String(if secret { REDACTED.into() } else { text.into() }));
+    if secret || v["kind"] == "Secret" {
+        redact(&mut v);
+    }
     v
 }
 
-/// Replaces a Secret's values (`data`, `stringData`) with [`REDACTED`], keeping the keys.
+/// Replaces a Secret's values with [`REDACTED`], keeping the keys: `data` and `stringData`,
+/// the `value` of every JSON patch operation, and the last-applied annotation (a copy of it
+/// all).
 pub fn redact(v: &mut Value) {
-    if v["kind"] != "Secret" {
+    if let Some(ops) = v.as_array_mut() {
+        for op in ops {
+            if let Some(value) = op.get_mut("value") {
+                *value = Value::String(REDACTED.into());
+            }
+        }
         return;
     }
     for field in ["data", "stringData"] {
@@ -222,12 +263,18 @@ pub fn redact(v: &mut Value) {
             }
         }
     }
+    if let Some(a) = v
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
 }
 
-/// A body as a write record shows it: Secrets redacted, server-assigned metadata left out.
+/// A body as a write record shows it: server-assigned metadata left out (redact Secrets first,
+/// with [`recorded`]).
 pub fn shown(body: &Value) -> Value {
     let mut v = body.clone();
-    redact(&mut v);
     if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         for f in [
             "uid",
@@ -348,6 +395,11 @@ impl Recorder {
         }
     }
 
+    /// Whether it still takes recordings (neither full nor out of time).
+    pub fn active(&self) -> bool {
+        !self.state.lock().unwrap().full && self.until.is_none_or(|t| Instant::now() < t)
+    }
+
     /// How many reconciles were recorded.
     pub fn kept(&self) -> u64 {
         self.state.lock().unwrap().kept
@@ -431,12 +483,48 @@ mod tests {
 
     #[test]
     fn a_secrets_values_are_redacted_and_its_keys_kept() {
+        let secret = Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Secret".into(),
+        };
+        let configmap = Gvk {
+            kind: "ConfigMap".into(),
+            ..secret.clone()
+        };
         let v = recorded(
             r#"{"kind":"Secret","metadata":{"name":"s"},"data":{"password":"aHVudGVyMg=="},"stringData":{"token":"t"}}"#,
+            &configmap,
         );
-        assert_eq!(v["data"]["password"], REDACTED);
+        assert_eq!(
+            v["data"]["password"], REDACTED,
+            "a body that says it is a Secret"
+        );
         assert_eq!(v["stringData"]["token"], REDACTED);
-        let cm = recorded(r#"{"kind":"ConfigMap","data":{"password":"plain"}}"#);
+        // Patches of a Secret say nothing of their kind: the call's kind decides.
+        let merge = recorded(r#"{"data":{"password":"cGxhaW4="}}"#, &secret);
+        assert_eq!(merge["data"]["password"], REDACTED);
+        let ops = recorded(
+            r#"[{"op":"replace","path":"/data/password","value":"cGxhaW4="}]"#,
+            &secret,
+        );
+        assert_eq!(ops[0]["value"], REDACTED);
+        assert_eq!(ops[0]["path"], "/data/password", "where it went is kept");
+        let applied = recorded(
+            r#"{"metadata":{"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"data\":{\"p\":\"x\"}}"}},"data":{"p":"eA=="}}"#,
+            &secret,
+        );
+        assert!(
+            applied["metadata"]["annotations"]
+                .as_object()
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(recorded("not json", &secret), REDACTED);
+        let cm = recorded(
+            r#"{"kind":"ConfigMap","data":{"password":"plain"}}"#,
+            &configmap,
+        );
         assert_eq!(cm["data"]["password"], "plain", "only Secrets");
     }
 
@@ -455,6 +543,7 @@ mod tests {
             seed: 1,
             outcome: "done".into(),
             message: None,
+            cut: false,
             reads: vec![],
             writes: vec![],
             events: vec![],

@@ -71,6 +71,8 @@ impl World {
                 let seed = fastrand::u64(..);
                 wasi.secure_random(StdRng::seed_from_u64(seed));
                 wasi.insecure_random(StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15));
+                // Rust's std seeds its HashMaps from this: a replay must see the same.
+                wasi.insecure_random_seed(u128::from(seed));
                 seed
             }
         }

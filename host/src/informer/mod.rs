@@ -25,6 +25,7 @@ mod key;
 mod offline;
 pub mod preflight;
 pub mod reflector;
+mod shared;
 pub mod store;
 mod subscription;
 mod watermarks;
@@ -270,24 +271,14 @@ impl Informer {
         options: Options,
         connectivity: Connectivity,
     ) -> Arc<Self> {
-        let (status, _) = watch::channel(Status {
-            state: State::Syncing,
-            message: None,
-        });
         let writer = Writer::new();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Shared::new(
             key,
-            store: writer.reader(),
-            indexes: writer.indexes(),
+            &writer,
             connectivity,
-            fifo: OnceLock::new(),
-            resource: OnceLock::new(),
-            status,
-            subscribers: Mutex::new(Vec::new()),
-            reflector_stats: Mutex::new(Vec::new()),
-            conditions: Mutex::new(Vec::new()),
-            health_changed: Notify::new(),
-        });
+            State::Syncing,
+            None,
+        ));
         let tasks = Arc::new(Tasks::default());
         let driver = tokio::spawn(drive(
             client,

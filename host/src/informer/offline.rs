@@ -3,14 +3,12 @@
 //! guests against these, so that what a guest reads offline goes through the very store,
 //! indexes and selectors it reads live.
 
-use std::sync::{Arc, Mutex, OnceLock};
-
-use tokio::sync::{Notify, watch};
+use std::sync::Arc;
 
 use crate::backoff::Connectivity;
 use crate::informer::discovery::Resource;
 use crate::informer::store::Writer;
-use crate::informer::{Informer, InformerKey, Shared, State, Status, Tasks};
+use crate::informer::{Informer, InformerKey, Shared, State, Tasks};
 
 impl Informer {
     /// An informer for `key`, already synced and resolved to `resource`, and the writer that
@@ -25,24 +23,10 @@ impl Informer {
         key: InformerKey,
         resource: Resource,
     ) -> (Arc<Self>, Writer) {
-        let (status, _) = watch::channel(Status {
-            state: State::Synced,
-            message: None,
-        });
         let writer = Writer::new();
-        let shared = Arc::new(Shared {
-            key,
-            store: writer.reader(),
-            indexes: writer.indexes(),
-            connectivity: Connectivity::new(client),
-            fifo: OnceLock::new(),
-            resource: OnceLock::from(resource),
-            status,
-            subscribers: Mutex::new(Vec::new()),
-            reflector_stats: Mutex::new(Vec::new()),
-            conditions: Mutex::new(Vec::new()),
-            health_changed: Notify::new(),
-        });
+        let connectivity = Connectivity::new(client);
+        let shared = Shared::new(key, &writer, connectivity, State::Synced, Some(resource));
+        let shared = Arc::new(shared);
         let driver = tokio::spawn(async {}).abort_handle();
         let informer = Arc::new(Self {
             shared,

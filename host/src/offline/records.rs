@@ -33,6 +33,9 @@ pub struct Fault {
     /// How many matching requests get it; absent: all of them.
     #[serde(default)]
     pub times: Option<u32>,
+    /// How many matching requests are answered as modelled before this fault starts [0].
+    #[serde(default)]
+    pub after: u32,
 }
 
 impl Fault {

@@ -100,12 +100,19 @@ pub fn case_of(name: &str, recording: &Recording) -> Case {
             }
         }
     }
+    // A refusal replays on the same occurrence of the same write: the writes of that key that
+    // went through before it go through again.
+    let mut seen_writes: BTreeMap<String, u32> = BTreeMap::new();
     let faults = recording
         .writes
         .iter()
         .filter_map(|w| {
+            let earlier = seen_writes.entry(w.key()).or_insert(0);
+            let after = *earlier;
+            *earlier += 1;
             let answer = fault_answer(w.error.as_deref()?)?;
             Some(Fault {
+                after,
                 verb: Some(w.verb.clone()),
                 kind: Some(w.kind.clone()),
                 namespace: Some(w.namespace.clone()),
@@ -191,6 +198,7 @@ mod tests {
             seed: 7,
             outcome: "done".into(),
             message: None,
+            cut: false,
             reads,
             writes,
             events: vec![],
@@ -265,6 +273,12 @@ mod tests {
         assert_eq!(case.setup.faults.len(), 1);
         assert_eq!(case.setup.faults[0].answer, "conflict");
         assert_eq!(case.setup.faults[0].times, Some(1));
+        assert_eq!(case.setup.faults[0].after, 0);
+        // The second of two writes refused: the first goes through again.
+        let mut second = write("update", "a", "2", 5);
+        second.error = Some("conflict".into());
+        let twice = recording(vec![write("update", "a", "1", 1), second], vec![]);
+        assert_eq!(case_of("t", &twice).setup.faults[0].after, 1);
         assert_eq!(case.setup.seed, 7);
     }
 }

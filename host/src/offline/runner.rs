@@ -136,7 +136,12 @@ impl Subject {
             name: case.name.clone(),
             client,
             identity: None,
-            grant: crate::guest::grant::Grant::default(),
+            // Everything, uncached reads included: what a guest may do is the host config's
+            // business, not the fixture's (recordings hold the guest's api reads).
+            grant: crate::guest::grant::Grant {
+                uncached_reads: true,
+                ..Default::default()
+            },
             declared,
             read_your_writes: self.plan.read_your_writes,
             limits: self.limits,

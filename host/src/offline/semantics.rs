@@ -5,6 +5,8 @@
 //!
 //! Pure functions on JSON, so that each rule is a unit test.
 
+use std::time::Duration;
+
 use serde_json::{Map, Value};
 
 use crate::offline::kinds::Kind;
@@ -253,6 +255,14 @@ pub fn replaced(
     Some(wanted)
 }
 
+/// Whether `v` is being deleted and has no finalizer left: the API server then removes it.
+pub fn finalized(v: &Value) -> bool {
+    !meta(v, "deletionTimestamp").is_empty()
+        && v["metadata"]["finalizers"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+}
+
 /// RFC 7386 merge patch.
 pub fn merge_patch(stored: &Value, patch: &Value) -> Value {
     let mut doc = stored.clone();
@@ -310,6 +320,21 @@ fn deep_merge(into: &mut Value, from: &Value) {
         }
         (into, from) => *into = from.clone(),
     }
+}
+
+/// What offline deletes cannot model.
+pub const GC_LIMITS: &str = "deleting an owner does not garbage-collect its dependents offline: objects whose ownerReferences name it stay";
+
+pub(crate) fn owned_by(o: &Value, uid: &str) -> bool {
+    o["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(uid)))
+}
+
+pub(crate) fn timestamp(since_epoch: Duration) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(since_epoch.as_secs() as i64)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -23,7 +23,9 @@ use crate::offline::feed::{Cache, fields_match};
 use crate::offline::kinds::{Kind, Kinds};
 use crate::offline::records::shown;
 pub use crate::offline::records::{Event, Fault, Write, error_case};
-use crate::offline::semantics::{self, Assigned, Refusal, meta, meta_mut};
+use crate::offline::semantics::{
+    self, Assigned, GC_LIMITS, Refusal, meta, meta_mut, owned_by, timestamp,
+};
 use crate::selector::{FieldSelector, LabelSelector};
 
 type Key = (String, String, String, String);
@@ -392,16 +394,20 @@ impl State {
                 .map(|b| meta(b, "name").to_string())
                 .unwrap_or_default()
         });
-        let fault = self.faults.iter_mut().find(|f| {
-            f.matches(
-                verb,
-                &target.kind,
-                &target.namespace,
-                &name,
-                target.subresource.as_deref(),
-            )
-        });
-        let injected = match fault {
+        // Every matching fault still waiting counts this request, whichever fault answers it.
+        let mut chosen = None;
+        for (i, f) in self.faults.iter_mut().enumerate() {
+            let sub = target.subresource.as_deref();
+            if !f.matches(verb, &target.kind, &target.namespace, &name, sub) {
+                continue;
+            }
+            if f.after > 0 {
+                f.after -= 1;
+            } else if chosen.is_none() {
+                chosen = Some(i);
+            }
+        }
+        let injected = match chosen.map(|i| &mut self.faults[i]) {
             Some(f) => {
                 if let Some(t) = &mut f.times {
                     *t -= 1;
@@ -497,16 +503,18 @@ impl State {
                 let Some(mut stored) = self.objects.get(&key).cloned() else {
                     return Err(not_found(format!("{what} not found")));
                 };
-                let rv = self.next_rv();
-                meta_mut(&mut stored).insert("resourceVersion".into(), rv.to_string().into());
                 let finalizers = stored["metadata"]["finalizers"]
                     .as_array()
                     .is_some_and(|f| !f.is_empty());
+                if finalizers && !meta(&stored, "deletionTimestamp").is_empty() {
+                    // Being deleted already: a second delete changes nothing.
+                    return Ok(stored);
+                }
+                let rv = self.next_rv();
+                meta_mut(&mut stored).insert("resourceVersion".into(), rv.to_string().into());
                 if finalizers {
-                    if meta(&stored, "deletionTimestamp").is_empty() {
-                        let now = timestamp(self.now);
-                        meta_mut(&mut stored).insert("deletionTimestamp".into(), now.into());
-                    }
+                    let now = timestamp(self.now);
+                    meta_mut(&mut stored).insert("deletionTimestamp".into(), now.into());
                     return Ok(self.store(kind, key, stored));
                 }
                 self.objects.remove(&key);
@@ -539,6 +547,13 @@ impl State {
                         semantics::merge_patch(s, &body)
                     }
                     ("json-patch", Some(s)) => semantics::json_patch(s, &body)?,
+                    ("apply", _) if query.get("fieldManager").is_none_or(|m| m.is_empty()) => {
+                        return Err(Refusal::new(
+                            400,
+                            "BadRequest",
+                            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch".into(),
+                        ));
+                    }
                     ("apply", stored) => {
                         self.notes.insert(semantics::APPLY_LIMITS);
                         semantics::check_body(&mut body, kind, namespace, Some(name))?;
@@ -557,12 +572,35 @@ impl State {
                     }
                     _ => return Err(not_found(format!("{what} not found"))),
                 };
-                let stored = stored.expect("a missing object returned above");
+                let Some(stored) = stored else {
+                    return Err(not_found(format!("{what} not found")));
+                };
+                let mut wanted = wanted;
+                if !wanted.is_object() {
+                    return Err(Refusal::new(
+                        422,
+                        "Invalid",
+                        format!("{what} is invalid: the patched object is not a JSON object"),
+                    ));
+                }
+                // A patch may not rename or move the object, nor change its kind.
+                semantics::check_body(&mut wanted, kind, namespace, Some(name))?;
                 if verb != "update" {
                     semantics::check_version(&wanted, &stored, &what)?;
                 }
                 let rv = self.rv + 1;
                 match semantics::replaced(&stored, wanted, kind, status_only, rv) {
+                    Some(next) if semantics::finalized(&next) => {
+                        // Its last finalizer gone while it was being deleted: now it is.
+                        self.rv = rv;
+                        self.objects.remove(&key);
+                        for c in &self.caches {
+                            if c.group == kind.resource.group && c.plural == kind.resource.plural {
+                                c.gone(&next);
+                            }
+                        }
+                        Ok(next)
+                    }
                     Some(next) => {
                         self.rv = rv;
                         Ok(self.store(kind, key, next))
@@ -653,21 +691,6 @@ impl State {
     }
 }
 
-/// What offline deletes cannot model.
-pub const GC_LIMITS: &str = "deleting an owner does not garbage-collect its dependents offline: objects whose ownerReferences name it stay";
-
-fn owned_by(o: &Value, uid: &str) -> bool {
-    o["metadata"]["ownerReferences"]
-        .as_array()
-        .is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(uid)))
-}
-
-fn timestamp(since_epoch: Duration) -> String {
-    k8s_openapi::jiff::Timestamp::from_second(since_epoch.as_secs() as i64)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -748,6 +771,56 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_patch_that_would_make_the_object_not_an_object_or_rename_it_is_refused() {
+        let s = server();
+        let api: Api<ConfigMap> = Api::namespaced(s.client(), "ns");
+        let whole = http::Request::builder()
+            .method(http::Method::PATCH)
+            .uri("/api/v1/namespaces/ns/configmaps/a")
+            .header(http::header::CONTENT_TYPE, "application/json-patch+json")
+            .body(br#"[{"op": "replace", "path": "", "value": 1}]"#.to_vec())
+            .unwrap();
+        let kube::Error::Api(e) = s.client().request_text(whole).await.unwrap_err() else {
+            panic!("not an API error")
+        };
+        assert_eq!(e.code, 422);
+        let rename = Patch::Merge(json!({"metadata": {"name": "b"}}));
+        let kube::Error::Api(e) = api
+            .patch("a", &PatchParams::default(), &rename)
+            .await
+            .unwrap_err()
+        else {
+            panic!("not an API error")
+        };
+        assert_eq!(e.code, 400);
+        assert!(api.get("a").await.is_ok(), "the server still answers");
+    }
+
+    #[tokio::test]
+    async fn removing_the_last_finalizer_of_an_object_being_deleted_deletes_it() {
+        let s = server();
+        let api: Api<ConfigMap> = Api::namespaced(s.client(), "ns");
+        let hold = Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}}));
+        api.patch("a", &PatchParams::default(), &hold)
+            .await
+            .unwrap();
+        api.delete("a", &Default::default()).await.unwrap();
+        let held = api.get("a").await.unwrap();
+        assert!(held.metadata.deletion_timestamp.is_some());
+        api.delete("a", &Default::default()).await.unwrap();
+        assert_eq!(
+            api.get("a").await.unwrap().metadata.resource_version,
+            held.metadata.resource_version,
+            "a second delete changes nothing"
+        );
+        let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+        api.patch("a", &PatchParams::default(), &release)
+            .await
+            .unwrap();
+        assert!(api.get("a").await.is_err(), "gone with its last finalizer");
+    }
+
+    #[tokio::test]
     async fn a_fault_answers_as_many_times_as_it_says_then_the_model_answers() {
         let s = server();
         s.fail(Fault {
@@ -758,6 +831,7 @@ mod tests {
             subresource: None,
             answer: "forbidden".into(),
             times: Some(1),
+            after: 0,
         });
         let api: Api<ConfigMap> = Api::namespaced(s.client(), "ns");
         let kube::Error::Api(e) = api.delete("a", &Default::default()).await.unwrap_err() else {

@@ -46,9 +46,13 @@ impl CaseResult {
 }
 
 /// The kinds a suite in `dir` can serve: the built-in ones, and those defined by any
-/// CustomResourceDefinition in the folder's top-level `.yaml` files or in `crds`.
-pub fn kinds(dir: &Path, crds: &[&Path]) -> Result<Kinds, String> {
-    let (_, files) = fixture::scan(dir).map_err(|e| e.to_string())?;
+/// CustomResourceDefinition in the folder's top-level `.yaml` files (if a folder is given) or
+/// in `crds`.
+pub fn kinds(dir: Option<&Path>, crds: &[&Path]) -> Result<Kinds, String> {
+    let files = match dir {
+        Some(dir) => fixture::scan(dir).map_err(|e| e.to_string())?.1,
+        None => Vec::new(),
+    };
     let mut kinds = Kinds::builtin();
     for path in files
         .iter()

@@ -122,3 +122,12 @@ pub async fn seen_all(api: &Api<ConfigMap>) -> BTreeMap<String, Option<String>> 
         })
         .collect()
 }
+
+/// A finished command's stdout, then its stderr, for assertions and failure messages.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

@@ -513,8 +513,14 @@ impl HostState {
         let mut tape = None;
         if let Some(ctx) = &ctx {
             ctx.world.apply(&mut wasi);
-            if ctx.recorder.is_some() || ctx.taped {
-                let seed = ctx.world.recording_seed(&mut wasi);
+            // A recorded guest's random bytes come from a recorded seed; a guest taped only to be
+            // compared with its shadow keeps the operating system's.
+            let recording = ctx.recorder.as_ref().is_some_and(|r| r.active());
+            if recording || ctx.taped {
+                let seed = match recording {
+                    true => ctx.world.recording_seed(&mut wasi),
+                    false => 0,
+                };
                 tape = Some(crate::guest::tape::Tape {
                     seed,
                     ..Default::default()

@@ -55,7 +55,13 @@ impl HostState {
             return;
         };
         let (objects, error) = match answer {
-            Ok(items) => (items.map(|t| tape::recorded(t)).collect(), None),
+            Ok(items) => (
+                items
+                    .filter(|t| tape.room_for(t.len()))
+                    .map(|t| tape::recorded(t, kind))
+                    .collect(),
+                None,
+            ),
             Err(e) => (Vec::new(), Some(tape::error_case(e).0.to_string())),
         };
         let step = tape.next_step();
@@ -76,7 +82,9 @@ impl HostState {
         let Some(tape) = &mut self.tape else {
             return;
         };
-        let body = w.body.map(|b| tape::shown(&tape::recorded(b)));
+        let body = (w.body)
+            .filter(|b| tape.room_for(b.len()))
+            .map(|b| tape::shown(&tape::recorded(b, w.kind)));
         let name = match (w.name, &body) {
             ("", Some(b)) => b["metadata"]["name"].as_str().unwrap_or("").to_string(),
             (n, _) => n.to_string(),
