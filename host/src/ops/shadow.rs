@@ -5,53 +5,45 @@
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
+use crate::controller::shadow::ShadowSnapshot;
 use crate::ops::metrics::{Guest, counter, family};
 
 /// Encodes the shadow families; nothing when no guest has a shadow.
 pub(super) fn encode_shadow(e: &mut DescriptorEncoder, guests: &[Guest]) -> std::fmt::Result {
-    let shadows: Vec<(&str, &crate::controller::shadow::ShadowSnapshot)> = guests
+    let shadows: Vec<(&str, &ShadowSnapshot)> = guests
         .iter()
         .filter_map(|g| {
             let s = g.controller.as_ref()?.shadow.as_ref()?;
             Some((g.name.as_str(), s))
         })
         .collect();
-    family(
-        e,
+    type Field = fn(&ShadowSnapshot) -> u64;
+    let families: [(&str, &str, Field); 2] = [
         (
             "reconciled_shadow_reconciles",
             "Requests a guest's shadow version reconciled beside the live version, with dry-run writes.",
+            |s| s.reconciles,
         ),
-        MetricType::Counter,
-        !shadows.is_empty(),
-        |m| {
-            for (guest, s) in &shadows {
-                counter(
-                    m,
-                    &[("guest", *guest), ("shadow", s.digest.as_str())],
-                    s.reconciles,
-                )?;
-            }
-            Ok(())
-        },
-    )?;
-    family(
-        e,
         (
             "reconciled_shadow_divergences",
             "Shadow reconciles whose writes, Events or outcome differed from the live version's on the same request.",
+            |s| s.divergent,
         ),
-        MetricType::Counter,
-        !shadows.is_empty(),
-        |m| {
-            for (guest, s) in &shadows {
-                counter(
-                    m,
-                    &[("guest", *guest), ("shadow", s.digest.as_str())],
-                    s.divergent,
-                )?;
-            }
-            Ok(())
-        },
-    )
+    ];
+    for (name, help, field) in families {
+        family(
+            e,
+            (name, help),
+            MetricType::Counter,
+            !shadows.is_empty(),
+            |m| {
+                for (guest, s) in &shadows {
+                    let labels = [("guest", *guest), ("shadow", s.digest.as_str())];
+                    counter(m, &labels, field(s))?;
+                }
+                Ok(())
+            },
+        )?;
+    }
+    Ok(())
 }
