@@ -3,8 +3,11 @@
 //! these to a folder for `reconciled replay`; `reconciled test` and `replay` read the same record
 //! of a guest run offline.
 //!
-//! Secrets' values never reach a recording: `data` and `stringData` keep their keys, with each
-//! value replaced by [`REDACTED`].
+//! Secrets' values never reach a recording. In a Secret's objects and in merge and JSON patches
+//! of one (the kind the call names decides, since a patch says nothing of its kind), `data` and
+//! `stringData` keep their keys and patch operations their paths, each value replaced by
+//! [`REDACTED`], and the last-applied annotation is dropped. Where it may surprise: a secret
+//! copied into another kind (a password in a ConfigMap) is recorded like any other data.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
