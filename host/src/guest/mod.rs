@@ -538,7 +538,9 @@ impl Module {
             }
         });
         if let (Some(recorder), Some(recording)) = (&ctx.recorder, &recording) {
-            recorder.keep(recording.clone());
+            // Serialising and writing a file is no work for the reconcile's thread.
+            let (recorder, recording) = (recorder.clone(), recording.clone());
+            tokio::task::spawn_blocking(move || recorder.keep(recording));
         }
         Reconciled {
             result,

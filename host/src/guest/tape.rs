@@ -331,18 +331,10 @@ pub fn outcome_of(
     }
 }
 
-/// Where recordings go.
-#[derive(Debug)]
-enum Sink {
-    /// One YAML file per reconcile in this folder.
-    Dir(PathBuf),
-    /// Kept in memory, for an offline run to read back.
-    Memory(Vec<Recording>),
-}
-
 #[derive(Debug)]
 struct State {
-    sink: Sink,
+    /// One YAML file per reconcile in this folder.
+    dir: PathBuf,
     kept: u64,
     bytes: u64,
     full: bool,
@@ -368,34 +360,12 @@ impl Recorder {
             max_bytes,
             until: Instant::now().checked_add(for_at_most),
             state: Mutex::new(State {
-                sink: Sink::Dir(dir),
+                dir,
                 kept: 0,
                 bytes: 0,
                 full: false,
             }),
         })
-    }
-
-    /// Keeps recordings in memory (see [`Recorder::take`]).
-    pub fn in_memory() -> Self {
-        Self {
-            max_bytes: u64::MAX,
-            until: None,
-            state: Mutex::new(State {
-                sink: Sink::Memory(Vec::new()),
-                kept: 0,
-                bytes: 0,
-                full: false,
-            }),
-        }
-    }
-
-    /// The recordings kept in memory so far, taken out.
-    pub fn take(&self) -> Vec<Recording> {
-        match &mut self.state.lock().unwrap().sink {
-            Sink::Memory(v) => std::mem::take(v),
-            Sink::Dir(_) => Vec::new(),
-        }
     }
 
     /// Whether it still takes recordings (neither full nor out of time).
@@ -420,40 +390,35 @@ impl Recorder {
             return;
         }
         let State {
-            sink,
+            dir,
             kept,
             bytes,
             full,
         } = &mut *s;
-        match sink {
-            Sink::Memory(v) => v.push(recording),
-            Sink::Dir(dir) => {
-                let text = match serde_saphyr::to_string(&recording) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        tracing::warn!(guest = %recording.guest, "cannot record a reconcile: {e}");
-                        return;
-                    }
-                };
-                let size = text.len() as u64;
-                if *bytes + size > self.max_bytes {
-                    *full = true;
-                    tracing::warn!(guest = %recording.guest, recorded = *kept, bytes = *bytes, "recording stopped: its size limit is reached");
-                    return;
-                }
-                let path = dir.join(format!("{:06}.yaml", *kept + 1));
-                // Through a temporary name: a host stopped mid-write leaves no half recording.
-                let partial = path.with_extension("yaml.partial");
-                let written =
-                    std::fs::write(&partial, text).and_then(|()| std::fs::rename(&partial, &path));
-                if let Err(e) = written {
-                    *full = true;
-                    tracing::warn!(guest = %recording.guest, "recording stopped: cannot write {}: {e}", path.display());
-                    return;
-                }
-                *bytes += size;
+        let text = match serde_saphyr::to_string(&recording) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(guest = %recording.guest, "cannot record a reconcile: {e}");
+                return;
             }
+        };
+        let size = text.len() as u64;
+        if *bytes + size > self.max_bytes {
+            *full = true;
+            tracing::warn!(guest = %recording.guest, recorded = *kept, bytes = *bytes, "recording stopped: its size limit is reached");
+            return;
         }
+        let path = dir.join(format!("{:06}.yaml", *kept + 1));
+        // Through a temporary name: a host stopped mid-write leaves no half recording.
+        let partial = path.with_extension("yaml.partial");
+        let written =
+            std::fs::write(&partial, text).and_then(|()| std::fs::rename(&partial, &path));
+        if let Err(e) = written {
+            *full = true;
+            tracing::warn!(guest = %recording.guest, "recording stopped: cannot write {}: {e}", path.display());
+            return;
+        }
+        *bytes += size;
         *kept += 1;
     }
 }

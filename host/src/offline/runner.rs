@@ -131,7 +131,6 @@ impl Subject {
         for f in &case.setup.faults {
             server.fail(f.clone());
         }
-        let recorder = Arc::new(crate::guest::tape::Recorder::in_memory());
         let ctx = Arc::new(GuestContext {
             name: case.name.clone(),
             client,
@@ -147,8 +146,8 @@ impl Subject {
             limits: self.limits,
             metrics: Arc::default(),
             world: World::fixed(SystemTime::UNIX_EPOCH + case.now, case.setup.seed),
-            recorder: Some(recorder.clone()),
-            taped: false,
+            recorder: None,
+            taped: true,
         });
         let request = Request {
             namespace: case.setup.request.namespace.clone(),
@@ -167,7 +166,7 @@ impl Subject {
             message,
             notes: server.notes(),
             took,
-            recording: recorder.take().pop(),
+            recording: reconciled.recording,
         })
     }
 }
