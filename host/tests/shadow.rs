@@ -52,7 +52,10 @@ async fn a_buggy_shadow_runs_for_a_hundred_edits_stores_nothing_and_is_counted()
     };
     let shadow_path = common::guests::wasm("stamp_v2");
     let settings = sup.with_shadow(settings, Some(&shadow_path)).await;
-    assert!(settings.shadow.is_some(), "the shadow compiled");
+    assert!(
+        settings.shadow.as_ref().is_some_and(|s| s.0.is_ok()),
+        "the shadow compiled"
+    );
     let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
     let applied = sup
         .apply(
@@ -178,6 +181,35 @@ async fn a_buggy_shadow_runs_for_a_hundred_edits_stores_nothing_and_is_counted()
     assert_eq!(
         shadow.digest,
         reconciled::guest::digest_of(&std::fs::read(&shadow_path).unwrap())
+    );
+
+    // A shadow that cannot load: the live version runs, and /status says why the shadow does not.
+    let broken = "broken-shadow";
+    let settings = Settings {
+        grant: Grant::namespaces([ns]),
+        ..Settings::new(broken)
+    };
+    let missing = std::path::Path::new("/nonexistent/shadow.wasm");
+    let settings = sup.with_shadow(settings, Some(missing)).await;
+    let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
+    let applied = sup
+        .apply(
+            broken,
+            Source::File("stamp_v1.wasm".into()),
+            settings,
+            module,
+        )
+        .await;
+    assert!(matches!(applied, Applied::Loaded { .. }), "{applied:?}");
+    let (_, body) = reconciled::ops::http::get(addr, "/status").await.unwrap();
+    let status: Status = serde_json::from_str(&body).unwrap();
+    let g = status.guests.iter().find(|g| g.name == broken).unwrap();
+    let problem = g.shadow.as_ref().and_then(|s| s.problem.clone());
+    assert!(
+        problem
+            .as_deref()
+            .is_some_and(|p| p.contains("cannot read the shadow module /nonexistent/shadow.wasm")),
+        "{problem:?}"
     );
     sup.shutdown().await;
 }

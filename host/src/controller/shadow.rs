@@ -24,19 +24,34 @@ use crate::guest::divergence;
 use crate::guest::imports::{Declared, GuestContext};
 use crate::guest::{Module, Reconciled};
 
-/// The shadow module of a guest's settings; equal when their digests are.
+/// The shadow module of a guest's settings, or why it could not be loaded (shown in `/status`
+/// as the shadow's problem). Equal when their digests (or reasons) are.
 #[derive(Clone)]
-pub struct ShadowModule(pub Module);
+pub struct ShadowModule(pub Result<Module, String>);
+
+impl ShadowModule {
+    /// The module's sha256, or "" when it could not be loaded.
+    pub fn digest(&self) -> &str {
+        self.0.as_ref().map_or("", |m| m.digest())
+    }
+}
 
 impl std::fmt::Debug for ShadowModule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ShadowModule({})", self.0.digest())
+        match &self.0 {
+            Ok(m) => write!(f, "ShadowModule({})", m.digest()),
+            Err(e) => write!(f, "ShadowModule(unusable: {e})"),
+        }
     }
 }
 
 impl PartialEq for ShadowModule {
     fn eq(&self, other: &Self) -> bool {
-        self.0.digest() == other.0.digest()
+        match (&self.0, &other.0) {
+            (Ok(a), Ok(b)) => a.digest() == b.digest(),
+            (Err(a), Err(b)) => a == b,
+            _ => false,
+        }
     }
 }
 
@@ -98,8 +113,10 @@ pub(super) async fn prepare(
     live: &Version,
     client: &kube::Client,
 ) -> Option<Result<Shadow, String>> {
-    let module = settings.shadow.as_ref()?.0.clone();
-    Some(prepare_module(settings, live, client, module).await)
+    match settings.shadow.as_ref()?.0.clone() {
+        Ok(module) => Some(prepare_module(settings, live, client, module).await),
+        Err(e) => Some(Err(e)),
+    }
 }
 
 async fn prepare_module(

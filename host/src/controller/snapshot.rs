@@ -87,7 +87,7 @@ impl Controller {
             tenant: self.share.tenant().to_string(),
             cpu: self.counters.cpu(),
             shadow: (self.settings.shadow.as_ref())
-                .map(|s| self.shadow_counts.snapshot(s.0.digest())),
+                .map(|s| self.shadow_counts.snapshot(s.digest())),
         }
     }
 }

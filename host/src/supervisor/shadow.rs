@@ -8,21 +8,20 @@ use crate::controller::shadow::ShadowModule;
 use crate::supervisor::Supervisor;
 
 impl Supervisor {
-    /// `settings` with the module at `path`, if any, as their shadow version. A shadow that
-    /// cannot be read or compiled is logged and left out: the live version runs without one.
+    /// `settings` with the module at `path`, if any, as their shadow version. One that cannot
+    /// be read or compiled is kept as its reason, which `/status` shows; the live version runs
+    /// without it.
     pub async fn with_shadow(&self, settings: Settings, path: Option<&Path>) -> Settings {
         let Some(path) = path else {
             return settings;
         };
-        match self.shadow_module(path).await {
-            Ok(module) => Settings {
-                shadow: Some(ShadowModule(module)),
-                ..settings
-            },
-            Err(e) => {
-                tracing::error!(guest = %settings.name, "{e}; the guest runs without its shadow");
-                settings
-            }
+        let module = self.shadow_module(path).await;
+        if let Err(e) = &module {
+            tracing::error!(guest = %settings.name, "{e}; the guest runs without its shadow");
+        }
+        Settings {
+            shadow: Some(ShadowModule(module)),
+            ..settings
         }
     }
 
