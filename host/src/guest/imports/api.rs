@@ -168,15 +168,7 @@ impl Host for HostState {
         let copy = self.recording().then(|| (kind.clone(), options.clone()));
         let answer = list(self, &ctx, kind, options).await;
         if let Some((kind, options)) = copy {
-            let query = super::cache::query_of(&options);
-            self.note_read(
-                "api.list",
-                &kind,
-                &options.namespace,
-                "",
-                query,
-                answer.as_ref().map(|p| p.items.iter()),
-            );
+            self.note_list("api.list", &kind, &options, answer.as_ref());
         }
         Ok(answer)
     }

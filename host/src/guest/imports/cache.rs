@@ -154,24 +154,6 @@ async fn cached_list(
     })
 }
 
-/// A list's options as one line of a recording: selector, field matches, page.
-pub(crate) fn query_of(options: &ListOptions) -> String {
-    let mut parts = Vec::new();
-    if !options.label_selector.is_empty() {
-        parts.push(format!("labels={}", options.label_selector));
-    }
-    for (f, v) in &options.fields {
-        parts.push(format!("{f}={v}"));
-    }
-    if options.limit > 0 {
-        parts.push(format!("limit={}", options.limit));
-    }
-    if !options.continue_token.is_empty() {
-        parts.push(format!("continue={}", options.continue_token));
-    }
-    parts.join(" ")
-}
-
 impl Host for HostState {
     async fn get(
         &mut self,
@@ -199,17 +181,7 @@ impl Host for HostState {
     ) -> wasmtime::Result<Result<ListPage, GuestError>> {
         let ctx = self.enter()?;
         let answer = cached_list(self, &ctx, &kind, &options).await;
-        if self.recording() {
-            let query = query_of(&options);
-            self.note_read(
-                "cache.list",
-                &kind,
-                &options.namespace,
-                "",
-                query,
-                answer.as_ref().map(|p| p.items.iter()),
-            );
-        }
+        self.note_list("cache.list", &kind, &options, answer.as_ref());
         Ok(answer)
     }
 }

@@ -1,6 +1,7 @@
 //! What the imports note on a recorded call's tape: each read with its answer, each write and
 //! Event with how it was answered. Nothing is noted, or parsed, for a guest not recorded.
 
+use crate::guest::bindings::reconciled::runtime::cache::{ListOptions, ListPage};
 use crate::guest::bindings::{GuestError, Gvk};
 use crate::guest::imports::HostState;
 use crate::guest::tape::{self, Event, Read, Write};
@@ -77,6 +78,21 @@ impl HostState {
         });
     }
 
+    /// Notes a list (`op`: `cache.list` or `api.list`) and its page.
+    pub(crate) fn note_list(
+        &mut self,
+        op: &str,
+        kind: &Gvk,
+        options: &ListOptions,
+        answer: Result<&ListPage, &GuestError>,
+    ) {
+        if self.recording() {
+            let query = query_of(options);
+            let items = answer.map(|p| p.items.iter());
+            self.note_read(op, kind, &options.namespace, "", query, items);
+        }
+    }
+
     /// Notes a write and how it was answered.
     pub(crate) fn note_write<T>(&mut self, w: WriteNote<'_>, answer: &Result<T, GuestError>) {
         let Some(tape) = &mut self.tape else {
@@ -118,4 +134,22 @@ impl HostState {
     pub(crate) fn recording(&self) -> bool {
         self.tape.is_some()
     }
+}
+
+/// A list's options as one line of a recording: selector, field matches, page.
+fn query_of(options: &ListOptions) -> String {
+    let mut parts = Vec::new();
+    if !options.label_selector.is_empty() {
+        parts.push(format!("labels={}", options.label_selector));
+    }
+    for (f, v) in &options.fields {
+        parts.push(format!("{f}={v}"));
+    }
+    if options.limit > 0 {
+        parts.push(format!("limit={}", options.limit));
+    }
+    if !options.continue_token.is_empty() {
+        parts.push(format!("continue={}", options.continue_token));
+    }
+    parts.join(" ")
 }
