@@ -347,6 +347,12 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
 
     let client = Arc::new(Registry::new(settings(&reg)).unwrap());
     let me = login(&reg);
+    // Publishes `bytes` at `path` in the test registry, as the tenant's login; the manifest
+    // digest it answers.
+    let push = async |path: &str, bytes: Vec<u8>| {
+        let at = at(&reg, path);
+        client.push(&at, Some(&me), bytes, None).await.unwrap()
+    };
     let ts = std::fs::read(common::guests::wasm("configmap_generator_ts")).unwrap();
     let rust = std::fs::read(common::guests::wasm("configmap_generator")).unwrap();
     eprintln!(
@@ -358,14 +364,8 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
         ts.len() > 10 << 20,
         "the TypeScript component is the large one"
     );
-    let d1 = client
-        .push(&at(&reg, "team-a/cmgen:v1"), Some(&me), ts.clone(), None)
-        .await
-        .unwrap();
-    let d2 = client
-        .push(&at(&reg, "team-a/cmgen:v2"), Some(&me), rust.clone(), None)
-        .await
-        .unwrap();
+    let d1 = push("team-a/cmgen:v1", ts.clone()).await;
+    let d2 = push("team-a/cmgen:v2", rust.clone()).await;
 
     let dir = TempDir::new("oci-tenant");
     let sup = supervisor_with(&cp.admin_config(), Some(&dir));
@@ -440,26 +440,10 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
     rejected(&sup, &name, "does not exist", &serving_now).await;
 
     // A tag is followed as it moves, and a move to a bad module is refused.
-    client
-        .push(
-            &at(&reg, "team-a/cmgen:moving"),
-            Some(&me),
-            ts.clone(),
-            None,
-        )
-        .await
-        .unwrap();
+    push("team-a/cmgen:moving", ts.clone()).await;
     point(format!("{host}/team-a/cmgen:moving")).await;
     serving(&sup, &name, &digest_of(&ts), "the tag's module serving").await;
-    client
-        .push(
-            &at(&reg, "team-a/cmgen:moving"),
-            Some(&me),
-            rust.clone(),
-            None,
-        )
-        .await
-        .unwrap();
+    push("team-a/cmgen:moving", rust.clone()).await;
     serving(
         &sup,
         &name,
@@ -467,15 +451,7 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
         "the module the tag moved to serving",
     )
     .await;
-    client
-        .push(
-            &at(&reg, "team-a/cmgen:moving"),
-            Some(&me),
-            b"\0asm not a component".to_vec(),
-            None,
-        )
-        .await
-        .unwrap();
+    push("team-a/cmgen:moving", b"\0asm not a component".to_vec()).await;
     rejected(&sup, &name, "not a valid wasm component", &serving_now).await;
 
     // A container image where a module should be.
@@ -495,10 +471,7 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
         })
         .await
         .unwrap();
-    client
-        .push(&at(&reg, "team-a/cmgen:v3"), Some(&me), ts.clone(), None)
-        .await
-        .unwrap();
+    push("team-a/cmgen:v3", ts.clone()).await;
     point(format!("{host}/team-a/cmgen:v3")).await;
     rejected(&sup, &name, "refused user \"tester\"", &serving_now).await;
     point("registry.example/team-a/cmgen:v1".into()).await;
@@ -514,15 +487,7 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
 
     // Removing the ConfigMap unloads the guest, and its watch pulls nothing more: a tag that
     // moves afterwards brings nothing back.
-    client
-        .push(
-            &at(&reg, "team-a/cmgen:moving"),
-            Some(&me),
-            rust.clone(),
-            None,
-        )
-        .await
-        .unwrap();
+    push("team-a/cmgen:moving", rust.clone()).await;
     point(format!("{host}/team-a/cmgen:moving")).await;
     wait_until(
         "serving from the tag again",
@@ -539,15 +504,7 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
         sup.controller(&name).is_none()
     })
     .await;
-    client
-        .push(
-            &at(&reg, "team-a/cmgen:moving"),
-            Some(&me),
-            ts.clone(),
-            None,
-        )
-        .await
-        .unwrap();
+    push("team-a/cmgen:moving", ts.clone()).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         sup.controller(&name).is_none(),

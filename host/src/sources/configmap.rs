@@ -60,7 +60,7 @@ use crate::informer::{Event, InformerKey, Namespaces, Scope};
 use crate::object::ObjectRef;
 use crate::selector::LabelSelector;
 use crate::sources::oci::Registry;
-use crate::sources::oci::tenants::{PULL_SECRET, Refs, TenantRefs};
+use crate::sources::oci::tenants::{PULL_SECRET, Refs, TenantRefs, refused};
 use crate::sources::pack::{Modules, modules_of, unpack};
 use crate::supervisor::{Offer, Source, Supervisor, TenantLimits, Unreadable};
 
@@ -579,14 +579,7 @@ fn unsigned(offer: Offer) -> Offer {
             let message = format!(
                 "this host runs only signed modules ([registry] verify_key), and a module inside a ConfigMap cannot carry a signature: push it to a registry signed (`reconciled push --sign-key`, or cosign) and name it in a .wasm.ref key instead of {source}"
             );
-            Offer::Unreadable {
-                source,
-                settings,
-                unreadable: Unreadable {
-                    digest: crate::guest::digest_of(message.as_bytes()),
-                    message,
-                },
-            }
+            refused(source, settings, message)
         }
         other => other,
     }

@@ -59,7 +59,8 @@ pub fn offer_of(
     }
 }
 
-fn refused(source: Source, settings: Settings, message: String) -> Offer {
+/// An offer for a module that cannot be loaded, with `message` saying why.
+pub(crate) fn refused(source: Source, settings: Settings, message: String) -> Offer {
     Offer::Unreadable {
         source,
         settings,
