@@ -15,6 +15,7 @@
 //! | `indexed-`     | lists with `data.indexed=yes` (declared index); records `ok:<count>`    |
 //! | `forbidden-`   | creates a ConfigMap in data `target-namespace`; records `ok` or the case |
 //! | `ryw-`         | 1000 (or data `iterations`) update-then-read rounds; records `stale:<n>`   |
+//! | `leak-`        | records `v:<data.v> runs:<n> dirty:<bytes> pages:<p>`: how many reconciles this instance has run (a global), how many bytes of a fresh 1 MiB heap block were not zero, and the memory's size in 64 KiB pages at the start; then leaves its marks (the global, the block filled, 4 MiB leaked) for a next reconcile to find |
 //! | anything else  | records `seen:<data.v>`                                                 |
 //!
 //! Error cases are recorded as the WIT spells them (`not-declared`, `forbidden`, ...).
@@ -90,6 +91,13 @@ impl Reconciler for Probe {
             once(&req, forbidden)
         } else if name.starts_with("ryw-") {
             once(&req, read_your_writes)
+        } else if name.starts_with("leak-") {
+            let marks = leave_marks();
+            let Some(cm) = cache::get_opt::<ConfigMap>(&req.namespace, &req.name)? else {
+                return Ok(Outcome::Done);
+            };
+            let v = data(&cm, "v").unwrap_or_default();
+            record_on(&cm, &format!("v:{v} {marks}"))
         } else if name.starts_with("watch-") {
             record(&req, &watched(&req)?)
         } else {
@@ -107,7 +115,8 @@ reconciled_guest::export_reconciler!(Probe);
 /// Benchmark bodies, called directly by `bench/` (never through a controller): `noop` returns at
 /// once; `get-<n>` reads ConfigMap `bench-target` n times; `list-<n>` lists the ConfigMaps with
 /// `data.indexed=hot` n times. Raw JSON calls, so that guest-side decoding does not blur the cost
-/// of the boundary itself.
+/// of the boundary itself. `typed-get-<n>` reads it n times as a `k8s_openapi` `ConfigMap`, as a
+/// guest written with the SDK does: the boundary and the decoding.
 fn bench(namespace: &str, what: &str) -> Result<Outcome> {
     let kind = ConfigMap::gvk();
     let count = |s: &str| {
@@ -117,6 +126,10 @@ fn bench(namespace: &str, what: &str) -> Result<Outcome> {
     if let Some(n) = what.strip_prefix("get-") {
         for _ in 0..count(n)? {
             black_box(cache::get_raw(&kind, namespace, "bench-target")?);
+        }
+    } else if let Some(n) = what.strip_prefix("typed-get-") {
+        for _ in 0..count(n)? {
+            black_box(cache::get::<ConfigMap>(namespace, "bench-target")?);
         }
     } else if let Some(n) = what.strip_prefix("list-") {
         let options = ListOptions::default()
@@ -300,4 +313,30 @@ fn namespace_of(cm: &ConfigMap) -> String {
 
 fn name_of(cm: &ConfigMap) -> String {
     cm.metadata.name.clone().unwrap_or_default()
+}
+
+/// Reconciles run by this instance: a fresh instance per reconcile must always say 1.
+static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Looks for what an earlier reconcile could have left in this instance, then leaves the same
+/// marks for a later one: the `leak-` behaviour. Says `runs:<n> dirty:<bytes> pages:<p>`.
+fn leave_marks() -> String {
+    const BLOCK: usize = 1 << 20;
+    let pages = core::arch::wasm32::memory_size(0);
+    let runs = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    let layout = std::alloc::Layout::from_size_align(BLOCK, 8).expect("a valid layout");
+    // SAFETY: the layout is non-zero; the block is read as bytes, which any bit pattern is, and
+    // is never freed (a leak on purpose).
+    let dirty = unsafe {
+        let block = std::alloc::alloc(layout);
+        if block.is_null() {
+            return format!("runs:{runs} dirty:unallocated pages:{pages}");
+        }
+        let dirty = (0..BLOCK).filter(|&i| *block.add(i) != 0).count();
+        std::ptr::write_bytes(block, 0xCD, BLOCK);
+        dirty
+    };
+    // Heap growth a reused instance would keep.
+    std::mem::forget(black_box(vec![0xABu8; 4 << 20]));
+    format!("runs:{runs} dirty:{dirty} pages:{pages}")
 }

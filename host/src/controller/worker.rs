@@ -265,8 +265,27 @@ async fn work(controller: std::sync::Weak<Controller>) {
             tracing::info!(guest = %c.name, "informers synced; reconciling");
             break (c.queue.clone(), c.hold.subscribe(), c.gate.clone());
         }
+        // Not synced yet: wait for an informer to change state rather than sleep, so that the
+        // first reconcile follows the sync at once. The controller is not held meanwhile; the
+        // hold channel closes when it is dropped.
+        let statuses: Vec<_> = c.informers().iter().map(|i| i.watch_status()).collect();
+        let mut unloaded = c.hold.subscribe();
         drop(c);
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        if statuses.is_empty() {
+            continue;
+        }
+        let changed = futures::future::select_all(
+            statuses
+                .into_iter()
+                .map(|mut rx| Box::pin(async move { rx.changed().await })),
+        );
+        tokio::select! {
+            _ = changed => {}
+            // Sent or closed: either way look again (closed ends the loop at the upgrade).
+            _ = unloaded.changed() => {}
+            // The informers of a swapped version are not among these receivers.
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
     };
     loop {
         // Held: wait without holding the controller (an unload drops the sender, which ends

@@ -10,6 +10,7 @@
 pub mod artifact_cache;
 pub mod bindings;
 pub mod divergence;
+mod engine;
 pub mod grant;
 pub mod identity;
 pub mod imports;
@@ -18,7 +19,7 @@ pub mod tape;
 pub mod world;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use std::path::Path;
@@ -31,6 +32,7 @@ use crate::guest::artifact_cache::{ArtifactCache, Origin};
 use crate::guest::bindings::{
     Description, GuestError, Gvk, Outcome, Reconciler, ReconcilerPre, Request,
 };
+use crate::guest::engine::{Instances, Ticker};
 use crate::guest::imports::{GuestContext, HostState, Limits};
 
 /// Errors from loading a module.
@@ -210,17 +212,8 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
     ticker: Arc<Ticker>,
+    instances: Instances,
     artifacts: Option<ArtifactCache>,
-}
-
-/// Stops the epoch ticker thread once the runtime and every module are gone: a module outliving
-/// its runtime must still be interruptible.
-struct Ticker(Arc<AtomicBool>);
-
-impl Drop for Ticker {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -229,38 +222,22 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-/// Epoch tick: the granularity of deadlines, and how often a running guest yields to the async
-/// runtime so that one busy guest cannot starve the host's other tasks.
-const TICK: Duration = Duration::from_millis(5);
-
 impl Runtime {
     /// Configures the engine (component model, async, epoch interruption), links WASI and the
     /// reconciled imports, and starts the epoch ticker thread.
     pub fn new() -> Result<Self, LoadError> {
-        let mut config = wasmtime::Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(true);
-        let engine = Engine::new(&config).map_err(|e| LoadError::Engine(e.to_string()))?;
+        let engine = Engine::new(&engine::config()).map_err(|e| LoadError::Engine(format!("{e:#}; the pool of guest instances reserves about 1 TiB of address space (not memory): check `ulimit -v`")))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| LoadError::Engine(e.to_string()))?;
         Reconciler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Engine(e.to_string()))?;
-        let stop_ticker = Arc::new(AtomicBool::new(false));
-        let (stop, ticking) = (stop_ticker.clone(), engine.clone());
-        std::thread::Builder::new()
-            .name("wasm-epoch".into())
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(TICK);
-                    ticking.increment_epoch();
-                }
-            })
-            .map_err(|e| LoadError::Engine(e.to_string()))?;
+        let ticker = Ticker::start(&engine).map_err(|e| LoadError::Engine(e.to_string()))?;
         Ok(Self {
             engine,
             linker,
-            ticker: Arc::new(Ticker(stop_ticker)),
+            ticker,
+            instances: Instances::new(),
             artifacts: None,
         })
     }
@@ -338,7 +315,8 @@ impl Runtime {
             size,
             compile_time,
             origin,
-            _ticker: self.ticker.clone(),
+            ticker: self.ticker.clone(),
+            instances: self.instances.clone(),
         })
     }
 }
@@ -363,7 +341,8 @@ pub struct Module {
     compiled_bytes: usize,
     compile_time: Duration,
     origin: Origin,
-    _ticker: Arc<Ticker>,
+    ticker: Arc<Ticker>,
+    instances: Instances,
 }
 
 impl std::fmt::Debug for Module {
@@ -436,6 +415,8 @@ impl Module {
         ctx: Arc<GuestContext>,
     ) -> Result<ReusedInstance, CallError> {
         let limits = ctx.limits;
+        let permit = self.instances.permit().await;
+        let _running = self.ticker.running();
         let mut store = self.store(Some(ctx), limits);
         let instance = self
             .pre
@@ -446,6 +427,8 @@ impl Module {
             store,
             instance,
             limits,
+            ticker: self.ticker.clone(),
+            _permit: permit,
         })
     }
 
@@ -457,7 +440,10 @@ impl Module {
         limits: Limits,
         f: impl AsyncFnOnce(&Reconciler, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> (Result<R, CallError>, Usage, Option<tape::Tape>) {
+        // Waiting for room in the pool is not the guest's time; the permit outlives the store.
+        let _permit = self.instances.permit().await;
         let started = Instant::now();
+        let _running = self.ticker.running();
         let mut store = self.store(ctx, limits);
         // Host imports may wait (I/O, read-your-writes); the epoch only runs while wasm does,
         // so the whole call also gets a wall-clock bound (with grace for the last import).
@@ -587,6 +573,9 @@ pub struct ReusedInstance {
     store: Store<HostState>,
     instance: Reconciler,
     limits: Limits,
+    ticker: Arc<Ticker>,
+    // Declared after the store, so dropped after it: the pool slot is free only then.
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 #[cfg(feature = "bench")]
@@ -604,6 +593,7 @@ impl ReusedInstance {
         request: Request,
     ) -> Result<Result<Outcome, GuestError>, CallError> {
         let started = Instant::now();
+        let _running = self.ticker.running();
         self.store.data_mut().reset_budgets();
         arm_deadline(&mut self.store, self.limits.deadline);
         let r = self
