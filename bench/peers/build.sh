@@ -6,15 +6,26 @@
 #
 # The binary is cached outside the source tree, as testenv caches kube-apiserver: under
 # $RECONCILED_CACHE_DIR, else $XDG_CACHE_HOME/reconciled, else ~/.cache/reconciled, in
-# peers/controller-runtime/<hash>/, where <hash> covers go.mod, go.sum and main.go. An edit to
-# any of them builds a new binary; an unchanged peer is not rebuilt, nor even handed to Go.
+# peers/controller-runtime/<hash>/, where <hash> covers go.mod, go.sum and every *.go file of the
+# peer (main.go, bench.go, ...), in name order. An edit to any of them, or a new or removed Go
+# file, builds a new binary; an unchanged peer is not rebuilt, nor even handed to Go.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 src="$here/controller-runtime"
 
 cache="${RECONCILED_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/reconciled}"
-hash="$(cd "$src" && cat go.mod go.sum main.go | sha256sum | cut -c1-16)"
+# Each file's name goes into the hash with its content, so that moving code from one file to
+# another, or renaming one, still changes it. The glob sorts by LC_ALL=C, the same on every
+# machine; a glob rather than find -printf or mapfile, which macOS's find and bash 3 lack.
+hash="$(
+    cd "$src"
+    LC_ALL=C
+    for f in go.mod go.sum *.go; do
+        printf '%s\n' "$f"
+        cat "$f"
+    done | sha256sum | cut -c1-16
+)"
 dir="$cache/peers/controller-runtime/$hash"
 bin="$dir/controller-runtime-peer"
 

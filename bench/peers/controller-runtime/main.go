@@ -1,12 +1,24 @@
-// Command controller-runtime is the controller-runtime peer of bench/src/bin/failover.rs: a
-// manager with Lease leader election running one reconciler that does what the stamp guest
-// (guests/stamp/src/lib.rs) does, so that its failover can be timed beside reconciled's replicas.
+// Command controller-runtime is the controller-runtime peer of the reconciled benchmarks. --mode
+// picks one of three programs:
 //
-// It reconciles ConfigMaps labelled stamp.reconciled.dev/enabled=true in every namespace and
+//   - failover (the default; this file), the peer of bench/src/bin/failover.rs: a manager with
+//     Lease leader election running one reconciler that does what the stamp guest
+//     (guests/stamp/src/lib.rs) does, so that its failover can be timed beside reconciled's
+//     replicas.
+//   - reconcile (bench.go): the same reconciler in a manager without leader election, restricted to
+//     one namespace, so that a full stamping pass can be timed, and its heap read, beside
+//     reconciled running the stamp guest.
+//   - cache (bench.go): no controller at all, only a controller-runtime cache of ConfigMaps, to
+//     measure what it costs in heap per object, how long it takes to sync and what a cached Get
+//     costs.
+//
+// The stamp reconciler reconciles ConfigMaps labelled stamp.reconciled.dev/enabled=true and
 // merge-patches the annotation stamp.reconciled.dev/seen to "cr:<data.v>", only when it differs.
+// In failover mode it does so in every namespace.
 //
 // Milestones go to stdout as one JSON object per line, written at once (os.Stdout is not
-// buffered), each with the wall clock in unix_ms so the bench can line them up with its own:
+// buffered), each with the wall clock in unix_ms so the bench can line them up with its own. In
+// failover mode:
 //
 //	{"event":"started","id":"a","unix_ms":...}              before the manager starts
 //	{"event":"leader","id":"a","unix_ms":...}               mgr.Elected() closed
@@ -14,7 +26,7 @@
 //	{"event":"reconciled","id":"a","key":"ns/name",...}     the first reconcile after election
 //	{"event":"stamped","id":"a","key":"ns/name","value":"cr:7",...}  each patch written
 //
-// Logs go to stderr.
+// The lines of the other two modes are listed in bench.go. Logs go to stderr.
 //
 // Where it may surprise: controller-runtime starts a controller's informers only once the
 // controller starts, which is after election, so a follower holds no ConfigMap cache and a new
@@ -68,18 +80,25 @@ type milestone struct {
 	UnixMs int64  `json:"unix_ms"`
 	Key    string `json:"key,omitempty"`
 	Value  string `json:"value,omitempty"`
+	// HeapBytes is the Go heap in use right after a collection, on the milestones that measure
+	// it (reconcile mode's synced and all); see emitHeap in bench.go.
+	HeapBytes int64 `json:"heap_bytes,omitempty"`
 }
 
 func (m *milestones) emit(event, key, value string) {
-	line, err := json.Marshal(milestone{
+	m.write(milestone{
 		Event:  event,
 		ID:     m.id,
 		UnixMs: time.Now().UnixMilli(),
 		Key:    key,
 		Value:  value,
 	})
+}
+
+func (m *milestones) write(ms milestone) {
+	line, err := json.Marshal(ms)
 	if err != nil {
-		// A struct of strings always marshals; reaching this is a bug in this file.
+		// A struct of strings and integers always marshals; reaching this is a bug in this file.
 		panic(err)
 	}
 	m.mu.Lock()
@@ -96,7 +115,8 @@ func (m *milestones) emit(event, key, value string) {
 type stamp struct {
 	client.Client
 	out *milestones
-	// first is set by the first reconcile, which the manager runs only after election.
+	// first is set by the first reconcile, which in failover mode the manager runs only after
+	// election.
 	first atomic.Bool
 }
 
@@ -135,8 +155,21 @@ func main() {
 }
 
 func run() error {
+	// Each mode has flags of its own, so the mode is picked before any flag is parsed; the two
+	// benchmark modes live in bench.go.
+	switch mode := modeOf(os.Args[1:]); mode {
+	case modeFailover:
+	case modeReconcile:
+		return runReconcile(os.Args[1:])
+	case modeCache:
+		return runCache(os.Args[1:])
+	default:
+		return fmt.Errorf("--mode must be %s, %s or %s (got %q)", modeFailover, modeReconcile, modeCache, mode)
+	}
+
 	// A FlagSet of our own: controller-runtime registers its own --kubeconfig on the global one.
 	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	modeFlag(fs, modeFailover)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the cluster (required)")
 	id := fs.String("id", "", "leader election identity; unique per process (required)")
 	leaseNamespace := fs.String("lease-namespace", "", "namespace of the Lease (required)")
