@@ -169,3 +169,26 @@ pub async fn fill_stamped_sized(
         .try_collect::<()>()
         .await
 }
+
+/// Builds the peer with `bench/peers/build.sh` (progress on stderr) and returns its path.
+pub fn build_peer() -> anyhow::Result<PathBuf> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/build.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} failed ({}); its output is above",
+        script.display(),
+        out.status
+    );
+    let path = String::from_utf8(out.stdout)?;
+    let path = path.lines().last().unwrap_or_default();
+    anyhow::ensure!(
+        !path.is_empty(),
+        "{} printed no binary path",
+        script.display()
+    );
+    Ok(PathBuf::from(path))
+}

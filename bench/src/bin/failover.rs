@@ -222,7 +222,10 @@ impl Scenario {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse()?;
-    let peer_bin = args.runs(Scenario::Peer).then(build_peer).transpose()?;
+    let peer_bin = args
+        .runs(Scenario::Peer)
+        .then(reconciled_bench::build_peer)
+        .transpose()?;
     let host = if args.runs(Scenario::Host) {
         anyhow::ensure!(
             args.host_bin.is_file(),
@@ -990,29 +993,6 @@ fn secs(v: Option<f64>) -> String {
 /// A whole count, or a dash.
 fn count(v: Option<f64>) -> String {
     v.map_or("—".into(), |v| format!("{v:.0}"))
-}
-
-/// Builds the peer with `bench/peers/build.sh` (progress on stderr) and returns its path.
-fn build_peer() -> anyhow::Result<PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/build.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "{} failed ({}); its output is above",
-        script.display(),
-        out.status
-    );
-    let path = String::from_utf8(out.stdout)?;
-    let path = path.lines().last().unwrap_or_default();
-    anyhow::ensure!(
-        !path.is_empty(),
-        "{} printed no binary path",
-        script.display()
-    );
-    Ok(PathBuf::from(path))
 }
 
 /// A loopback address that was free a moment ago.
