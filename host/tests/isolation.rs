@@ -74,7 +74,10 @@ async fn no_global_or_heap_byte_of_one_reconcile_reaches_the_next() {
             .await;
             let (runs, dirty, pages) = marks(&record);
             assert_eq!(runs, "1", "{name}, round {v}: a global survived: {record}");
-            assert_eq!(dirty, "0", "{name}, round {v}: heap bytes survived: {record}");
+            assert_eq!(
+                dirty, "0",
+                "{name}, round {v}: heap bytes survived: {record}"
+            );
             let first = first_pages.get_or_insert_with(|| pages.clone());
             assert_eq!(
                 &pages, first,
