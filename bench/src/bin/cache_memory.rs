@@ -1,5 +1,8 @@
 //! Cache bytes per object: reconciled's informer store next to a kube-rs `reflector` +
-//! `watcher` store of `ConfigMap`, holding the same objects from the same apiserver in one run.
+//! `watcher` store of `ConfigMap` and controller-runtime's cache (in Go, as configured by
+//! default, with `TransformStripManagedFields`, and that over JSON), holding the same objects
+//! from the same apiserver in one run. controller-runtime's figure is the growth of Go's live
+//! heap (`HeapAlloc` after two collections) across its sync.
 //!
 //! ```text
 //! cargo run --release -p reconciled-bench --bin cache_memory -- 10000 100000
@@ -110,13 +113,45 @@ fn parent(sizes: &[usize]) -> anyhow::Result<()> {
             eprintln!("{peer} ({n}): {v}");
             results.push(v);
         }
+        // controller-runtime, in Go: its default cache (protobuf, no transform), with
+        // TransformStripManagedFields, and that over JSON.
+        let peer = reconciled_bench::build_peer()?;
+        for flags in [
+            &[][..],
+            &["--strip-managed-fields"][..],
+            &["--strip-managed-fields", "--json"][..],
+        ] {
+            let out = Command::new(&peer)
+                .args([
+                    "--mode",
+                    "cache",
+                    "--get-rounds",
+                    "1",
+                    "--namespace",
+                    &ns,
+                    "--kubeconfig",
+                ])
+                .arg(cp.kubeconfig_path())
+                .args(flags)
+                .output()?;
+            if !out.status.success() {
+                bail!(
+                    "controller-runtime {flags:?} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+            eprintln!("controller-runtime {flags:?} ({n}): {v}");
+            results.push(v);
+        }
         rows.push((n, results));
     }
     println!(
         "| objects | reconciled heap B/obj | kube-rs heap B/obj | ratio | reconciled RSS B/obj | kube-rs RSS B/obj | RSS ratio | compact-JSON floor B/obj | as served (with managedFields) B/obj | sync s (ours / kube-rs) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    for (n, r) in rows {
+    for (n, r) in &rows {
+        let n = *n;
         let per = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0) / n as f64;
         let (ours, peer) = (&r[0], &r[1]);
         println!(
@@ -131,6 +166,27 @@ fn parent(sizes: &[usize]) -> anyhow::Result<()> {
             per(ours, "served"),
             ours["sync_s"].as_f64().unwrap_or(0.0),
             peer["sync_s"].as_f64().unwrap_or(0.0),
+        );
+    }
+    println!(
+        "\n| objects | reconciled heap B/obj | controller-runtime default B/obj | ratio | controller-runtime with TransformStripManagedFields B/obj | ratio | same over JSON B/obj | sync s (ours / CR default / CR stripped / CR stripped JSON) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (n, r) in &rows {
+        let ours = r[0]["heap"].as_f64().unwrap_or(0.0) / *n as f64;
+        let cr = |i: usize| r[i]["heap_per_object"].as_f64().unwrap_or(0.0);
+        let sync = |i: usize| r[i]["sync_ms"].as_f64().unwrap_or(0.0) / 1e3;
+        println!(
+            "| {n} | {ours:.0} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} | {:.1} / {:.1} / {:.1} / {:.1} |",
+            cr(2),
+            ours / cr(2),
+            cr(3),
+            ours / cr(3),
+            cr(4),
+            r[0]["sync_s"].as_f64().unwrap_or(0.0),
+            sync(2),
+            sync(3),
+            sync(4),
         );
     }
     Ok(())

@@ -15,8 +15,10 @@
 //! run's own, new for each N): *cold* compiles every copy, *warm* loads each from its precompiled artifact, as a
 //! restart does. Reported per N and per pass: the time from spawning the host to `/status`
 //! showing all N serving, that time per guest, and the resident set once idle (10 s after the
-//! last one serves). The memory per guest is the resident set beyond the one-guest host's,
-//! divided by N - 1; the shared cache is the one-guest figure.
+//! last one serves), in all and split into anonymous memory and pages mapped from files (the
+//! precompiled artifacts are mapped from the cache, shared and reclaimable). The memory per
+//! guest is the resident set beyond the one-guest host's, divided by N - 1; the shared cache is
+//! in the one-guest figure.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -104,9 +106,8 @@ fn main() -> anyhow::Result<()> {
                 )
                 .await?;
                 eprintln!(
-                    "density: {n} guests, {pass}: all serving in {:.1?}, RSS {} MiB",
-                    r.0,
-                    r.1 >> 20
+                    "density: {n} guests, {pass}: all serving in {:.1?}, {:?}",
+                    r.0, r.1
                 );
                 rows.push((n, pass, r.0, r.1));
             }
@@ -115,27 +116,31 @@ fn main() -> anyhow::Result<()> {
     })?;
 
     println!(
-        "\n| guests | pass | all serving s | per guest ms | RSS idle MiB | RSS per guest beyond one MiB |"
+        "\n| guests | pass | all serving s | per guest ms | RSS idle MiB | of it anonymous | of it file-backed | RSS per guest beyond one MiB | anonymous per guest MiB |"
     );
-    println!("|---|---|---|---|---|---|");
-    let base = |pass: &str| {
-        rows.iter()
-            .find(|(n, p, _, _)| *n == 1 && *p == pass)
-            .map(|r| r.3)
-    };
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mib = |b: f64| b / (1 << 20) as f64;
     for (n, pass, took, rss) in &rows {
-        let per_guest = match base(pass) {
+        let base = rows
+            .iter()
+            .find(|(bn, bp, _, _)| *bn == 1 && bp == pass)
+            .map(|r| r.3);
+        let per = |f: fn(&Rss) -> u64| match base {
             Some(b) if *n > 1 => format!(
                 "{:.2}",
-                (*rss as f64 - b as f64) / (*n - 1) as f64 / (1 << 20) as f64
+                mib((f(rss) as f64 - f(&b) as f64) / (*n - 1) as f64)
             ),
             _ => "—".into(),
         };
         println!(
-            "| {n} | {pass} | {:.1} | {:.1} | {:.0} | {per_guest} |",
+            "| {n} | {pass} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {} |",
             took.as_secs_f64(),
             took.as_secs_f64() * 1e3 / *n as f64,
-            *rss as f64 / (1 << 20) as f64,
+            mib(rss.all as f64),
+            mib(rss.anon as f64),
+            mib(rss.file as f64),
+            per(|r| r.all),
+            per(|r| r.anon),
         );
     }
     let _ = std::fs::remove_dir_all(&work);
@@ -179,7 +184,7 @@ async fn run_host(
     modules: &Path,
     artifacts: &Path,
     n: usize,
-) -> anyhow::Result<(Duration, u64)> {
+) -> anyhow::Result<(Duration, Rss)> {
     let config = work.join(format!("host-{n}.toml"));
     let mut toml = String::new();
     for i in 0..n {
@@ -270,12 +275,28 @@ async fn serving(addr: SocketAddr) -> anyhow::Result<usize> {
         .map_or(0, |g| g.iter().filter(|g| g["state"] == "serving").count()))
 }
 
-fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+/// The resident set of `pid`: in all, anonymous, and mapped from files (the precompiled
+/// artifacts among them, shared and reclaimable).
+#[derive(Clone, Copy, Debug)]
+struct Rss {
+    all: u64,
+    anon: u64,
+    file: u64,
+}
+
+fn rss_bytes(pid: u32) -> anyhow::Result<Rss> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/{pid}/status"))
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .ok_or_else(|| anyhow::anyhow!("no {name} in /proc/{pid}/status"))
+    };
+    Ok(Rss {
+        all: field("VmRSS:")?,
+        anon: field("RssAnon:")?,
+        file: field("RssFile:")?,
+    })
 }
