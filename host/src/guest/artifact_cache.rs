@@ -17,8 +17,11 @@
 //!   crash mid-write never leaves a half artifact under the real name.
 //! - Only validated modules are kept: the host stores an artifact once the module has passed
 //!   `describe` and the grant check, so a stream of rejected uploads does not fill the disk.
-//! - The directory is pruned to [`ArtifactCache::with_max_bytes`] (1 GiB by default) after each
-//!   store, least recently loaded first.
+//! - The directory is pruned to [`ArtifactCache::with_max_bytes`] after each store, least
+//!   recently loaded first: 4 GiB by default, or `$RECONCILED_CACHE_MAX_MIB`. A host whose
+//!   guests' artifacts exceed it recompiles some at every start, and worse, a start that loads
+//!   them in order evicts each next one as it stores the last: 1000 copies of a 420 KB guest
+//!   (about 1.1 MB of artifact each) all recompiled under the 1 GiB this once was.
 //! - An artifact is mapped from the file the cache opened (through `/proc/self/fd/N`, since
 //!   wasmtime maps only by path), never through whatever its name points to; without `/proc` it
 //!   is read into memory, and a load briefly holds it twice.
@@ -80,6 +83,9 @@ pub struct ArtifactCache {
     max_bytes: u64,
 }
 
+/// See [`ArtifactCache::default_max_bytes`].
+const DEFAULT_MAX_BYTES: u64 = 4 << 30;
+
 impl ArtifactCache {
     /// The default location: `$RECONCILED_CACHE_DIR/compiled`, else
     /// `$XDG_CACHE_HOME/reconciled/compiled`, else `~/.cache/reconciled/compiled`.
@@ -127,8 +133,17 @@ impl ArtifactCache {
         Ok(Self {
             path,
             dir: Arc::new(engine_dir),
-            max_bytes: 1 << 30,
+            max_bytes: Self::default_max_bytes(),
         })
+    }
+
+    /// The size the directory is pruned to unless [`ArtifactCache::with_max_bytes`] says
+    /// otherwise: `$RECONCILED_CACHE_MAX_MIB` MiB if set to a number, else 4 GiB.
+    pub fn default_max_bytes() -> u64 {
+        std::env::var("RECONCILED_CACHE_MAX_MIB")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(DEFAULT_MAX_BYTES, |mib| mib.saturating_mul(1 << 20))
     }
 
     /// Sets the size the directory is pruned to.
