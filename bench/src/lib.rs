@@ -192,3 +192,47 @@ pub fn build_peer() -> anyhow::Result<PathBuf> {
     );
     Ok(PathBuf::from(path))
 }
+
+/// What the bench's own watch saw of one labelled ConfigMap: when, its name, its `data.v`, and
+/// its stamp annotation if any.
+#[derive(Debug)]
+pub struct Seen {
+    /// When the watch delivered it (not when it was written).
+    pub at: Instant,
+    /// Its name.
+    pub name: String,
+    /// Its `data.v`, empty if none.
+    pub v: String,
+    /// Its stamp annotation, if it has one.
+    pub stamp: Option<String>,
+}
+
+/// Watches the ConfigMaps of `ns` labelled `label=true` in a task of its own and hands `seen`
+/// each one created or changed, with its annotation `stamp` (what the stamp guest and the
+/// controller-runtime peer write). Deletions and watch errors are skipped: the watcher retries.
+pub fn watch_stamps(
+    client: &kube::Client,
+    ns: &str,
+    label: &str,
+    stamp: &'static str,
+    mut seen: impl FnMut(Seen) + Send + 'static,
+) {
+    use kube::runtime::watcher;
+    let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let config = watcher::Config::default().labels(&format!("{label}=true"));
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher::watcher(api, config));
+        while let Some(event) = events.next().await {
+            let cm = match event {
+                Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => cm,
+                _ => continue,
+            };
+            seen(Seen {
+                at: Instant::now(),
+                name: cm.metadata.name.unwrap_or_default(),
+                v: cm.data.and_then(|mut d| d.remove("v")).unwrap_or_default(),
+                stamp: cm.metadata.annotations.and_then(|mut a| a.remove(stamp)),
+            });
+        }
+    });
+}

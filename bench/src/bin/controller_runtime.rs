@@ -47,7 +47,6 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::watcher;
 
 const NS: &str = "bench-versus";
 const ENABLED: &str = "stamp.reconciled.dev/enabled";
@@ -431,41 +430,28 @@ impl StampState {
 impl Stamps {
     async fn watch(client: &kube::Client) -> Self {
         let stamps = Self::default();
-        let api = Api::<ConfigMap>::namespaced(client.clone(), NS);
         let inner = stamps.0.clone();
-        let config = watcher::Config::default().labels(&format!("{ENABLED}=true"));
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(watcher::watcher(api, config));
-            while let Some(event) = events.next().await {
-                let cm = match event {
-                    Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => cm,
-                    _ => continue,
-                };
-                let now = Instant::now();
-                let name = cm.metadata.name.unwrap_or_default();
-                let stamp = cm.metadata.annotations.and_then(|mut a| a.remove(SEEN));
-                let v = cm.data.and_then(|mut d| d.remove("v")).unwrap_or_default();
-                let (state, notify) = &*inner;
-                let mut s = state.lock().unwrap();
-                let was = s
-                    .objects
-                    .get(&name)
-                    .is_some_and(|(v, st)| s.is_current(v, st.as_deref()));
-                let is = s.is_current(&v, stamp.as_deref());
-                if is && !was {
-                    s.current += 1;
-                    s.first.get_or_insert(now);
-                } else if was && !is {
-                    s.current -= 1;
-                }
-                s.objects.insert(name, (v, stamp));
-                s.total = s.objects.len();
-                if s.current == s.total && s.all.is_none() && s.first.is_some() {
-                    s.all = Some(now);
-                }
-                drop(s);
-                notify.notify_waiters();
+        reconciled_bench::watch_stamps(client, NS, ENABLED, SEEN, move |seen| {
+            let (state, notify) = &*inner;
+            let mut s = state.lock().unwrap();
+            let was = s
+                .objects
+                .get(&seen.name)
+                .is_some_and(|(v, st)| s.is_current(v, st.as_deref()));
+            let is = s.is_current(&seen.v, seen.stamp.as_deref());
+            if is && !was {
+                s.current += 1;
+                s.first.get_or_insert(seen.at);
+            } else if was && !is {
+                s.current -= 1;
             }
+            s.objects.insert(seen.name, (seen.v, seen.stamp));
+            s.total = s.objects.len();
+            if s.current == s.total && s.all.is_none() && s.first.is_some() {
+                s.all = Some(seen.at);
+            }
+            drop(s);
+            notify.notify_waiters();
         });
         stamps
     }

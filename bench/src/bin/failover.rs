@@ -836,28 +836,15 @@ struct StampsInner {
 impl Stamps {
     async fn watch(client: &kube::Client) -> Self {
         let stamps = Self::default();
-        let api = Api::<ConfigMap>::namespaced(client.clone(), NS);
         let inner = stamps.0.clone();
-        let config = watcher::Config::default().labels(&format!("{ENABLED}=true"));
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(watcher::watcher(api, config));
-            while let Some(event) = events.next().await {
-                let cm = match event {
-                    Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => cm,
-                    _ => continue,
-                };
-                let now = Instant::now();
-                let name = cm.metadata.name.unwrap_or_default();
-                let stamp = cm.metadata.annotations.and_then(|mut a| a.remove(SEEN));
-                let v = cm.data.and_then(|mut d| d.remove("v")).unwrap_or_default();
-                let mut inner = inner.lock().unwrap();
-                if name == PROBE
-                    && let Some(stamp) = &stamp
-                {
-                    inner.probe.entry(stamp.clone()).or_insert(now);
-                }
-                inner.objects.insert(name, (v, stamp));
+        reconciled_bench::watch_stamps(client, NS, ENABLED, SEEN, move |seen| {
+            let mut inner = inner.lock().unwrap();
+            if seen.name == PROBE
+                && let Some(stamp) = &seen.stamp
+            {
+                inner.probe.entry(stamp.clone()).or_insert(seen.at);
             }
+            inner.objects.insert(seen.name, (seen.v, seen.stamp));
         });
         stamps
     }
