@@ -261,6 +261,9 @@ async fn work(controller: std::sync::Weak<Controller>) {
         let Some(c) = controller.upgrade() else {
             return;
         };
+        // Subscribed before looking, so that a sync landing between the look and the wait
+        // below still wakes it.
+        let statuses: Vec<_> = c.informers().iter().map(|i| i.watch_status()).collect();
         if c.synced(Duration::from_secs(1)).await {
             tracing::info!(guest = %c.name, "informers synced; reconciling");
             break (c.queue.clone(), c.hold.subscribe(), c.gate.clone());
@@ -268,7 +271,6 @@ async fn work(controller: std::sync::Weak<Controller>) {
         // Not synced yet: wait for an informer to change state rather than sleep, so that the
         // first reconcile follows the sync at once. The controller is not held meanwhile; the
         // hold channel closes when it is dropped.
-        let statuses: Vec<_> = c.informers().iter().map(|i| i.watch_status()).collect();
         let mut unloaded = c.hold.subscribe();
         drop(c);
         if statuses.is_empty() {

@@ -20,8 +20,10 @@
 //! - The directory is pruned to [`ArtifactCache::with_max_bytes`] after each store, least
 //!   recently loaded first: 4 GiB by default, or `$RECONCILED_CACHE_MAX_MIB`. A host whose
 //!   guests' artifacts exceed it recompiles some at every start, and worse, a start that loads
-//!   them in order evicts each next one as it stores the last: 1000 copies of a 420 KB guest
-//!   (about 1.1 MB of artifact each) all recompiled under the 1 GiB this once was.
+//!   them in order evicts each next one as it stores the last, so that all recompile: 1000
+//!   copies of a 420 KB guest (about 1.2 MB of artifact each) do not fit in 1 GiB.
+//! - Each engine configuration has a directory of its own, pruned on its own: the directories
+//!   of an older wasmtime or configuration are left as they are.
 //! - An artifact is mapped from the file the cache opened (through `/proc/self/fd/N`, since
 //!   wasmtime maps only by path), never through whatever its name points to; without `/proc` it
 //!   is read into memory, and a load briefly holds it twice.
@@ -139,11 +141,21 @@ impl ArtifactCache {
 
     /// The size the directory is pruned to unless [`ArtifactCache::with_max_bytes`] says
     /// otherwise: `$RECONCILED_CACHE_MAX_MIB` MiB if set to a number, else 4 GiB.
+    /// A value that is not a number is logged and ignored.
     pub fn default_max_bytes() -> u64 {
-        std::env::var("RECONCILED_CACHE_MAX_MIB")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map_or(DEFAULT_MAX_BYTES, |mib| mib.saturating_mul(1 << 20))
+        let Ok(value) = std::env::var("RECONCILED_CACHE_MAX_MIB") else {
+            return DEFAULT_MAX_BYTES;
+        };
+        match value.trim().parse::<u64>() {
+            Ok(mib) => mib.saturating_mul(1 << 20),
+            Err(_) => {
+                tracing::warn!(
+                    value = %value,
+                    "RECONCILED_CACHE_MAX_MIB is not a whole number of MiB; the precompile cache keeps its default of 4096 MiB"
+                );
+                DEFAULT_MAX_BYTES
+            }
+        }
     }
 
     /// Sets the size the directory is pruned to.
