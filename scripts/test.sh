@@ -28,6 +28,25 @@ step "wasm guests (guests/build.sh: the SDK's test guests and the examples in Ru
 RECONCILED_GUEST_WASMS="$(guests/build.sh)"
 export RECONCILED_GUEST_WASMS
 
+step "podman, runc and musl-tools (the image and its container test)"
+missing=()
+command -v podman >/dev/null 2>&1 || missing+=(podman)
+command -v runc >/dev/null 2>&1 || missing+=(runc)
+command -v musl-gcc >/dev/null 2>&1 || missing+=(musl-tools)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null \
+      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
+  else
+    echo "test: ${missing[*]} missing; install them (Debian: apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+fi
+
+step "the image (scripts/image.sh: a static binary on an empty root, as deploy/ runs it)"
+RECONCILED_IMAGE="$(scripts/image.sh)"
+export RECONCILED_IMAGE
+
 step "cargo fmt --check"
 cargo fmt --all --check
 (cd guests && cargo fmt --all --check)

@@ -19,6 +19,8 @@ pub mod etcd;
 pub mod fixtures;
 pub mod kubeconfig;
 pub mod pki;
+pub mod pod;
+pub mod podman;
 pub mod process;
 pub mod proxy;
 pub mod registry;

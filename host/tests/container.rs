@@ -1,0 +1,340 @@
+//! The image (`scripts/image.sh`) run with podman as `deploy/reconciled.yaml` runs it: pushed to
+//! the loopback registry and pulled back by digest, then three containers as the Deployment's
+//! three replicas, each given what the kubelet would give its pod (`testenv::pod`: the
+//! ServiceAccount's token and CA, the `host.toml` ConfigMap, an emptyDir for the cache, the env,
+//! the `securityContext`). They must become ready, load a tenant's module from a ConfigMap,
+//! reconcile, serve `/metrics`, run as non-root on a read-only root, and stop on SIGTERM within
+//! the pod's grace period.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::PostParams;
+use testenv::ControlPlane;
+use testenv::pod::{Pod, http_get};
+use testenv::podman::{self, Podman};
+
+const HOST_NS: &str = "reconciled-system";
+const TENANT_NS: &str = "team-image";
+const REPLICAS: usize = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_runs_as_the_deployment_runs_it() {
+    let podman = Podman::new().unwrap_or_else(|e| panic!("{e}"));
+    let archive = podman::image_archive().unwrap_or_else(|e| panic!("{e}"));
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/reconciled.yaml");
+    let out = cp
+        .kubectl()
+        .args(["apply", "--server-side", "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}",
+        common::host::output_text(&out)
+    );
+    // The pod as the API server has it, and what the kubelet would mount for it.
+    let pod = Pod::new(
+        &admin,
+        HOST_NS,
+        "reconciled",
+        cp.server_addr(),
+        &cp.dir().join("pki/ca.crt"),
+        podman.dir(),
+    )
+    .await
+    .unwrap();
+    let security = pod.container().security_context.clone().unwrap_or_default();
+    let pod_security = pod.spec().security_context.clone().unwrap_or_default();
+    assert_eq!(
+        (
+            pod_security.run_as_non_root,
+            security.read_only_root_filesystem,
+            security.allow_privilege_escalation
+        ),
+        (Some(true), Some(true), Some(false)),
+        "the manifest states non-root, a read-only root and no privilege escalation"
+    );
+
+    // Into the registry and back by digest: what runs is what the registry serves.
+    let loaded = podman
+        .run(["load".as_ref(), "--input".as_ref(), archive.as_os_str()])
+        .unwrap();
+    let tag = loaded
+        .lines()
+        .find_map(|l| l.strip_prefix("Loaded image: "))
+        .unwrap_or_else(|| panic!("podman load said {loaded:?}"))
+        .trim()
+        .to_string();
+    let id = podman.inspect_image(&tag, "{{.Id}}").unwrap();
+    assert_eq!(
+        podman.inspect_image(&tag, "{{.Config.User}}").unwrap(),
+        "65532:65532",
+        "the image itself names a non-root user"
+    );
+    // Reproducible: the same checkout builds the same image again.
+    let again = podman::build_image(&["--out".as_ref(), podman.dir().join("again").as_os_str()])
+        .unwrap_or_else(|e| panic!("{e}"));
+    podman
+        .run(["load".as_ref(), "--input".as_ref(), again.as_os_str()])
+        .unwrap();
+    assert_eq!(
+        podman.inspect_image(&tag, "{{.Id}}").unwrap(),
+        id,
+        "a second build of this checkout gives another image"
+    );
+
+    let registry = testenv::registry::Registry::start().unwrap();
+    let certs = podman.dir().join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::copy(registry.ca_file(), certs.join("ca.crt")).unwrap();
+    let creds = format!("{}:{}", registry.user(), registry.password());
+    let digest_file = podman.dir().join("digest");
+    let repo = format!("{}/reconciled/host", registry.host());
+    podman
+        .run([
+            "push".as_ref(),
+            "--quiet".as_ref(),
+            "--format=oci".as_ref(),
+            "--cert-dir".as_ref(),
+            certs.as_os_str(),
+            "--creds".as_ref(),
+            creds.as_ref(),
+            "--digestfile".as_ref(),
+            digest_file.as_os_str(),
+            tag.as_ref(),
+            format!("docker://{repo}:0.1.0").as_ref(),
+        ])
+        .unwrap();
+    let digest = std::fs::read_to_string(&digest_file).unwrap();
+    assert!(digest.starts_with("sha256:"), "{digest}");
+    podman.run(["rmi", &tag]).unwrap();
+    let by_digest = format!("{repo}@{}", digest.trim());
+    podman
+        .run([
+            "pull".as_ref(),
+            "--quiet".as_ref(),
+            "--cert-dir".as_ref(),
+            certs.as_os_str(),
+            "--creds".as_ref(),
+            creds.as_ref(),
+            by_digest.as_ref(),
+        ])
+        .unwrap();
+    assert_eq!(
+        podman.inspect_image(&by_digest, "{{.Id}}").unwrap(),
+        id,
+        "the image pulled by digest is the one built"
+    );
+
+    // A tenant with work to do and a reconciler delivered in a ConfigMap.
+    common::tenant_namespace(cp, TENANT_NS).await;
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), TENANT_NS);
+    cms.create(&PostParams::default(), &common::host::stamped("work", "7"))
+        .await
+        .unwrap();
+    let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
+    let packed = reconciled::sources::pack::pack(TENANT_NS, "rec", "rec", &module).unwrap();
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(packed).unwrap(),
+    )
+    .await
+    .unwrap();
+
+    // The three replicas.
+    let grace = pod.grace();
+    let mut replicas = Vec::new();
+    for i in 0..REPLICAS {
+        let name = format!("reconciled-{i}");
+        let port = common::host::free_port().port();
+        let flags = pod.flags(&name).unwrap();
+        let started = Instant::now();
+        podman
+            .start(&name, &flags, &by_digest, &pod.args(port))
+            .unwrap();
+        let ready = wait_ready(&podman, &pod, &name, port, started).await;
+        eprintln!("container {name}: ready {ready:?} after `podman run`");
+        replicas.push((name, port));
+    }
+    for (name, port) in &replicas {
+        let (status, _) = http_get(*port, pod.liveness_path().unwrap()).await.unwrap();
+        assert_eq!(status, 200, "{name}: liveness");
+        prove_confined(&podman, name);
+    }
+
+    // The tenant's reconciler, loaded from its ConfigMap, reconciles on one of them.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while common::host::seen(&cms, "work").await.as_deref() != Some("v1:7") {
+        assert!(
+            Instant::now() < deadline,
+            "the tenant's reconciler never stamped its ConfigMap; logs:\n{}",
+            podman.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let guest = format!("{TENANT_NS}/rec/rec");
+    let mut reconciles = BTreeMap::new();
+    for (name, port) in &replicas {
+        let (status, body) = http_get(*port, "/metrics").await.unwrap();
+        assert_eq!(status, 200, "{name} /metrics");
+        assert!(body.ends_with("# EOF\n"), "{name}: OpenMetrics text");
+        let line = format!(
+            "controller_runtime_reconcile_total{{controller=\"{guest}\",result=\"success\"}} "
+        );
+        let n: u64 = body
+            .lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or(0);
+        reconciles.insert(name.clone(), n);
+    }
+    assert!(
+        reconciles.values().any(|&n| n > 0),
+        "a replica's /metrics counts the reconcile: {reconciles:?}"
+    );
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), HOST_NS);
+    for (name, _) in &replicas {
+        assert!(
+            leases
+                .get_opt(&format!("reconciled-replica-{name}"))
+                .await
+                .unwrap()
+                .is_some(),
+            "{name} announces itself as a replica"
+        );
+    }
+    let shards = 16;
+    let shard = reconciled::replicas::shard::shard_of(&guest, shards);
+    let owner = holder(
+        &leases
+            .get(&format!("reconciled-shard-{shard}"))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        replicas
+            .iter()
+            .any(|(n, _)| Some(n.as_str()) == owner.as_deref()),
+        "the guest's shard is held by a replica: {owner:?}"
+    );
+
+    // SIGTERM, as the kubelet sends it, and the grace period before SIGKILL.
+    for (name, _) in &replicas {
+        let started = Instant::now();
+        podman
+            .run(["stop", "--time", &grace.as_secs().to_string(), name])
+            .unwrap();
+        let took = started.elapsed();
+        let code = podman.inspect(name, "{{.State.ExitCode}}").unwrap();
+        assert_eq!(
+            code,
+            "0",
+            "{name} exits cleanly on SIGTERM; logs:\n{}",
+            podman.logs()
+        );
+        assert!(
+            took < grace,
+            "{name} took {took:?} to stop, grace period {grace:?}"
+        );
+        eprintln!("container {name}: stopped {took:?} after SIGTERM");
+        assert!(
+            leases
+                .get_opt(&format!("reconciled-replica-{name}"))
+                .await
+                .unwrap()
+                .is_none(),
+            "{name} deletes its replica Lease as it stops"
+        );
+    }
+    let released = leases
+        .get(&format!("reconciled-shard-{shard}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        holder(&released),
+        None,
+        "the last replica released the shard"
+    );
+}
+
+/// Polls the readiness probe until it answers 200; how long after `since` it did.
+async fn wait_ready(podman: &Podman, pod: &Pod, name: &str, port: u16, since: Instant) -> Duration {
+    let path = pod
+        .readiness_path()
+        .expect("the Deployment has an HTTP readiness probe");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if http_get(port, path).await.is_some_and(|(s, _)| s == 200) {
+            return since.elapsed();
+        }
+        let running = podman.inspect(name, "{{.State.Running}}").unwrap();
+        assert!(
+            running == "true",
+            "{name} exited before it was ready; logs:\n{}",
+            podman.logs()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{name} not ready in 60 s; logs:\n{}",
+            podman.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What the kernel says of the container's process: not root, no capabilities, no new
+/// privileges, and a root filesystem mounted read-only.
+fn prove_confined(podman: &Podman, name: &str) {
+    let pid = podman.inspect(name, "{{.State.Pid}}").unwrap();
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let status = std::fs::read_to_string(proc.join("status")).unwrap();
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {}/status", proc.display()))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        field("Uid:"),
+        ["65532"; 4],
+        "{name}: real, effective, saved and fs uid"
+    );
+    assert_eq!(field("Gid:"), ["65532"; 4], "{name}: gids");
+    assert_eq!(
+        field("CapEff:"),
+        ["0000000000000000"],
+        "{name}: no capabilities"
+    );
+    assert_eq!(
+        field("NoNewPrivs:"),
+        ["1"],
+        "{name}: no privilege escalation"
+    );
+    let mounts = std::fs::read_to_string(proc.join("mountinfo")).unwrap();
+    let root = mounts
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.get(4) == Some(&"/"))
+        .unwrap_or_else(|| panic!("{name}: no root mount in mountinfo"));
+    assert!(
+        root[5].split(',').any(|o| o == "ro"),
+        "{name}: root mounted {}",
+        root[5]
+    );
+}
+
+fn holder(lease: &Lease) -> Option<String> {
+    lease.spec.as_ref().and_then(|s| s.holder_identity.clone())
+}
