@@ -352,3 +352,126 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
     Some((status, body.unwrap_or_default()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(dir: &Path) -> Pod {
+        let spec: PodSpec = serde_json::from_value(serde_json::json!({
+            "serviceAccountName": "host",
+            "terminationGracePeriodSeconds": 10,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532},
+            "containers": [{
+                "name": "host",
+                "image": "reconciled:0.1.0",
+                "args": ["run", "--listen", "0.0.0.0:8080"],
+                "env": [
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "RUST_LOG", "value": "info"}
+                ],
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}},
+                "resources": {"limits": {"memory": "1Gi"}},
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"]}
+                },
+                "volumeMounts": [
+                    {"name": "config", "mountPath": "/etc/reconciled", "readOnly": true},
+                    {"name": "cache", "mountPath": "/var/cache/reconciled"}
+                ]
+            }]
+        }))
+        .unwrap();
+        let volumes = ["config", "cache"]
+            .into_iter()
+            .map(|v| {
+                let path = dir.join(v);
+                std::fs::create_dir_all(&path).unwrap();
+                (v.to_string(), path)
+            })
+            .collect();
+        Pod {
+            deployment: "ns/host".into(),
+            namespace: "ns".into(),
+            container: spec.containers[0].clone(),
+            spec,
+            dir: dir.to_path_buf(),
+            volumes,
+            api: "127.0.0.1:6443".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_security_context_env_and_volumes_become_podman_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let pod = pod(dir.path());
+        let flags = pod.flags("host-0").unwrap();
+        for expected in [
+            "--network=host",
+            "--user=65532:65532",
+            "--group-add=65532",
+            "--read-only",
+            "--read-only-tmpfs=false",
+            "--security-opt=no-new-privileges",
+            "--cap-drop=all",
+            "--memory=1g",
+            "--env=POD_NAME=host-0",
+            "--env=POD_NAMESPACE=ns",
+            "--env=RUST_LOG=info",
+            "--env=KUBERNETES_SERVICE_HOST=127.0.0.1",
+            "--env=KUBERNETES_SERVICE_PORT=6443",
+        ] {
+            assert!(
+                flags.iter().any(|f| f == expected),
+                "{expected} in {flags:?}"
+            );
+        }
+        let config = format!(
+            "--volume={}:/etc/reconciled:ro",
+            dir.path().join("config").display()
+        );
+        assert!(flags.contains(&config), "{flags:?}");
+        // Each replica its own emptyDir, beneath the shared one.
+        let cache = dir.path().join("cache/host-0");
+        assert!(flags.contains(&format!(
+            "--volume={}:/var/cache/reconciled",
+            cache.display()
+        )));
+        assert!(cache.is_dir());
+        assert_eq!(pod.grace(), Duration::from_secs(10));
+        assert_eq!(pod.readiness_path(), Some("/readyz"));
+        assert_eq!(pod.liveness_path(), None);
+    }
+
+    #[test]
+    fn the_http_port_moves_to_the_replicas_loopback_port() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            pod(dir.path()).args(9001),
+            ["run", "--listen", "127.0.0.1:9001"]
+        );
+    }
+
+    #[test]
+    fn an_env_from_anything_but_the_pods_name_or_namespace_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pod = pod(dir.path());
+        pod.container.env.as_mut().unwrap()[0]
+            .value_from
+            .as_mut()
+            .unwrap()
+            .field_ref
+            .as_mut()
+            .unwrap()
+            .field_path = "status.podIP".into();
+        let err = pod.flags("host-0").unwrap_err().to_string();
+        assert!(
+            err.contains("env POD_NAME from Some(\"status.podIP\")"),
+            "{err}"
+        );
+    }
+}
