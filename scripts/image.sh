@@ -32,7 +32,7 @@ need() {
   command -v "$1" >/dev/null 2>&1 || { echo "image: \`$1\` is not on PATH; $2" >&2; exit 1; }
 }
 need cargo "install Rust 1.95+ with rustup"
-# ring (TLS) compiles C for the musl target with musl-gcc.
+# ring (TLS) and mimalloc (the allocator) compile C for the musl target with musl-gcc.
 need musl-gcc "install Debian's musl-tools (apt-get install musl-tools)"
 certs=/etc/ssl/certs/ca-certificates.crt
 [ -s "$certs" ] || { echo "image: $certs is missing; install Debian's ca-certificates (apt-get install ca-certificates)" >&2; exit 1; }
