@@ -65,34 +65,30 @@ async fn the_image_runs_as_the_deployment_runs_it() {
         "the manifest states non-root, a read-only root and no privilege escalation"
     );
 
+    // Packaging is deterministic: two builds of this checkout make the same image. (Both reuse
+    // one cargo build, so this proves file times, modes and metadata, not the compiler.)
+    let ids: Vec<String> = ["again-1", "again-2"]
+        .into_iter()
+        .map(|out| {
+            let archive =
+                podman::build_image(&["--out".as_ref(), podman.dir().join(out).as_os_str()])
+                    .unwrap_or_else(|e| panic!("{e}"));
+            let tag = load(&podman, &archive);
+            let id = podman.inspect_image(&tag, "{{.Id}}").unwrap();
+            podman.run(["rmi", &tag]).unwrap();
+            id
+        })
+        .collect();
+    assert_eq!(ids[0], ids[1], "two builds of one checkout, two images");
+
     // Into the registry and back by digest: what runs is what the registry serves.
-    let loaded = podman
-        .run(["load".as_ref(), "--input".as_ref(), archive.as_os_str()])
-        .unwrap();
-    let tag = loaded
-        .lines()
-        .find_map(|l| l.strip_prefix("Loaded image: "))
-        .unwrap_or_else(|| panic!("podman load said {loaded:?}"))
-        .trim()
-        .to_string();
+    let tag = load(&podman, &archive);
     let id = podman.inspect_image(&tag, "{{.Id}}").unwrap();
     assert_eq!(
         podman.inspect_image(&tag, "{{.Config.User}}").unwrap(),
         "65532:65532",
         "the image itself names a non-root user"
     );
-    // Reproducible: the same checkout builds the same image again.
-    let again = podman::build_image(&["--out".as_ref(), podman.dir().join("again").as_os_str()])
-        .unwrap_or_else(|e| panic!("{e}"));
-    podman
-        .run(["load".as_ref(), "--input".as_ref(), again.as_os_str()])
-        .unwrap();
-    assert_eq!(
-        podman.inspect_image(&tag, "{{.Id}}").unwrap(),
-        id,
-        "a second build of this checkout gives another image"
-    );
-
     let registry = testenv::registry::Registry::start().unwrap();
     let certs = podman.dir().join("certs");
     std::fs::create_dir_all(&certs).unwrap();
@@ -160,7 +156,7 @@ async fn the_image_runs_as_the_deployment_runs_it() {
         let flags = pod.flags(&name).unwrap();
         let started = Instant::now();
         podman
-            .start(&name, &flags, &by_digest, &pod.args(port))
+            .start(&name, &flags, &by_digest, &pod.args(port).unwrap())
             .unwrap();
         let ready = wait_ready(&podman, &pod, &name, port, started).await;
         eprintln!("container {name}: ready {ready:?} after `podman run`");
@@ -202,25 +198,37 @@ async fn the_image_runs_as_the_deployment_runs_it() {
         reconciles.values().any(|&n| n > 0),
         "a replica's /metrics counts the reconcile: {reconciles:?}"
     );
+    // Every replica loads every guest, compiling it into its own cache emptyDir: the one
+    // writable path it has.
+    for (name, _) in &replicas {
+        let cache = podman.dir().join("volumes/cache").join(name);
+        let entries = std::fs::read_dir(&cache).unwrap().count();
+        assert!(
+            entries > 0,
+            "{name} wrote nothing to its cache {}",
+            cache.display()
+        );
+    }
+    // Leases named and sharded as the mounted host.toml says.
+    let config = reconciled::config::Config::load(&podman.dir().join("volumes/config/host.toml"))
+        .unwrap()
+        .replicas
+        .expect("the deployed host.toml has [replicas]")
+        .resolve("any", HOST_NS);
     let leases: Api<Lease> = Api::namespaced(admin.clone(), HOST_NS);
     for (name, _) in &replicas {
         assert!(
             leases
-                .get_opt(&format!("reconciled-replica-{name}"))
+                .get_opt(&format!("{}-replica-{name}", config.group))
                 .await
                 .unwrap()
                 .is_some(),
             "{name} announces itself as a replica"
         );
     }
-    let shards = 16;
-    let shard = reconciled::replicas::shard::shard_of(&guest, shards);
-    let owner = holder(
-        &leases
-            .get(&format!("reconciled-shard-{shard}"))
-            .await
-            .unwrap(),
-    );
+    let shard = reconciled::replicas::shard::shard_of(&guest, config.shards);
+    let shard_lease = format!("{}-shard-{shard}", config.group);
+    let owner = holder(&leases.get(&shard_lease).await.unwrap());
     assert!(
         replicas
             .iter()
@@ -249,17 +257,14 @@ async fn the_image_runs_as_the_deployment_runs_it() {
         eprintln!("container {name}: stopped {took:?} after SIGTERM");
         assert!(
             leases
-                .get_opt(&format!("reconciled-replica-{name}"))
+                .get_opt(&format!("{}-replica-{name}", config.group))
                 .await
                 .unwrap()
                 .is_none(),
             "{name} deletes its replica Lease as it stops"
         );
     }
-    let released = leases
-        .get(&format!("reconciled-shard-{shard}"))
-        .await
-        .unwrap();
+    let released = leases.get(&shard_lease).await.unwrap();
     assert_eq!(
         holder(&released),
         None,
@@ -312,11 +317,12 @@ fn prove_confined(podman: &Podman, name: &str) {
         "{name}: real, effective, saved and fs uid"
     );
     assert_eq!(field("Gid:"), ["65532"; 4], "{name}: gids");
-    assert_eq!(
-        field("CapEff:"),
-        ["0000000000000000"],
-        "{name}: no capabilities"
-    );
+    // Not only the effective set (empty for any non-root process): the bounding set too, which
+    // only dropping ALL empties.
+    for set in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert_eq!(field(set), ["0000000000000000"], "{name}: {set}");
+    }
+    assert!(field("Groups:").contains(&"65532"), "{name}: the fsGroup");
     assert_eq!(
         field("NoNewPrivs:"),
         ["1"],
@@ -333,6 +339,19 @@ fn prove_confined(podman: &Podman, name: &str) {
         "{name}: root mounted {}",
         root[5]
     );
+}
+
+/// Loads an image archive; the tag it carries.
+fn load(podman: &Podman, archive: &Path) -> String {
+    let loaded = podman
+        .run(["load".as_ref(), "--input".as_ref(), archive.as_os_str()])
+        .unwrap_or_else(|e| panic!("{e}"));
+    loaded
+        .lines()
+        .find_map(|l| l.strip_prefix("Loaded image: "))
+        .unwrap_or_else(|| panic!("podman load said {loaded:?}"))
+        .trim()
+        .to_string()
 }
 
 fn holder(lease: &Lease) -> Option<String> {

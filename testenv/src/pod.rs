@@ -7,7 +7,11 @@
 //!
 //! Where it differs from a pod: the replicas share the host's network, so each listens on a
 //! loopback port of its own instead of the container port (see [`Pod::args`]); probes are
-//! whatever the caller polls; CPU requests and limits are not applied.
+//! whatever the caller polls; the token is not rotated (it lasts an hour); CPU requests and
+//! limits, seccomp profiles other than podman's default, and scheduling are not applied. What it
+//! cannot reproduce faithfully it refuses with [`Error::Unsupported`] rather than ignore: a
+//! `command`, `envFrom`, added capabilities, init containers, `subPath` mounts, ConfigMap
+//! `items` or `binaryData`, and volumes other than ConfigMaps and emptyDirs.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -66,7 +70,9 @@ impl Pod {
     /// Reads Deployment `namespace/name` from the API server (as applied), asks a token for
     /// its ServiceAccount, and writes what its pods mount under `dir`: the token, `ca` (the
     /// cluster CA file) and the namespace, each ConfigMap volume's keys, and one directory per
-    /// emptyDir.
+    /// emptyDir. Only the template's first container runs.
+    ///
+    /// Needs root: emptyDirs are chowned to the pod's `fsGroup`.
     pub async fn new(
         admin: &kube::Client,
         namespace: &str,
@@ -96,6 +102,29 @@ impl Pod {
             .first()
             .cloned()
             .ok_or_else(|| unsupported("a pod without containers".into()))?;
+        if spec.init_containers.as_ref().is_some_and(|c| !c.is_empty()) {
+            return Err(unsupported("init containers".into()));
+        }
+        if container.command.is_some() {
+            return Err(unsupported(
+                "a command (only args after the image's entrypoint)".into(),
+            ));
+        }
+        if container.env_from.is_some() {
+            return Err(unsupported("envFrom".into()));
+        }
+        let security = container.security_context.as_ref();
+        if let Some(add) = security.and_then(|s| s.capabilities.as_ref()?.add.as_ref()) {
+            return Err(unsupported(format!("added capabilities {}", add.join(","))));
+        }
+        if let Some(mount) = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.sub_path.is_some())
+        {
+            return Err(unsupported(format!("subPath on mount {}", mount.name)));
+        }
 
         let sa_dir = dir.join("serviceaccount");
         mkdir(&sa_dir)?;
@@ -112,7 +141,13 @@ impl Pod {
                 what: format!("a token for serviceaccount {namespace}/{sa}"),
                 source,
             })?;
-        let token = token.status.and_then(|s| s.token).unwrap_or_default();
+        let token = token
+            .status
+            .and_then(|s| s.token)
+            .ok_or_else(|| Error::Api {
+                what: format!("a token for serviceaccount {namespace}/{sa}"),
+                source: kube::Error::Service("the TokenRequest came back without a token".into()),
+            })?;
         write(&sa_dir.join("token"), token.as_bytes())?;
         let ca_pem = std::fs::read(ca).map_err(|source| Error::Io {
             path: ca.to_path_buf(),
@@ -127,6 +162,12 @@ impl Pod {
             let path = dir.join("volumes").join(&volume.name);
             mkdir(&path)?;
             if let Some(source) = &volume.config_map {
+                if source.items.is_some() {
+                    return Err(unsupported(format!(
+                        "items on ConfigMap volume {}",
+                        volume.name
+                    )));
+                }
                 let cm = Api::<ConfigMap>::namespaced(admin.clone(), namespace)
                     .get(&source.name)
                     .await
@@ -134,6 +175,12 @@ impl Pod {
                         what: format!("get configmap {namespace}/{}", source.name),
                         source: source_err,
                     })?;
+                if cm.binary_data.as_ref().is_some_and(|b| !b.is_empty()) {
+                    return Err(unsupported(format!(
+                        "binaryData in ConfigMap {}",
+                        source.name
+                    )));
+                }
                 for (key, value) in cm.data.unwrap_or_default() {
                     write(&path.join(key), value.as_bytes())?;
                 }
@@ -177,7 +224,7 @@ impl Pod {
         &self.spec
     }
 
-    /// The container that runs.
+    /// The container that runs: the template's first.
     pub fn container(&self) -> &Container {
         &self.container
     }
@@ -227,8 +274,17 @@ impl Pod {
                     match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
                         Some("metadata.name") => name.to_string(),
                         Some("metadata.namespace") => self.namespace.clone(),
-                        other => {
-                            return Err(unsupported(format!("env {} from {other:?}", env.name)));
+                        Some(other) => {
+                            return Err(unsupported(format!(
+                                "env {} from field {other}",
+                                env.name
+                            )));
+                        }
+                        None => {
+                            return Err(unsupported(format!(
+                                "env {} from anything but a field",
+                                env.name
+                            )));
                         }
                     }
                 }
@@ -247,10 +303,21 @@ impl Pod {
                 .volumes
                 .get(&mount.name)
                 .ok_or_else(|| unsupported(format!("volume mount {} of no volume", mount.name)))?;
-            let (path, mode) = if mount.read_only == Some(true) {
-                (shared.clone(), ":ro")
+            let empty_dir = self
+                .spec
+                .volumes
+                .iter()
+                .flatten()
+                .any(|v| v.name == mount.name && v.empty_dir.is_some());
+            let mode = if mount.read_only == Some(true) {
+                ":ro"
             } else {
-                // One emptyDir per pod, owned as the shared template is.
+                ""
+            };
+            let path = if !empty_dir {
+                shared.clone()
+            } else {
+                // Each pod has emptyDirs of its own; the kubelet makes them as the shared one is.
                 let own = shared.join(name);
                 mkdir(&own)?;
                 let meta = std::fs::metadata(shared).map_err(|source| Error::Io {
@@ -271,7 +338,7 @@ impl Pod {
                     path: own.clone(),
                     source,
                 })?;
-                (own, "")
+                own
             };
             flags.push(format!(
                 "--volume={}:{}{mode}",
@@ -282,34 +349,52 @@ impl Pod {
         Ok(flags)
     }
 
-    /// The container's args, each naming the `http` container port (`0.0.0.0:8080`) moved to
-    /// `127.0.0.1:port`: the replicas share one network here, where pods would have one each.
-    pub fn args(&self, port: u16) -> Vec<String> {
+    /// The container's args, with the one naming the `http` container port (`0.0.0.0:8080`,
+    /// or `--listen=0.0.0.0:8080`) moved to `127.0.0.1:port`: the replicas share one network
+    /// here, where pods would have one each. Refused if no arg names that port, since every
+    /// replica would then bind the same one.
+    pub fn args(&self, port: u16) -> Result<Vec<String>, Error> {
         let http = self
             .container
             .ports
             .iter()
             .flatten()
             .find(|p| p.name.as_deref() == Some("http"))
-            .map(|p| p.container_port);
-        self.container
+            .map(|p| format!(":{}", p.container_port));
+        let mut moved = false;
+        let args: Vec<String> = self
+            .container
             .args
             .iter()
             .flatten()
-            .map(|a| match http {
-                Some(http) if a.ends_with(&format!(":{http}")) => format!("127.0.0.1:{port}"),
+            .map(|a| match &http {
+                Some(http) if a.ends_with(http.as_str()) => {
+                    moved = true;
+                    let prefix = a
+                        .rsplit_once('=')
+                        .map(|(p, _)| format!("{p}="))
+                        .unwrap_or_default();
+                    format!("{prefix}127.0.0.1:{port}")
+                }
                 _ => a.clone(),
             })
-            .collect()
+            .collect();
+        if !moved {
+            return Err(Error::Unsupported {
+                deployment: self.deployment.clone(),
+                what: "args that do not name the container port called http".into(),
+            });
+        }
+        Ok(args)
     }
 
-    /// The readiness probe's HTTP path, if it has one.
+    /// The readiness probe's HTTP path; None for a probe of another kind (exec, TCP, gRPC) too.
     pub fn readiness_path(&self) -> Option<&str> {
         let probe = self.container.readiness_probe.as_ref()?;
         probe.http_get.as_ref()?.path.as_deref()
     }
 
-    /// The liveness probe's HTTP path, if it has one.
+    /// The liveness probe's HTTP path; None for a probe of another kind (exec, TCP, gRPC) too.
     pub fn liveness_path(&self) -> Option<&str> {
         let probe = self.container.liveness_probe.as_ref()?;
         probe.http_get.as_ref()?.path.as_deref()
@@ -337,8 +422,16 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 }
 
 /// A plain HTTP/1.1 GET of `127.0.0.1:port` `path` on a fresh connection: the status and body,
-/// or None while nothing answers.
+/// or None while nothing answers, or nothing complete within 5 s. The body is returned as sent:
+/// a chunked one keeps its chunk sizes.
 pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    tokio::time::timeout(Duration::from_secs(5), get(port, path))
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn get(port: u16, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -361,6 +454,7 @@ mod tests {
         let spec: PodSpec = serde_json::from_value(serde_json::json!({
             "serviceAccountName": "host",
             "terminationGracePeriodSeconds": 10,
+            "volumes": [{"name": "config", "configMap": {"name": "c"}}, {"name": "cache", "emptyDir": {}}],
             "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532},
             "containers": [{
                 "name": "host",
@@ -451,8 +545,20 @@ mod tests {
     fn the_http_port_moves_to_the_replicas_loopback_port() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
-            pod(dir.path()).args(9001),
+            pod(dir.path()).args(9001).unwrap(),
             ["run", "--listen", "127.0.0.1:9001"]
+        );
+        let mut joined = pod(dir.path());
+        joined.container.args = Some(vec!["run".into(), "--listen=0.0.0.0:8080".into()]);
+        assert_eq!(
+            joined.args(9001).unwrap(),
+            ["run", "--listen=127.0.0.1:9001"]
+        );
+        joined.container.args = Some(vec!["run".into()]);
+        let err = joined.args(9001).unwrap_err().to_string();
+        assert!(
+            err.contains("do not name the container port called http"),
+            "{err}"
         );
     }
 
@@ -470,7 +576,7 @@ mod tests {
             .field_path = "status.podIP".into();
         let err = pod.flags("host-0").unwrap_err().to_string();
         assert!(
-            err.contains("env POD_NAME from Some(\"status.podIP\")"),
+            err.contains("env POD_NAME from field status.podIP"),
             "{err}"
         );
     }

@@ -1,11 +1,15 @@
 //! The host image (`scripts/image.sh`) and podman to run it, for the container test and the
 //! image benchmark.
 //!
-//! [`Podman`] keeps its own storage, run directory and `containers.conf` under a temporary
-//! directory: nothing it loads, pulls or starts touches the machine's podman, and everything is
-//! removed on drop. It runs containers with runc and cgroupfs and no default ulimits, which is
-//! what works in these machines' sandbox (crun and the default ulimits fail there); callers pass
-//! `--network host`, since container networks do not work there either.
+//! [`Podman`] keeps its own storage, state, network configuration, volumes and
+//! `containers.conf` under a temporary directory: nothing it loads, pulls or starts touches the
+//! machine's podman, and it removes its containers, images and directory on drop. It runs
+//! containers with runc and cgroupfs and no default ulimits, which works in sandboxed hosts where
+//! crun, systemd cgroups or raising ulimits do not; callers pass `--network host` for the same
+//! reason. [`build_image`] is the exception: `scripts/image.sh` builds with the machine's podman,
+//! as a developer's build would.
+//!
+//! It needs root (rootful podman): the pod runner chowns volumes to the pod's `fsGroup`.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -40,7 +44,8 @@ pub enum Error {
 }
 
 /// The image archive: `RECONCILED_IMAGE` if set (scripts/test.sh builds the image once per
-/// suite), else built now with `scripts/image.sh` (a release build: minutes the first time).
+/// suite; the file is trusted as is, however old), else built now with `scripts/image.sh` (a
+/// release build for musl: minutes the first time).
 pub fn image_archive() -> Result<PathBuf, Error> {
     match std::env::var_os("RECONCILED_IMAGE") {
         Some(path) => Ok(PathBuf::from(path)),
@@ -49,6 +54,9 @@ pub fn image_archive() -> Result<PathBuf, Error> {
 }
 
 /// Runs `scripts/image.sh` with `args` (its progress goes to stderr); the archive it wrote.
+///
+/// It builds with the machine's podman, not a [`Podman`]'s, and tags
+/// `localhost/reconciled:<version>` there.
 pub fn build_image(args: &[&OsStr]) -> Result<PathBuf, Error> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/image.sh");
     let out = Command::new("bash")
@@ -65,8 +73,8 @@ pub fn build_image(args: &[&OsStr]) -> Result<PathBuf, Error> {
 
 /// podman with storage, configuration and containers of its own.
 ///
-/// Dropping it removes every container it started (without waiting for them to stop) and its
-/// storage.
+/// Dropping it kills and removes every container (no grace period), removes every image, then
+/// the directory. A process killed before that leaves its containers running.
 #[derive(Debug)]
 pub struct Podman {
     dir: tempfile::TempDir,
@@ -112,14 +120,20 @@ impl Podman {
         self.dir.path()
     }
 
-    /// A podman command on this instance's storage and configuration.
+    /// A podman command on this instance's storage and configuration. Containers started
+    /// through it rather than [`Podman::start`] are missing from [`Podman::logs`].
     pub fn command(&self) -> Command {
         let mut cmd = Command::new("podman");
+        // Every path a rootful podman would otherwise share with the machine's: its libpod state
+        // (`/run/libpod`), network definitions and named volumes, as well as images.
+        let own =
+            |flag: &str, dir: &str| [OsStr::new(flag).to_owned(), self.dir().join(dir).into()];
         cmd.env("CONTAINERS_CONF", self.dir().join("containers.conf"))
-            .arg("--root")
-            .arg(self.dir().join("storage"))
-            .arg("--runroot")
-            .arg(self.dir().join("run"))
+            .args(own("--root", "storage"))
+            .args(own("--runroot", "run"))
+            .args(own("--tmpdir", "libpod"))
+            .args(own("--network-config-dir", "networks"))
+            .args(own("--volumepath", "volumes-podman"))
             .args(["--storage-driver", "overlay"]);
         cmd
     }
@@ -200,8 +214,9 @@ impl Drop for Podman {
             .command()
             .args(["rm", "--force", "--all", "--time", "0"])
             .output();
-        // Unmounts the overlay layers, so that the directory can go.
-        let _ = self.command().args(["system", "reset", "--force"]).output();
+        // Unmounts the overlay layers, so that the directory can go. (Not `system reset`: that
+        // also deletes the machine's podman networks and temporary state.)
+        let _ = self.command().args(["rmi", "--all", "--force"]).output();
     }
 }
 

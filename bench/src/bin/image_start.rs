@@ -106,12 +106,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut samples: Vec<Samples> = peers.iter().map(|_| Samples::default()).collect();
     for round in 0..rounds {
-        for ((label, bin), s) in peers.iter().zip(samples.iter_mut()) {
+        for (peer, ((label, bin), s)) in peers.iter().zip(samples.iter_mut()).enumerate() {
             let name = format!("reconciled-{round}");
             let port = free_port();
-            let cache = podman
-                .dir()
-                .join(format!("native-cache-{round}-{}", label.len()));
+            let cache = podman.dir().join(format!("native-cache-{round}-{peer}"));
             std::fs::create_dir_all(&cache)?;
             let started = Instant::now();
             let (pid, mut child) = match bin {
@@ -120,7 +118,7 @@ async fn main() -> anyhow::Result<()> {
                         &format!("{name}-c"),
                         &pod.flags(&format!("{name}-c"))?,
                         &image,
-                        &pod.args(port),
+                        &pod.args(port)?,
                     )?;
                     (None, None)
                 }
