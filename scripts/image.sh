@@ -4,13 +4,15 @@
 # archive and tags it in podman's local storage.
 #
 #   scripts/image.sh                      # target/oci/reconciled.oci.tar, localhost/reconciled:0.1.0
-#   scripts/image.sh --out DIR            # the archive in DIR instead
+#   scripts/image.sh --out DIR            # the archive in DIR instead (relative to the repository)
 #   scripts/image.sh --rootfs-only DIR    # only the root filesystem (deploy/Containerfile's build stage)
 #
 # deploy/Containerfile describes the same image; this script builds it by handing podman the
 # root filesystem assembled here as the Containerfile's `rootfs` stage, so the Rust build stage
-# (which needs a base image) is skipped. The same checkout, toolchain and Debian
-# ca-certificates package give the same image digest.
+# (which needs a base image) is skipped. File times and the image's date are the last commit's
+# (or SOURCE_DATE_EPOCH) and modes are fixed, so rebuilding one checkout with one toolchain
+# gives the same image. Across machines the binary can differ (it embeds the cargo registry's
+# path in panic locations) and so can the CA bundle, which is the build machine's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,8 +23,8 @@ out=target/oci
 rootfs_only=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) out="$2"; shift 2 ;;
-    --rootfs-only) rootfs_only="$2"; shift 2 ;;
+    --out) out="${2:?--out needs a directory}"; shift 2 ;;
+    --rootfs-only) rootfs_only="${2:?--rootfs-only needs a directory}"; shift 2 ;;
     *) echo "image: unknown argument '$1' (try --out DIR or --rootfs-only DIR)" >&2; exit 2 ;;
   esac
 done
@@ -51,6 +53,11 @@ cargo build --profile image --locked --target "$target" -p reconciled --bin reco
 # The root filesystem. Modes are set explicitly so that the umask of whoever builds does not
 # change the digest; podman's --timestamp does the same for times.
 rootfs="${rootfs_only:-$out/rootfs}"
+# Emptied first, so refuse anything that is not empty or an earlier root filesystem of ours.
+if [ -d "$rootfs" ] && [ -n "$(ls -A "$rootfs")" ] && [ ! -e "$rootfs/usr/local/bin/reconciled" ]; then
+  echo "image: $rootfs is neither empty nor a root filesystem this script made; name another directory" >&2
+  exit 1
+fi
 rm -rf "$rootfs"
 mkdir -p "$rootfs"/usr/local/bin "$rootfs"/etc/ssl/certs "$rootfs"/etc/reconciled \
   "$rootfs"/var/cache/reconciled
@@ -72,7 +79,9 @@ epoch="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 step "podman build (deploy/Containerfile, its rootfs stage from $rootfs)"
 previous=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
-podman build --quiet --layers=false --timestamp "$epoch" --build-context "rootfs=$rootfs" \
+# The binary is x86_64 whatever the build machine is, and so must the image's config say.
+podman build --quiet --layers=false --platform linux/amd64 --timestamp "$epoch" \
+  --build-context "rootfs=$rootfs" \
   --build-arg "VERSION=$version" --build-arg "REVISION=$revision" \
   -f deploy/Containerfile -t "$tag" "$rootfs" >/dev/null
 mkdir -p "$out"
@@ -89,7 +98,7 @@ size=$(podman image inspect --format '{{.Size}}' "$tag")
 archive=$(stat -c %s "$out/reconciled.oci.tar")
 mb() { awk -v b="$1" 'BEGIN { printf "%.1f MB", b / 1000000 }'; }
 {
-  echo "image: $tag, config sha256:$config"
+  echo "image: $tag, image ID (config digest) sha256:$config"
   echo "image: $(mb "$size") unpacked, $(mb "$archive") as $out/reconciled.oci.tar (layers gzipped)"
   echo "image: contents:"
   (cd "$rootfs" && find . -type f -printf '  %M %s\t%p\n' | sort -k3)
