@@ -22,12 +22,6 @@ use reconciled::sources::oci::watch::{LoginSource, Target, Watch};
 use reconciled::sources::oci::{ModuleRef, Registry};
 use reconciled::supervisor::{self, Offer, Source, Supervisor};
 
-/// musl's malloc is slow on the informer's allocation-heavy decoding, so the static musl binary
-/// of the image allocates with mimalloc; glibc builds keep the system allocator.
-#[cfg(target_env = "musl")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "reconciled",

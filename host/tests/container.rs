@@ -30,18 +30,7 @@ async fn the_image_runs_as_the_deployment_runs_it() {
     let archive = podman::image_archive().unwrap_or_else(|e| panic!("{e}"));
     let cp = ControlPlane::shared();
     let admin = cp.admin_client();
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/reconciled.yaml");
-    let out = cp
-        .kubectl()
-        .args(["apply", "--server-side", "-f"])
-        .arg(&manifest)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply: {}",
-        common::host::output_text(&out)
-    );
+    common::apply_deploy(cp, "reconciled.yaml", None);
     // The pod as the API server has it, and what the kubelet would mount for it.
     let pod = Pod::new(
         &admin,

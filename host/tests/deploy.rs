@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,19 +28,7 @@ const SA: &str = "system:serviceaccount:reconciled-system:reconciled";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler() {
     let cp = ControlPlane::shared();
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/reconciled.yaml");
-    let out = cp
-        .kubectl()
-        .args(["apply", "--server-side", "-f"])
-        .arg(&manifest)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply -f {}: {}",
-        manifest.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::apply_deploy(cp, "reconciled.yaml", None);
 
     // The host's config, as the Deployment mounts it.
     let admin = cp.admin_client();

@@ -59,7 +59,16 @@ pub fn image_archive() -> Result<PathBuf, Error> {
 /// `localhost/reconciled:<version>` there.
 pub fn build_image(args: &[&OsStr]) -> Result<PathBuf, Error> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/image.sh");
-    let out = Command::new("bash")
+    let mut cmd = Command::new("bash");
+    // Under `cargo test` the environment carries the test crate's CARGO_PKG_* and friends;
+    // build scripts (ring's) track some of them, so the nested cargo would rebuild from ring up.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_") && key != "CARGO_HOME" && key != "CARGO_TARGET_DIR" {
+            cmd.env_remove(key.as_ref());
+        }
+    }
+    let out = cmd
         .arg(&script)
         .args(args)
         .stderr(Stdio::inherit())
@@ -111,6 +120,9 @@ impl Podman {
             Ok(out) => Err(Error::Unavailable(
                 text(&out).lines().last().unwrap_or_default().to_string(),
             )),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(Error::Unavailable("`podman` is not on PATH".into()))
+            }
             Err(e) => Err(Error::Unavailable(e.to_string())),
         }
     }

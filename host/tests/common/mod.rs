@@ -27,19 +27,7 @@ pub async fn namespace(client: &kube::Client, name: &str) {
 /// until the API server's authorizer sees the binding.
 pub async fn tenant_namespace(cp: &testenv::ControlPlane, name: &str) {
     namespace(&cp.admin_client(), name).await;
-    let tenant = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/tenant.yaml");
-    let out = cp
-        .kubectl()
-        .args(["apply", "--server-side", "-n", name, "-f"])
-        .arg(&tenant)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply -n {name} -f {}: {}",
-        tenant.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_deploy(cp, "tenant.yaml", Some(name));
     wait_allowed(
         &cp.admin_client(),
         name,
@@ -47,6 +35,25 @@ pub async fn tenant_namespace(cp: &testenv::ControlPlane, name: &str) {
         ("", "configmaps", "watch"),
     )
     .await;
+}
+
+/// `kubectl apply --server-side` of `deploy/<file>`, into namespace `ns` if given.
+pub fn apply_deploy(cp: &testenv::ControlPlane, file: &str, ns: Option<&str>) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(file);
+    let mut kubectl = cp.kubectl();
+    kubectl.args(["apply", "--server-side"]);
+    if let Some(ns) = ns {
+        kubectl.args(["-n", ns]);
+    }
+    let out = kubectl.arg("-f").arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply -n {ns:?} -f {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Waits until the API server's RBAC authorizer (which reads Roles and RoleBindings through its
