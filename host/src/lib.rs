@@ -33,6 +33,7 @@
 // Shared nouns and helpers, used by every stage.
 pub mod backoff;
 pub mod events;
+pub mod names;
 pub mod object;
 pub mod selector;
 pub mod text;

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 const STAGES: &[(&str, &[&str])] = &[
     (
         "shared",
-        &["object", "backoff", "events", "text", "selector"],
+        &["object", "backoff", "events", "names", "text", "selector"],
     ),
     ("informer", &["informer"]),
     ("guest", &["guest"]),

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde::Deserialize;
 
 use crate::guest::bindings::{Description, Gvk, Mapping};
-use crate::guest::imports::names;
+use crate::names;
 
 /// A declaration that exceeds its grant, or that no grant could allow.
 ///
@@ -102,13 +102,13 @@ pub fn validate(d: &Description) -> Result<(), names::Error> {
     for (i, ns) in d.namespaces.iter().enumerate() {
         names::namespace(ns).map_err(|e| e.at(&format!("namespaces[{i}]")))?;
     }
-    names::gvk(&d.for_).map_err(|e| e.at("for"))?;
+    gvk(&d.for_).map_err(|e| e.at("for"))?;
     for (i, k) in d.owns.iter().enumerate() {
-        names::gvk(k).map_err(|e| e.at(&format!("owns[{i}]")))?;
+        gvk(k).map_err(|e| e.at(&format!("owns[{i}]")))?;
     }
     for (i, w) in d.watches.iter().enumerate() {
         let place = format!("watches[{i}]");
-        names::gvk(&w.kind).map_err(|e| e.at(&place))?;
+        gvk(&w.kind).map_err(|e| e.at(&place))?;
         if let Mapping::Label(key) = &w.mapping {
             names::label_key(key).map_err(|e| e.at(&place))?;
         }
@@ -116,10 +116,15 @@ pub fn validate(d: &Description) -> Result<(), names::Error> {
     names::label_selector(&d.label_selector).map_err(|e| e.at("label-selector"))?;
     for (i, idx) in d.field_indexes.iter().enumerate() {
         let place = format!("field-indexes[{i}]");
-        names::gvk(&idx.kind).map_err(|e| e.at(&place))?;
+        gvk(&idx.kind).map_err(|e| e.at(&place))?;
         names::field_path(&idx.path).map_err(|e| e.at(&place))?;
     }
     Ok(())
+}
+
+/// A declared kind, checked by [`names::gvk`].
+fn gvk(g: &Gvk) -> Result<(), names::Error> {
+    names::gvk(&g.group, &g.version, &g.kind)
 }
 
 /// What a guest may do. The default grants everything but uncached reads: appropriate for a

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::guest::imports::names;
+use crate::names;
 
 /// The ServiceAccount a tenant's guest acts as unless the host config or its ConfigMap says
 /// otherwise.

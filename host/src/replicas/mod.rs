@@ -97,13 +97,13 @@ impl Config {
     /// Checks the timings and names.
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |why: String| Err(Error::Config(why));
-        if crate::guest::imports::names::namespace(&self.identity).is_err() {
+        if crate::names::namespace(&self.identity).is_err() {
             return bad(format!(
                 "identity {:?} is not a DNS label (lowercase letters, digits and '-', at most 63); pass --replica-id or set POD_NAME",
                 self.identity
             ));
         }
-        if crate::guest::imports::names::namespace(&self.group).is_err() {
+        if crate::names::namespace(&self.group).is_err() {
             return bad(format!("group {:?} is not a DNS label", self.group));
         }
         if self.shards == 0 || self.shards > 1024 {

@@ -8,7 +8,8 @@ use serde_json::Value;
 use crate::guest::bindings::reconciled::runtime::api::Host;
 use crate::guest::bindings::reconciled::runtime::cache::{ListOptions, ListPage};
 use crate::guest::bindings::{GuestError, Gvk};
-use crate::guest::imports::{Access, GuestContext, HostState, Metrics, names, request};
+use crate::guest::imports::{Access, GuestContext, HostState, Metrics, request};
+use crate::names;
 use crate::selector::LabelSelector;
 
 fn granted(ctx: &GuestContext) -> Result<(), GuestError> {

@@ -6,9 +6,10 @@
 
 use crate::guest::bindings::reconciled::runtime::cache::{Host, ListOptions, ListPage};
 use crate::guest::bindings::{GuestError, Gvk};
-use crate::guest::imports::{Access, Declared, GuestContext, HostState, names};
+use crate::guest::imports::{Access, Declared, GuestContext, HostState};
 use crate::informer::State;
 use crate::informer::store::{self, Query};
+use crate::names;
 use crate::object::object_key;
 use crate::selector::LabelSelector;
 

@@ -6,10 +6,11 @@ use serde_json::Value;
 use crate::guest::bindings::reconciled::runtime::client::{EventType, Host, PatchBody as Patch};
 use crate::guest::bindings::{GuestError, Gvk};
 use crate::guest::imports::notes::WriteNote;
-use crate::guest::imports::{Access, Declared, GuestContext, HostState, Metrics, names, request};
+use crate::guest::imports::{Access, Declared, GuestContext, HostState, Metrics, request};
 use crate::guest::tape::Event;
 use crate::informer::Namespaces;
 use crate::informer::discovery::Resource;
+use crate::names;
 use crate::object::{kind_of, object_key};
 
 /// The API server refuses request bodies above about 3 MiB; refuse them here with a clearer

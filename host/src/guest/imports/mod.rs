@@ -6,7 +6,7 @@
 //! conflict, forbidden, too large, undeclared kind, timeout) is a WIT `error` it receives.
 //!
 //! Every argument is guest-controlled and the guest is hostile: names and namespaces are checked
-//! as Kubernetes checks them ([`names`]), path segments are percent-encoded, and nothing built
+//! as Kubernetes checks them ([`crate::names`]), path segments are percent-encoded, and nothing built
 //! from guest data is unwrapped. Bad input is `invalid` or `too-large`, never `other`, never a
 //! panic. Every API request goes through [`HostState::send`], which measures it.
 
@@ -16,7 +16,6 @@ pub mod client;
 pub mod errors;
 mod limiter;
 pub mod log;
-pub mod names;
 mod notes;
 
 pub use limiter::Limiter;
@@ -37,6 +36,7 @@ use crate::guest::identity::Rule;
 use crate::guest::read_your_writes::Floors;
 use crate::informer::discovery::Resource;
 use crate::informer::{Informer, Namespaces};
+use crate::names;
 use crate::object::object_key;
 pub use errors::api_error;
 use errors::is_cluster_failure;

@@ -1,6 +1,6 @@
-//! The names a guest hands the host (namespaces, object names, kinds, field paths, label keys),
-//! checked as Kubernetes checks them before any of them reaches a URL, a work-queue key, an
-//! informer or a log line.
+//! The names the host is handed (namespaces, object names, kinds, field paths, label keys) by
+//! guests, tenants and the host config, checked as Kubernetes checks them before any of them
+//! reaches a URL, a work-queue key, an informer or a log line.
 //!
 //! Every function here takes guest-controlled text: each says which Kubernetes rule it follows,
 //! and where it is stricter on purpose. The [`Error`] shows the offending value quoted and
@@ -8,7 +8,6 @@
 
 use std::fmt::Write as _;
 
-use crate::guest::bindings::Gvk;
 use crate::selector::{LabelSelector, Operator};
 
 /// A guest-supplied name that Kubernetes (or, where said, the host) refuses, with what a valid
@@ -144,25 +143,25 @@ pub fn object_name(group: &str, kind: &str, name: &str) -> Result<()> {
 /// (`ValidateCustomResourceDefinitionNames` and the conversion review's GVK check): the group
 /// empty (core) or a DNS-1123 subdomain; the version a DNS-1035 label; the kind, lower-cased, a
 /// DNS-1035 label ("may have mixed case, but should otherwise match").
-pub fn gvk(g: &Gvk) -> Result<()> {
-    if !g.group.is_empty() && !is_dns_subdomain(&g.group) {
+pub fn gvk(group: &str, version: &str, kind: &str) -> Result<()> {
+    if !group.is_empty() && !is_dns_subdomain(group) {
         return Err(Error::new(
             "API group",
-            &g.group,
+            group,
             "a group is empty (the core group) or a DNS-1123 subdomain (e.g. apps, example.com)",
         ));
     }
-    if !is_dns1035_label(&g.version) {
+    if !is_dns1035_label(version) {
         return Err(Error::new(
             "API version",
-            &g.version,
+            version,
             "a version is a DNS-1035 label: a lower-case letter, then lower-case letters, digits or '-', at most 63 (e.g. v1, v1beta1)",
         ));
     }
-    if !is_dns1035_label(&g.kind.to_ascii_lowercase()) {
+    if !is_dns1035_label(&kind.to_ascii_lowercase()) {
         return Err(Error::new(
             "kind",
-            &g.kind,
+            kind,
             "a kind is a letter, then letters, digits or '-', at most 63, ending with a letter or digit (e.g. ConfigMap)",
         ));
     }
@@ -275,14 +274,6 @@ fn is_dns_subdomain(s: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn gvk_of(group: &str, version: &str, kind: &str) -> Gvk {
-        Gvk {
-            group: group.into(),
-            version: version.into(),
-            kind: kind.into(),
-        }
-    }
-
     #[test]
     fn namespaces_are_dns_labels() {
         for ok in ["a", "team-a", "0", &"x".repeat(63)] {
@@ -357,9 +348,9 @@ mod tests {
 
     #[test]
     fn kinds_follow_the_api_servers_gvk_rules() {
-        assert!(gvk(&gvk_of("", "v1", "ConfigMap")).is_ok());
-        assert!(gvk(&gvk_of("apps", "v1beta2", "Deployment")).is_ok());
-        assert!(gvk(&gvk_of("example.com", "v1", "My-Kind2")).is_ok());
+        assert!(gvk("", "v1", "ConfigMap").is_ok());
+        assert!(gvk("apps", "v1beta2", "Deployment").is_ok());
+        assert!(gvk("example.com", "v1", "My-Kind2").is_ok());
         for (g, v, k) in [
             ("", "v1", ""),
             ("", "v1", "a/b"),
@@ -373,7 +364,7 @@ mod tests {
             ("Apps", "v1", "ConfigMap"),
             ("..", "v1", "ConfigMap"),
         ] {
-            assert!(gvk(&gvk_of(g, v, k)).is_err(), "{g}/{v}/{k} accepted");
+            assert!(gvk(g, v, k).is_err(), "{g}/{v}/{k} accepted");
         }
     }
 
