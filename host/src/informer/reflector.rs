@@ -39,20 +39,77 @@ pub enum Error {
     /// RBAC denies the request.
     #[error("forbidden: {0}")]
     Forbidden(String),
-    /// The server could not be reached: connection refused or cut, a stream that broke or
-    /// stalled. Retried as soon as the server answers again.
+    /// The server answered a WatchList request with 400 or 422, as servers that do not serve
+    /// WatchList (or not for this resource) do: the reflector lists in pages instead.
+    #[error("watch-list refused by the server ({code} {reason}): {message}")]
+    WatchListRefused {
+        /// The HTTP status.
+        code: u16,
+        /// The Status's reason, such as `Invalid` or `BadRequest`.
+        reason: String,
+        /// The Status's message.
+        message: String,
+    },
+    /// The server could not be reached (connection refused or cut). Retried as soon as the
+    /// server answers again.
     #[error("cannot reach the API server: {0}")]
-    Unreachable(String),
-    /// Anything else: 429, 5xx, a malformed response. Retried on the backoff.
+    Unreachable(#[source] kube::Error),
+    /// A watch was silent for much longer than the timeout it asked for: a dead connection
+    /// nobody announced.
+    #[error("cannot reach the API server: the watch was silent past its timeout")]
+    Stalled,
+    /// A WatchList stream ended before its initial events did.
+    #[error("cannot reach the API server: the watch-list stream ended before its initial events")]
+    EndedEarly,
+    /// The watch stream broke mid-way.
+    #[error("cannot reach the API server: the watch stream broke: {0}")]
+    StreamBroke(#[source] std::io::Error),
+    /// Any other failed request: 429, 5xx, an answer that does not decode. Retried on the
+    /// backoff.
     #[error("{0}")]
-    Failed(String),
+    Request(#[source] kube::Error),
+    /// The review of list/watch access could not be made.
+    #[error(transparent)]
+    Preflight(preflight::Error),
+    /// A request could not be built (a namespace that makes no valid URI, say).
+    #[error("cannot build the {what} request: {source}")]
+    Build {
+        /// `LIST` or `watch`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: http::Error,
+    },
+    /// A LIST answered with something that is not a list.
+    #[error("LIST returned something that is not a list")]
+    NotAList,
+    /// A watch line that is not a watch event.
+    #[error("malformed watch event: {0}")]
+    Malformed(#[source] serde_json::Error),
+    /// An `ERROR` event other than 410 and 403.
+    #[error("watch error {code}: {message}")]
+    WatchError {
+        /// The Status's code.
+        code: u64,
+        /// The Status's message.
+        message: String,
+    },
+    /// An event type the reflector does not know.
+    #[error("unknown watch event type {0:?}")]
+    UnknownEvent(String),
+    /// A watch that ended at once with no events, which, repeated, would be a busy loop.
+    #[error("watch closed immediately with no events")]
+    ClosedAtOnce,
 }
 
 impl Error {
     /// What this failure says about the server, for [`Connectivity::failed`].
     fn failure(&self) -> Failure {
         match self {
-            Error::Unreachable(_) => Failure::Unreachable,
+            Error::Unreachable(_) | Error::Stalled | Error::EndedEarly | Error::StreamBroke(_) => {
+                Failure::Unreachable
+            }
+            Error::Preflight(e) => e.failure(),
             _ => Failure::Refused,
         }
     }
@@ -66,10 +123,8 @@ impl From<kube::Error> for Error {
         match e {
             kube::Error::Api(s) if s.code == 410 => Error::Gone(s.message.clone()),
             kube::Error::Api(s) if s.code == 403 => Error::Forbidden(s.message.clone()),
-            other if Failure::of(&other) == Failure::Unreachable => {
-                Error::Unreachable(other.to_string())
-            }
-            other => Error::Failed(other.to_string()),
+            other if Failure::of(&other) == Failure::Unreachable => Error::Unreachable(other),
+            other => Error::Request(other),
         }
     }
 }
@@ -178,9 +233,6 @@ enum WatchEnd {
     Listed,
 }
 
-/// How a refused WatchList is told apart from other failures.
-const WATCH_LIST_REFUSED: &str = "watch-list refused by the server";
-
 /// Lists and watches one (resource, namespace, selectors) into a delta FIFO, forever.
 pub struct Reflector {
     client: kube::Client,
@@ -283,8 +335,8 @@ impl Reflector {
                     };
                     if self.syncs == before {
                         match result {
-                            Err(Error::Failed(msg)) if msg.starts_with(WATCH_LIST_REFUSED) => {
-                                tracing::info!(scope = %self.scope(), %msg, "falling back to a paged LIST");
+                            Err(refused @ Error::WatchListRefused { .. }) => {
+                                tracing::info!(scope = %self.scope(), %refused, "falling back to a paged LIST");
                                 self.watch_list_refused = true;
                                 need_sync = Some(hint);
                             }
@@ -308,10 +360,7 @@ impl Reflector {
             match result {
                 Ok(WatchEnd::Closed { events, elapsed }) => {
                     if events == 0 && elapsed < Duration::from_secs(1) {
-                        self.fail(Error::Failed(
-                            "watch closed immediately with no events".into(),
-                        ))
-                        .await;
+                        self.fail(Error::ClosedAtOnce).await;
                     }
                 }
                 Ok(WatchEnd::Listed) => {}
@@ -383,11 +432,7 @@ impl Reflector {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 Err(e @ preflight::Error::Request { .. }) => {
-                    let e = match e.failure() {
-                        Failure::Unreachable => Error::Unreachable(e.to_string()),
-                        Failure::Refused => Error::Failed(e.to_string()),
-                    };
-                    self.fail(e).await;
+                    self.fail(Error::Preflight(e)).await;
                 }
             }
         }
@@ -464,7 +509,10 @@ impl Reflector {
                 // A guest-declared namespace could make an invalid URI: an error, never a panic.
                 let req = http::Request::get(self.query(&extra))
                     .body(Vec::new())
-                    .map_err(|e| Error::Failed(format!("cannot build the LIST request: {e}")))?;
+                    .map_err(|source| Error::Build {
+                        what: "LIST",
+                        source,
+                    })?;
                 self.stats.lists.fetch_add(1, Ordering::Relaxed);
                 let page: Value = match self.client.request::<Value>(req).await.map_err(Error::from)
                 {
@@ -478,9 +526,7 @@ impl Reflector {
                 };
                 self.connectivity.reached();
                 let Value::Object(mut page) = page else {
-                    return Err(Error::Failed(
-                        "LIST returned something that is not a list".into(),
-                    ));
+                    return Err(Error::NotAList);
                 };
                 let list_rv = page
                     .get("metadata")
@@ -531,16 +577,20 @@ impl Reflector {
         }
         let req = http::Request::get(self.query(&extra))
             .body(Vec::new())
-            .map_err(|e| Error::Failed(format!("cannot build the watch request: {e}")))?;
+            .map_err(|source| Error::Build {
+                what: "watch",
+                source,
+            })?;
         self.stats.watches.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let stream = match self.client.request_stream(req).await {
             Ok(s) => s,
             Err(kube::Error::Api(s)) if initial && matches!(s.code, 400 | 422) => {
-                return Err(Error::Failed(format!(
-                    "{WATCH_LIST_REFUSED}: {}",
-                    s.message
-                )));
+                return Err(Error::WatchListRefused {
+                    code: s.code,
+                    reason: s.reason.clone(),
+                    message: s.message.clone(),
+                });
             }
             Err(e) => return Err(e.into()),
         };
@@ -556,27 +606,19 @@ impl Reflector {
         let deadline = started + Duration::from_secs(timeout + 30);
         let mut lines = stream.lines();
         let mut events = 0u64;
-        let mut gathered: Vec<ObjectRef> = Vec::new();
-        let mut initial = initial;
+        // A WatchList's initial events, gathered until the bookmark that ends them.
+        let mut gathering = initial.then(Vec::new);
         loop {
             let line = match tokio::time::timeout_at(deadline, lines.next()).await {
-                Err(_) => {
-                    return Err(Error::Unreachable("watch stalled past its timeout".into()));
-                }
+                Err(_) => return Err(Error::Stalled),
+                Ok(None) if gathering.is_some() => return Err(Error::EndedEarly),
                 Ok(None) => {
-                    if initial {
-                        return Err(Error::Unreachable(
-                            "watch-list stream ended before its initial events did".into(),
-                        ));
-                    }
                     return Ok(WatchEnd::Closed {
                         events,
                         elapsed: started.elapsed(),
                     });
                 }
-                Ok(Some(Err(e))) => {
-                    return Err(Error::Unreachable(format!("watch stream broke: {e}")));
-                }
+                Ok(Some(Err(e))) => return Err(Error::StreamBroke(e)),
                 Ok(Some(Ok(line))) => line,
             };
             if line.trim().is_empty() {
@@ -585,65 +627,68 @@ impl Reflector {
             self.stats.heard();
             events += 1;
             self.stats.events.fetch_add(1, Ordering::Relaxed);
-            let event: WatchLine = match serde_json::from_str(&line) {
-                Ok(e) => e,
-                Err(e) => return Err(Error::Failed(format!("malformed watch event: {e}"))),
-            };
-            match event.kind.as_str() {
-                "ADDED" | "MODIFIED" | "DELETED" => {
-                    let rv = rv_of(&event.object).map(str::to_string);
-                    let Some(obj) = self.to_object(event.object, None) else {
-                        continue;
-                    };
-                    if initial {
-                        // Initial events are not in resourceVersion order: the RV moves only at
-                        // the bookmark that ends them.
-                        gathered.push(obj);
-                        continue;
-                    }
-                    match event.kind.as_str() {
-                        "ADDED" => self.fifo.add(obj),
-                        "MODIFIED" => self.fifo.update(obj),
-                        _ => self.fifo.delete(obj),
-                    }
-                    if let Some(rv) = rv {
-                        self.last_rv = rv;
-                    }
-                }
-                "BOOKMARK" => {
-                    if let Some(rv) = rv_of(&event.object) {
-                        self.last_rv = rv.to_string();
-                    }
-                    let ends_initial =
-                        event.object["metadata"]["annotations"][INITIAL_EVENTS_END] == "true";
-                    if initial && ends_initial {
-                        self.fifo
-                            .replace(std::mem::take(&mut gathered), self.cfg.namespace.as_deref());
-                        self.stats.watch_list_syncs.fetch_add(1, Ordering::Relaxed);
-                        initial = false;
-                        self.mark_synced();
-                    }
-                }
-                "ERROR" => {
-                    let code = event
-                        .object
-                        .get("code")
-                        .and_then(Value::as_u64)
-                        .unwrap_or(0);
-                    let msg = event
-                        .object
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string();
-                    return Err(match code {
-                        410 => Error::Gone(msg),
-                        403 => Error::Forbidden(msg),
-                        _ => Error::Failed(format!("watch error {code}: {msg}")),
-                    });
-                }
-                other => return Err(Error::Failed(format!("unknown watch event type {other:?}"))),
-            }
+            let event: WatchLine = serde_json::from_str(&line).map_err(Error::Malformed)?;
+            self.apply(event, &mut gathering)?;
         }
+    }
+
+    /// Applies one watch event to the FIFO, or, while `gathering` a WatchList's initial events,
+    /// keeps it until the bookmark that ends them replaces the FIFO's content (and `gathering`
+    /// becomes `None`).
+    fn apply(&mut self, event: WatchLine, gathering: &mut Option<Vec<ObjectRef>>) -> Result<()> {
+        match event.kind.as_str() {
+            "ADDED" | "MODIFIED" | "DELETED" => {
+                let rv = rv_of(&event.object).map(str::to_string);
+                let Some(obj) = self.to_object(event.object, None) else {
+                    return Ok(());
+                };
+                if let Some(gathered) = gathering {
+                    // Initial events are not in resourceVersion order: the RV moves only at the
+                    // bookmark that ends them.
+                    gathered.push(obj);
+                    return Ok(());
+                }
+                match event.kind.as_str() {
+                    "ADDED" => self.fifo.add(obj),
+                    "MODIFIED" => self.fifo.update(obj),
+                    _ => self.fifo.delete(obj),
+                }
+                if let Some(rv) = rv {
+                    self.last_rv = rv;
+                }
+            }
+            "BOOKMARK" => {
+                if let Some(rv) = rv_of(&event.object) {
+                    self.last_rv = rv.to_string();
+                }
+                let ends_initial =
+                    event.object["metadata"]["annotations"][INITIAL_EVENTS_END] == "true";
+                if ends_initial && let Some(gathered) = gathering.take() {
+                    self.fifo.replace(gathered, self.cfg.namespace.as_deref());
+                    self.stats.watch_list_syncs.fetch_add(1, Ordering::Relaxed);
+                    self.mark_synced();
+                }
+            }
+            "ERROR" => {
+                let code = event
+                    .object
+                    .get("code")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                let message = event
+                    .object
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                return Err(match code {
+                    410 => Error::Gone(message),
+                    403 => Error::Forbidden(message),
+                    _ => Error::WatchError { code, message },
+                });
+            }
+            other => return Err(Error::UnknownEvent(other.to_string())),
+        }
+        Ok(())
     }
 }
