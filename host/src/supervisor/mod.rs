@@ -33,6 +33,7 @@
 //!   retried on its own.
 
 mod access;
+mod load;
 mod memory;
 mod metering;
 mod offers;
@@ -48,8 +49,8 @@ pub use outcome::{Applied, Reason};
 pub use quota::TenantLimits;
 pub use source::Source;
 
-use metering::report_throttling;
-use report::{post_event, report_failures};
+use load::{Load, Rejection};
+use report::post_event;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,9 +60,9 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::controller::fair_share::{self, FairShare};
 use crate::controller::{self, Controller, Settings};
 use crate::events::Type;
+use crate::guest::Runtime;
 use crate::guest::artifact_cache::Origin;
 use crate::guest::identity::Identities;
-use crate::guest::{LoadError, Runtime, digest_of};
 use crate::informer::factory::InformerFactory;
 use crate::ops::metrics;
 use crate::ops::status::{
@@ -139,6 +140,11 @@ struct LoadTiming {
 }
 
 /// The guests of one host.
+///
+/// Lock order, for the mutexes held together: a guest's load lock (`locks`, one per name,
+/// held across the whole load, an `.await` included), then `cache_claims`, then `guests`, then
+/// `offers`, then `seats`. The others (`locks` itself, `source_problems`, `tenant_limits`) are
+/// taken alone and never held across another.
 pub struct Supervisor {
     runtime: Runtime,
     factory: Arc<InformerFactory>,
@@ -331,237 +337,14 @@ impl Supervisor {
     ) -> Applied {
         let lock = self.lock_for(name);
         let _serial = lock.lock().await;
-        let started = Instant::now();
-        let mut settings = settings;
-        if let Some((recorded, recorder)) = &self.options.record
-            && recorded == name
-        {
-            settings.recorder = Some(recorder.clone());
-        }
-        let (digest, bytes) = match digest {
-            Some(d) => (d, bytes),
-            // Off the async runtime for large modules: 12 MB take about 8 ms.
-            None if bytes.len() > (1 << 20) => tokio::task::spawn_blocking(move || {
-                let d = digest_of(&bytes);
-                (d, bytes)
-            })
-            .await
-            .expect("hashing does not panic"),
-            None => (digest_of(&bytes), bytes),
+        let mut load = Load::new(self, name, source, settings);
+        let bytes = load.digest(bytes, digest).await;
+        let Some(prior) = load.prior() else {
+            return Applied::Unchanged;
         };
-        let (running, replaced) = {
-            let guests = self.guests.lock().unwrap();
-            match guests.get(name) {
-                Some(e) if e.settings == settings => {
-                    let serving = e.controller.as_ref().map(|c| c.digest());
-                    if serving.as_deref() == Some(digest.as_str())
-                        || e.rejected_digest.as_deref() == Some(digest.as_str())
-                    {
-                        return Applied::Unchanged;
-                    }
-                    (e.controller.clone(), None)
-                }
-                // New settings (another grant, limits): start afresh.
-                Some(e) => (None, e.controller.clone()),
-                None => (None, None),
-            }
-        };
-
-        let compiled = {
-            // Compiling takes every core for a while; a burst of deliveries queues here rather
-            // than thrashing memory with many compiles at once.
-            let _permit = self.compiles.acquire().await;
-            self.runtime
-                .compile_digested(bytes, Some(digest.clone()))
-                .await
-        };
-        let module = match compiled {
-            Ok(m) => m,
-            Err(e) => {
-                let reason = match e {
-                    LoadError::Invalid { .. } => Reason::Invalid,
-                    LoadError::WrongWorld { .. } => Reason::WrongWorld,
-                    LoadError::Engine(_) => Reason::Host,
-                };
-                let lasting = reason != Reason::Host;
-                return self.reject_with(
-                    name,
-                    source,
-                    settings,
-                    &digest,
-                    reason,
-                    e.to_string(),
-                    lasting,
-                );
-            }
-        };
-        let compile = module.compile_time();
-        let origin = module.origin();
-        let client = match self.identities.client(settings.identity.as_ref()) {
-            Ok(c) => c,
-            Err(e) => {
-                let message = e.to_string();
-                return self.reject_with(
-                    name,
-                    source,
-                    settings,
-                    &digest,
-                    Reason::Host,
-                    message,
-                    false,
-                );
-            }
-        };
-        // Compiling is work done for the tenant, and a tenant delivering a new module in a loop
-        // must pay for it like for any other CPU.
-        self.scheduler
-            .charge_compile(source.tenant(), name, compile);
-        let share = self.scheduler.share(source.tenant(), name);
-        if let Some(old) = &replaced {
-            self.access.forget(name);
-            // Its grant or limits changed: no overlap of the two, so a gap instead. Until the
-            // new one starts (or is rejected) the guest is not serving, and says so.
-            old.stop().await;
-            if let Some(e) = self.guests.lock().unwrap().get_mut(name) {
-                e.controller = None;
-            }
-        }
-        let tenant = matches!(source, Source::ConfigMap { .. });
-        // Whatever this load claims under the cache cap, it gives back when it ends.
-        let _claim = memory::Claim::of(self, name);
-        let result = match &running {
-            Some(c) => {
-                let admit = |informers: &[Arc<crate::informer::Informer>]| {
-                    (self.check_cache_cap(name, &source, informers)).map_err(|e| e.to_string())
-                };
-                let timeout = self.options.sync_timeout;
-                let reload = c
-                    .reload(&self.factory, module.clone(), timeout, admit)
-                    .await;
-                reload.map(|reload| (c.clone(), Some(reload)))
-            }
-            None if tenant => {
-                let module = module.clone();
-                let started = self.start_tenant(name, &source, module, &settings, client, share);
-                started.await.map(|c| (c, None))
-            }
-            None => Controller::start(
-                &self.factory,
-                client,
-                module.clone(),
-                settings.clone(),
-                share,
-                self.gate_for(name),
-            )
-            .await
-            .map(|c| (c, None)),
-        };
-        let (controller, reload) = match result {
-            Ok(ok) => ok,
-            Err(e) => {
-                let reason = match e {
-                    controller::Error::Describe { .. } | controller::Error::Invalid { .. } => {
-                        Reason::Describe
-                    }
-                    controller::Error::Grant(_) => Reason::Grant,
-                    controller::Error::Informer { .. } => Reason::Informer,
-                    // The cache cap is the one admission check this supervisor makes.
-                    controller::Error::Refused { .. } => Reason::CacheBytes,
-                };
-                // A deadline, an informer that did not sync or a full cache cap may pass next
-                // time (a loaded host, RBAC fixed, bytes freed): the same bytes may be tried
-                // again.
-                let lasting = !matches!(
-                    e,
-                    controller::Error::Informer { .. }
-                        | controller::Error::Refused { .. }
-                        | controller::Error::Describe {
-                            source: crate::guest::CallError::Deadline { .. },
-                            ..
-                        }
-                );
-                let mut message = e.to_string();
-                // Advice only where following it could work: an invalid declaration, or one no
-                // grant can allow, is not helped by a wider grant.
-                if let (Source::ConfigMap { namespace, .. }, controller::Error::Grant(g)) =
-                    (&source, &e)
-                    && g.operator_can_grant()
-                {
-                    message.push_str(&report::tenant_grant_advice(g, namespace));
-                }
-                return self.reject_with(name, source, settings, &digest, reason, message, lasting);
-            }
-        };
-        if let Err(e) = self
-            .review_access(name, &source, &controller, reload.is_some())
-            .await
-        {
-            controller.stop().await;
-            let (reason, message) = e.rejection(tenant);
-            return self.reject_with(name, source, settings, &digest, reason, message, false);
-        }
-        // Validated: keep the native code for the next load of these bytes.
-        module.persist_artifact();
-        let timing = LoadTiming {
-            compile,
-            total: started.elapsed(),
-            origin,
-        };
-        tracing::info!(guest = %name, %digest, %source, compile = ?timing.compile, total = ?timing.total, from_cache = matches!(origin, Origin::Cache), "{}", if reload.is_some() { "new version serving" } else { "guest loaded" });
-        let message = format!(
-            "guest {name}: serving sha256 {digest} ({} in {} ms, {} ms end to end)",
-            if origin == Origin::Cache {
-                "loaded precompiled"
-            } else {
-                "compiled"
-            },
-            compile.as_millis(),
-            timing.total.as_millis()
-        );
-        let mut guests = self.guests.lock().unwrap();
-        if self.offers.lock().unwrap().is_closed() {
-            // The host is stopping and has already stopped its guests: this one must not
-            // start reconciling behind its back.
-            drop(guests);
-            controller.stop().await;
-            return Applied::Rejected {
-                reason: Reason::Host,
-                message: "the host is stopping".into(),
-            };
-        }
-        self.event(&source, Type::Normal, "ModuleLoaded", message);
-        let entry = guests
-            .entry(name.to_string())
-            .or_insert_with(|| Entry::new(source.clone(), settings.clone()));
-        let old = entry.controller.replace(controller.clone());
-        entry.loading = false;
-        entry.source = source.clone();
-        entry.settings = settings;
-        entry.loads += 1;
-        entry.last_error = None;
-        entry.rejected_digest = None;
-        entry.last_load = Some(timing);
-        drop(guests);
-        self.publish_guests();
-        // A replaced controller (new settings) stops when its last reconcile returns.
-        drop(old);
-        if reload.is_none() && self.options.events && matches!(source, Source::ConfigMap { .. }) {
-            tokio::spawn(report_failures(
-                Arc::downgrade(&controller),
-                controller.watch_failing(),
-                self.identities.host().clone(),
-                source.clone(),
-            ));
-            tokio::spawn(report_throttling(
-                Arc::downgrade(&controller),
-                self.scheduler.watch_spells(),
-                self.identities.host().clone(),
-                source,
-            ));
-        }
-        match reload {
-            Some(reload) => Applied::Reloaded { digest, reload },
-            None => Applied::Loaded { digest },
+        match load.run(bytes, prior).await {
+            Ok(applied) => applied,
+            Err(rejection) => load.reject(rejection),
         }
     }
 
@@ -586,64 +369,12 @@ impl Supervisor {
                 return Applied::Unchanged;
             }
         }
-        self.reject_with(
-            name,
-            source,
-            settings,
-            digest,
-            Reason::Unreadable,
+        let rejection = Rejection {
+            reason: Reason::Unreadable,
             message,
-            true,
-        )
-    }
-
-    /// Records a rejection. `lasting`: the same bytes would fail the same way again, so they
-    /// are not retried until they change.
-    #[allow(clippy::too_many_arguments)]
-    fn reject_with(
-        &self,
-        name: &str,
-        source: Source,
-        settings: Settings,
-        digest: &str,
-        reason: Reason,
-        message: String,
-        lasting: bool,
-    ) -> Applied {
-        // Guest-made text (a panic message, stderr) must not forge log lines or Event layout.
-        let message = crate::text::one_line(&message);
-        let mut guests = self.guests.lock().unwrap();
-        let entry = guests
-            .entry(name.to_string())
-            .or_insert_with(|| Entry::new(source.clone(), settings));
-        *entry.rejections.entry(reason).or_default() += 1;
-        entry.loading = false;
-        entry.last_error = Some(message.clone());
-        entry.rejected_digest = lasting.then(|| digest.to_string());
-        let serving = entry.controller.as_ref().map(|c| c.digest());
-        drop(guests);
-        self.publish_guests();
-        let keeps = match &serving {
-            Some(d) => format!("sha256 {d} keeps serving"),
-            None => "the guest is not running".to_string(),
+            lasting: true,
         };
-        tracing::error!(guest = %name, %digest, %source, reason = reason.label(), "module rejected ({keeps}): {message}");
-        // A refusal before the bytes were read (quota) has no digest to name.
-        let module = match digest {
-            "" => String::new(),
-            d => format!(" [module sha256 {d}]"),
-        };
-        // Reason and outcome first: Event messages are cut at 1 KiB (see `events`).
-        self.event(
-            &source,
-            Type::Warning,
-            "ModuleRejected",
-            format!(
-                "guest {name}: module rejected ({}; {keeps}): {message}{module}",
-                reason.label()
-            ),
-        );
-        Applied::Rejected { reason, message }
+        Load::of_digest(self, name, source, settings, digest).reject(rejection)
     }
 
     /// Unloads `name`: its workers stop (a reconcile in flight is cancelled at its next await)

@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{Offer, Reason, Source, Supervisor};
+use super::{Load, Offer, Reason, Rejection, Source, Supervisor};
 
 /// What tenant namespaces may use, over all their guests. Set by the tenants' source (see
 /// [`Supervisor::set_tenant_limits`]); the default limits nothing.
@@ -183,15 +183,8 @@ impl Supervisor {
             }
         };
         if let Some(r) = refusal {
-            self.reject_with(
-                name,
-                r.source,
-                r.settings,
-                "",
-                Reason::Quota,
-                r.message,
-                false,
-            );
+            let refused = Rejection::passing(Reason::Quota, r.message);
+            Load::of_digest(self, name, r.source, r.settings, "").reject(refused);
         }
         start
     }
