@@ -17,7 +17,7 @@ use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
 use reconciled::sources::configmap::{self, ConfigMapSource, TenantPolicy};
 use reconciled::sources::dir::{Change, DirSource, Settle};
-use reconciled::sources::oci::tenants::offer_of;
+use reconciled::sources::offer::offer_of;
 use reconciled::sources::oci::watch::{LoginSource, Target, Watch};
 use reconciled::sources::oci::{ModuleRef, Registry};
 use reconciled::supervisor::{self, Offer, Source, Supervisor};
@@ -688,7 +688,7 @@ fn pack(args: PackArgs) -> anyhow::Result<()> {
             .map(|n| n.to_string_lossy().trim_end_matches(".wasm").to_string())
             .unwrap_or_else(|| "module".into())
     });
-    let manifest = reconciled::sources::pack::pack(&args.namespace, &args.name, &stem, &bytes)
+    let manifest = reconciled::sources::configmap::pack(&args.namespace, &args.name, &stem, &bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.module.display()))?;
     println!("{}", serde_json::to_string_pretty(&manifest)?);
     Ok(())

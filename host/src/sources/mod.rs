@@ -6,4 +6,4 @@ pub mod cargo_build;
 pub mod configmap;
 pub mod dir;
 pub mod oci;
-pub mod pack;
+pub mod offer;

@@ -27,7 +27,6 @@ pub mod credentials;
 mod error;
 pub mod reference;
 pub mod signature;
-pub mod tenants;
 pub mod watch;
 
 use std::collections::HashMap;

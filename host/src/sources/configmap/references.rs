@@ -26,50 +26,17 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::watch::{LoginSource, Target, Watch};
-use super::{Error, ModuleRef, Pulled, Registry};
+use super::format::Named;
+use super::policy::TenantPolicy;
 use crate::controller::Settings;
 use crate::guest::identity::ServiceAccount;
-use crate::sources::configmap::TenantPolicy;
-use crate::sources::pack::Named;
-use crate::supervisor::{Offer, Source, Supervisor, Unreadable};
+use crate::sources::oci::watch::{LoginSource, Target, Watch};
+use crate::sources::oci::{ModuleRef, Pulled, Registry};
+use crate::sources::offer::{offer_of, refused};
+use crate::supervisor::{Source, Supervisor};
 
 /// The ConfigMap annotation naming the pull secret of its module references.
 pub const PULL_SECRET: &str = "reconciled.dev/pull-secret";
-
-/// The offer a pull's outcome makes for a guest: load the module, or keep what serves and say
-/// why not.
-pub fn offer_of(
-    outcome: Result<Pulled, Error>,
-    source: Source,
-    settings: Settings,
-    min_interval: Duration,
-) -> Offer {
-    match outcome {
-        Ok(p) => Offer::Load {
-            source,
-            settings,
-            read: Box::new(move || {
-                let bytes = Arc::try_unwrap(p.bytes).unwrap_or_else(|shared| (*shared).clone());
-                Ok((bytes, Some(p.digest)))
-            }),
-            min_interval,
-        },
-        Err(e) => refused(source, settings, e.to_string()),
-    }
-}
-
-/// An offer for a module that cannot be loaded, with `message` saying why.
-pub(crate) fn refused(source: Source, settings: Settings, message: String) -> Offer {
-    Offer::Unreadable {
-        source,
-        settings,
-        unreadable: Unreadable {
-            digest: crate::guest::digest_of(message.as_bytes()),
-            message,
-        },
-    }
-}
 
 /// The watches of every tenant guest named by reference, by guest name.
 #[derive(Debug)]
@@ -98,7 +65,7 @@ pub(crate) struct Refs<'a> {
     pub(crate) configmap: &'a str,
     pub(crate) uid: &'a str,
     pub(crate) named: Vec<Named>,
-    pub(crate) account: &'a Result<ServiceAccount, String>,
+    pub(crate) account: &'a Result<ServiceAccount, super::policy::BadAccount>,
     pub(crate) pull_secret: Option<String>,
 }
 
@@ -124,6 +91,10 @@ impl TenantRefs {
 
     /// Starts, keeps or replaces the watch of each reference of one ConfigMap; refusals go to
     /// the supervisor at once. Returns the guests named.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "keep, restart or refuse each reference under the watches' lock, so that a stopped watch never offers; the refusals are each a few lines"
+    )]
     pub(crate) fn sync(
         &self,
         supervisor: &Arc<Supervisor>,
@@ -142,19 +113,19 @@ impl TenantRefs {
             };
             let account = match refs.account {
                 Ok(a) => a.clone(),
-                Err(message) => {
+                Err(bad) => {
                     self.stop(&name);
                     let settings = policy.settings(&name, refs.namespace);
-                    supervisor.offer(&name, refused(source, settings, message.clone()));
+                    supervisor.offer(&name, refused(source, settings, bad.to_string()));
                     continue;
                 }
             };
             let settings = policy.settings_as(&name, refs.namespace, account.clone());
             let reference = match allowed(&named, policy) {
                 Ok(r) => r,
-                Err(message) => {
+                Err(e) => {
                     self.stop(&name);
-                    supervisor.offer(&name, refused(source, settings, message));
+                    supervisor.offer(&name, refused(source, settings, e.to_string()));
                     continue;
                 }
             };
@@ -257,19 +228,44 @@ impl TenantRefs {
     }
 }
 
+/// Why a tenant's reference is refused before anything is pulled.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// The key's value is not a module reference.
+    #[error("key {key:?}: {source}")]
+    Reference {
+        /// The ConfigMap key.
+        key: String,
+        /// Why it does not parse.
+        #[source]
+        source: crate::sources::oci::reference::Error,
+    },
+    /// It names a registry the operator does not let tenants pull from.
+    #[error(
+        "key {key:?}: registry {registry} is not one tenants may pull from; the operator lists them in `registries` under [tenants] (now {allowed:?})"
+    )]
+    Registry {
+        /// The ConfigMap key.
+        key: String,
+        /// The registry it names.
+        registry: String,
+        /// The registries tenants may use.
+        allowed: BTreeSet<String>,
+    },
+}
+
 /// The reference `named` holds, if it parses and names a registry tenants may use.
-fn allowed(named: &Named, policy: &TenantPolicy) -> Result<ModuleRef, String> {
-    let reference: ModuleRef = named
-        .reference
-        .parse()
-        .map_err(|e: super::reference::Error| format!("key {:?}: {e}", named.key))?;
+fn allowed(named: &Named, policy: &TenantPolicy) -> Result<ModuleRef, Error> {
+    let reference: ModuleRef = (named.reference.parse()).map_err(|source| Error::Reference {
+        key: named.key.clone(),
+        source,
+    })?;
     if !policy.registries.contains(reference.registry()) {
-        return Err(format!(
-            "key {:?}: registry {} is not one tenants may pull from; the operator lists them in `registries` under [tenants] (now {:?})",
-            named.key,
-            reference.registry(),
-            policy.registries
-        ));
+        return Err(Error::Registry {
+            key: named.key.clone(),
+            registry: reference.registry().to_string(),
+            allowed: policy.registries.clone(),
+        });
     }
     Ok(reference)
 }
@@ -289,7 +285,9 @@ mod tests {
     #[test]
     fn a_tenant_pulls_only_from_registries_the_operator_lists() {
         let mut policy = TenantPolicy::default();
-        let e = allowed(&named("r.example/team-a/rec:1"), &policy).unwrap_err();
+        let e = allowed(&named("r.example/team-a/rec:1"), &policy)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("registry r.example is not one tenants may pull from"),
             "{e}"
@@ -297,12 +295,14 @@ mod tests {
         policy.registries.insert("r.example".into());
         let r = allowed(&named("oci://r.example/team-a/rec:1"), &policy).unwrap();
         assert_eq!(r.repository(), "team-a/rec");
-        let e = allowed(&named("r.example:443/team-a/rec:1"), &policy).unwrap_err();
+        let e = allowed(&named("r.example:443/team-a/rec:1"), &policy)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("r.example:443"),
             "host and port name a registry: {e}"
         );
-        let e = allowed(&named("rec:1"), &policy).unwrap_err();
+        let e = allowed(&named("rec:1"), &policy).unwrap_err().to_string();
         assert!(
             e.contains("key \"rec.wasm.ref\"") && e.contains("names no registry"),
             "{e}"

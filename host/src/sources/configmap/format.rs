@@ -1,10 +1,15 @@
 //! Modules in ConfigMaps: reading them out of `binaryData` (plain or gzipped, against gzip
 //! bombs) and packing a module into a ConfigMap manifest for `reconciled pack`.
 
-use crate::sources::configmap::{CONFIGMAP_LIMIT, LABEL};
 use base64::Engine as _;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
+
+/// The label that makes a ConfigMap a module source (value `true`).
+pub const LABEL: &str = "reconciled.dev/reconciler";
+
+/// The API server's limit on one ConfigMap: all data and binaryData together.
+pub const CONFIGMAP_LIMIT: usize = 1 << 20;
 
 pub(crate) struct Modules {
     pub(crate) uid: String,

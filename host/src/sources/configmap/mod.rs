@@ -12,7 +12,7 @@
 //!
 //! A module too large for a ConfigMap (a TypeScript or Python component is 11–19 MB) is named
 //! by reference instead: a `data` key `rec.wasm.ref` holding `registry/repo:tag@sha256:…` (see
-//! [`crate::sources::oci::tenants`]). Changing the reference reloads the guest; a tag alone is
+//! [`references`]). Changing the reference reloads the guest; a tag alone is
 //! followed as it moves.
 //!
 //! The ConfigMap's namespace is the guest's tenant namespace: its grant is the
@@ -45,30 +45,32 @@
 //!   [`TenantLimits`]). A guest refused for it is rejected (Event, log, `/status`) and loads by
 //!   itself once a seat frees up, in name order; a new version of a serving guest never waits.
 
+pub mod format;
+mod policy;
+mod references;
+
+pub use format::{CONFIGMAP_LIMIT, LABEL, pack};
+pub use policy::TenantPolicy;
+use policy::BadAccount;
+pub use references::PULL_SECRET;
+
+use format::{Modules, modules_of, unpack};
+use references::{Refs, TenantRefs};
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::AbortHandle;
 
-use crate::controller::Settings;
-use crate::guest::grant::Grant;
-use crate::guest::identity::{ANNOTATION, DEFAULT_SERVICE_ACCOUNT, ServiceAccount};
-use crate::guest::imports::Limits;
+use crate::guest::identity::{ANNOTATION, ServiceAccount};
 use crate::informer::factory::InformerFactory;
 use crate::informer::{Event, InformerKey, Namespaces, Scope};
 use crate::object::ObjectRef;
 use crate::selector::LabelSelector;
 use crate::sources::oci::Registry;
-use crate::sources::oci::tenants::{PULL_SECRET, Refs, TenantRefs, refused};
-use crate::sources::pack::{Modules, modules_of, unpack};
+use crate::sources::offer::refused;
 use crate::supervisor::{Offer, Source, Supervisor, TenantLimits, Unreadable};
-
-/// The label that makes a ConfigMap a module source (value `true`).
-pub const LABEL: &str = "reconciled.dev/reconciler";
-
-/// The API server's limit on one ConfigMap: all data and binaryData together.
-pub const CONFIGMAP_LIMIT: usize = 1 << 20;
 
 /// Why the source could not start.
 #[derive(Debug, thiserror::Error)]
@@ -76,125 +78,6 @@ pub enum Error {
     /// The informer could not be set up.
     #[error("cannot watch module ConfigMaps: {0}")]
     Subscribe(String),
-}
-
-/// What tenants' guests may do, and which namespaces may deliver them.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TenantPolicy {
-    /// Namespaces whose labelled ConfigMaps are loaded; `None` = every namespace.
-    pub namespaces: Option<BTreeSet<String>>,
-    /// Kinds a tenant guest may declare and write, as in a [`Grant`]: `apiVersion/Kind`,
-    /// `apiVersion/*` or `*`.
-    ///
-    /// Where it may surprise: empty by default, and empty means a tenant's guest loads
-    /// nothing (each is rejected, naming the kind to add here). A wildcard never allows RBAC
-    /// kinds, Secrets or Pods ([`crate::guest::grant::named_only`]): list them by name.
-    pub kinds: BTreeSet<String>,
-    /// Concurrent reconciles per tenant guest [1].
-    pub workers: usize,
-    /// Per-call limits.
-    pub limits: Limits,
-    /// Largest module accepted once unpacked [32 MiB].
-    pub max_module_bytes: usize,
-    /// More than confinement, by the delivering namespace: `[tenants.grants.team-a]` with
-    /// `namespaces = ["team-a", "shared"]`, say. The guest's own namespace is always included;
-    /// `namespaces` omitted means the guest's own only (never "all", which would let a tenant
-    /// reach cluster-scoped kinds), and `kinds` omitted means the policy's `kinds` (a
-    /// namespace's `kinds` replaces them; it does not add to them).
-    pub grants: BTreeMap<String, Grant>,
-    /// Tenant guests one namespace may have serving or loading, over all its ConfigMaps [20].
-    /// Rejected guests do not count, and a new version of a serving guest never waits. A guest
-    /// past it is rejected, with an Event saying so, and loads by itself once another guest of
-    /// the namespace is removed or rejected.
-    pub max_guests_per_namespace: usize,
-    /// Cache bytes one namespace's guests may be attributed, over all its ConfigMaps [none]:
-    /// each informer's objects split evenly between the guests that read it. A load whose
-    /// informers would add bytes past it is rejected once they have synced, and released.
-    pub max_cached_bytes_per_namespace: Option<u64>,
-    /// Least time between two loads of one guest, in milliseconds [1000]. Edits arriving
-    /// sooner wait, and collapse into one load of the latest: a tenant editing in a loop gets
-    /// one compile a second, not one per edit. Unloads never wait.
-    pub min_reload_interval_ms: u64,
-    /// The ServiceAccount of its own namespace a tenant's guests act as [reconciled-guest]:
-    /// their writes and uncached reads impersonate it, and their cache reads are reviewed as
-    /// it. A ConfigMap may name another one of its namespace in the annotation
-    /// `reconciled.dev/service-account`.
-    pub service_account: String,
-    /// CPU each tenant namespace's guests may use per minute, compile time included, in
-    /// milliseconds [unlimited]. A tenant over it has its reconciles delayed (never failed)
-    /// until the budget refills, with a Warning Event when that starts; see
-    /// [`crate::controller::fair_share`].
-    pub cpu_budget_ms_per_minute: Option<u64>,
-    /// Registries (`host` or `host:port`, exactly as references name them) tenants' `.wasm.ref`
-    /// keys may pull from [none]. The host makes those requests from inside the cluster, so
-    /// this list is what keeps a tenant from pointing it at any address it can reach.
-    pub registries: BTreeSet<String>,
-    /// Each tenant namespace's share of the host's CPU when tenants compete [1 each];
-    /// `[tenants.weights]` with `team-a = 2` gives team-a twice the share of a tenant of weight 1.
-    pub weights: BTreeMap<String, u32>,
-}
-
-impl Default for TenantPolicy {
-    fn default() -> Self {
-        Self {
-            namespaces: None,
-            kinds: BTreeSet::new(),
-            workers: 1,
-            limits: Limits::default(),
-            max_module_bytes: 32 << 20,
-            grants: BTreeMap::new(),
-            max_guests_per_namespace: 20,
-            max_cached_bytes_per_namespace: None,
-            min_reload_interval_ms: 1000,
-            service_account: DEFAULT_SERVICE_ACCOUNT.into(),
-            cpu_budget_ms_per_minute: None,
-            weights: BTreeMap::new(),
-            registries: BTreeSet::new(),
-        }
-    }
-}
-
-impl TenantPolicy {
-    /// The settings of guest `name` delivered in `namespace`: confined to it and no uncached
-    /// reads, unless [`TenantPolicy::grants`] says more for that namespace; acting as the
-    /// policy's ServiceAccount of that namespace.
-    pub fn settings(&self, name: &str, namespace: &str) -> Settings {
-        let account = ServiceAccount {
-            namespace: namespace.to_string(),
-            // Checked when the host config was read (see `Config::load`).
-            name: self.service_account.clone(),
-        };
-        self.settings_as(name, namespace, account)
-    }
-
-    /// [`TenantPolicy::settings`], acting as `account`.
-    pub fn settings_as(&self, name: &str, namespace: &str, account: ServiceAccount) -> Settings {
-        let mut grant = Grant {
-            namespaces: Some([namespace.to_string()].into()),
-            kinds: Some(self.kinds.clone()),
-            uncached_reads: false,
-        };
-        if let Some(more) = self.grants.get(namespace) {
-            if let (Some(ns), Some(extra)) = (&mut grant.namespaces, &more.namespaces) {
-                ns.extend(extra.iter().cloned());
-            }
-            if more.kinds.is_some() {
-                grant.kinds = more.kinds.clone();
-            }
-            grant.uncached_reads = more.uncached_reads;
-        }
-        Settings {
-            name: name.to_string(),
-            grant,
-            limits: self.limits,
-            workers: self.workers,
-            read_your_writes: None,
-            identity: Some(account),
-            recorder: None,
-            shadow: None,
-        }
-    }
 }
 
 /// Watches labelled ConfigMaps and feeds their modules to the supervisor. Dropping it stops
@@ -391,7 +274,7 @@ fn offers_for(
     namespace: &str,
     cm: &str,
     policy: &TenantPolicy,
-    account: &Result<ServiceAccount, String>,
+    account: &Result<ServiceAccount, BadAccount>,
 ) -> (Vec<(String, Offer)>, BTreeSet<String>) {
     let settings = |name: &str| match account {
         Ok(a) => policy.settings_as(name, namespace, a.clone()),
@@ -424,8 +307,8 @@ fn offers_for(
     for m in modules.modules {
         let name = format!("{namespace}/{cm}/{}", m.stem);
         wanted.insert(name.clone());
-        if let Err(message) = account {
-            offers.push((name.clone(), refused(&name, &m.key, message.clone())));
+        if let Err(bad) = account {
+            offers.push((name.clone(), refused(&name, &m.key, bad.to_string())));
             continue;
         }
         let (key, packed, max) = (m.key.clone(), m.bytes, policy.max_module_bytes);
@@ -452,6 +335,10 @@ fn offers_for(
 /// Nothing at all, at the cost of comparing `binaryData` as text, when `o` holds the module
 /// bytes it held when last synced and every guest it delivers has settled from them: a label or
 /// annotation edit, or a resync, must not decode, unpack and hash every module again.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the unchanged-ConfigMap shortcut, the decode, the offers and the removals share what was seen of the ConfigMap; each part is a few lines"
+)]
 async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
     let id = id_of(o);
     if let Some(previous) = seen.synced.get(&id)
@@ -617,13 +504,12 @@ fn account_of(
     o: &ObjectRef,
     namespace: &str,
     policy: &TenantPolicy,
-) -> Result<ServiceAccount, String> {
+) -> Result<ServiceAccount, BadAccount> {
     let name = annotated_account(o).unwrap_or_else(|| policy.service_account.clone());
-    ServiceAccount::new(namespace, &name).map_err(|e| {
-        format!(
-            "annotation {ANNOTATION} names no usable ServiceAccount of namespace {namespace}: {e}; name one (the guest acts as it), or remove the annotation to use {:?}",
-            policy.service_account
-        )
+    ServiceAccount::new(namespace, &name).map_err(|source| BadAccount {
+        namespace: namespace.to_string(),
+        default: policy.service_account.clone(),
+        source,
     })
 }
 
@@ -669,7 +555,6 @@ fn same_modules(old: &ObjectRef, new: &ObjectRef) -> bool {
 mod tests {
     use super::*;
     use crate::object::{Object, Transform};
-    use crate::sources::pack::*;
     use base64::Engine as _;
     use std::time::Instant;
 
@@ -826,7 +711,7 @@ mod tests {
         );
     }
 
-    fn guest_account() -> Result<ServiceAccount, String> {
+    fn guest_account() -> Result<ServiceAccount, BadAccount> {
         Ok(ServiceAccount::parse("team-a/reconciled-guest").unwrap())
     }
 
@@ -869,7 +754,9 @@ mod tests {
             "team-a/deployer",
             "always of the ConfigMap's namespace"
         );
-        let bad = account_of(&annotated(Some("team-b:x")), "team-a", &policy).unwrap_err();
+        let bad = account_of(&annotated(Some("team-b:x")), "team-a", &policy)
+            .unwrap_err()
+            .to_string();
         assert!(
             bad.contains(ANNOTATION) && bad.contains("DNS-1123"),
             "{bad}"
@@ -881,10 +768,15 @@ mod tests {
     #[test]
     fn a_bad_service_account_annotation_refuses_every_module_and_a_changed_one_reloads() {
         let m = modules(serde_json::json!({"a.wasm": b64(b"a")}));
-        let bad = Err("annotation is bad".to_string());
+        let bad = account_of(
+            &annotated(Some("Team B")),
+            "team-a",
+            &TenantPolicy::default(),
+        );
+        let said = bad.as_ref().unwrap_err().to_string();
         let (offers, _) = offers_for(m, "team-a", "cm", &TenantPolicy::default(), &bad);
         assert!(
-            matches!(&offers[..], [(_, Offer::Unreadable { unreadable, .. })] if unreadable.message == "annotation is bad")
+            matches!(&offers[..], [(_, Offer::Unreadable { unreadable, .. })] if unreadable.message == said)
         );
         assert!(
             !same_modules(&annotated(None), &annotated(Some("deployer"))),

@@ -1,0 +1,43 @@
+//! What the sources hand the supervisor for a module they could not read, and for a pull's
+//! outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::controller::Settings;
+use crate::sources::oci::{Error, Pulled};
+use crate::supervisor::{Offer, Source, Unreadable};
+
+/// The offer a pull's outcome makes for a guest: load the module, or keep what serves and say
+/// why not.
+pub fn offer_of(
+    outcome: Result<Pulled, Error>,
+    source: Source,
+    settings: Settings,
+    min_interval: Duration,
+) -> Offer {
+    match outcome {
+        Ok(p) => Offer::Load {
+            source,
+            settings,
+            read: Box::new(move || {
+                let bytes = Arc::try_unwrap(p.bytes).unwrap_or_else(|shared| (*shared).clone());
+                Ok((bytes, Some(p.digest)))
+            }),
+            min_interval,
+        },
+        Err(e) => refused(source, settings, e.to_string()),
+    }
+}
+
+/// An offer for a module that cannot be loaded, with `message` saying why.
+pub(crate) fn refused(source: Source, settings: Settings, message: String) -> Offer {
+    Offer::Unreadable {
+        source,
+        settings,
+        unreadable: Unreadable {
+            digest: crate::guest::digest_of(message.as_bytes()),
+            message,
+        },
+    }
+}
