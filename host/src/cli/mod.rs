@@ -1,11 +1,17 @@
-//! Subcommands that help authors rather than run guests: `reconciled push`,
-//! `reconciled new`, `reconciled test` and `reconciled replay`. Also the binary's allocator in
-//! musl builds, kept out of `main.rs`, which is long enough.
+//! The binary's subcommands, one file each; `main.rs` only parses, sets up logging and
+//! dispatches. `run` and `dev` run guests on a [`host::Host`]; `status` reads a running host;
+//! `pack` and `push` deliver modules; `new`, `test` and `replay` help authors. Also the
+//! binary's allocator in musl builds.
 
+pub(crate) mod dev;
+pub(crate) mod host;
 pub(crate) mod new;
+pub(crate) mod pack;
 pub(crate) mod push;
 pub(crate) mod record;
 pub(crate) mod replay;
+pub(crate) mod run;
+pub(crate) mod status;
 pub(crate) mod test;
 
 /// musl's malloc is slow on the informer's allocation-heavy decoding, so the static musl binary

@@ -34,6 +34,7 @@
 pub mod assignment;
 mod decide;
 mod elector;
+pub mod identity;
 pub mod lease;
 pub mod shard;
 

@@ -1,0 +1,72 @@
+//! `reconciled dev`: every `.wasm` in a folder runs, and reloads the moment it changes; with
+//! `--build`, a guest crate is rebuilt into the folder on every edit.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use reconciled::controller::Settings;
+use reconciled::sources::dir::{Change, DirSource, Settle};
+use reconciled::supervisor::{Offer, Source};
+
+use crate::cli::host::{ClusterArgs, Host, Wiring};
+
+/// `reconciled dev`.
+#[derive(Args)]
+pub(crate) struct DevArgs {
+    /// The folder of .wasm files to run and watch.
+    dir: PathBuf,
+    /// A guest crate to rebuild (cargo build --release --target wasm32-wasip2) when its
+    /// sources change; the built module is installed into the folder.
+    #[arg(long)]
+    build: Option<PathBuf>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+/// Runs the folder's guests until Ctrl-C.
+pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.dir)
+        .map_err(|e| anyhow::anyhow!("cannot create the dev folder {}: {e}", args.dir.display()))?;
+    let build = match &args.build {
+        Some(krate) => Some(reconciled::sources::cargo_build::CargoBuild::start(
+            krate, &args.dir,
+        )?),
+        None => None,
+    };
+    let mut host = Host::connect(&args.cluster, Wiring::default()).await?;
+    host.serve(&args.cluster).await?;
+    let (watch, mut changes) = DirSource::start(&args.dir, Settle::default())?;
+    tracing::info!(dir = %args.dir.display(), "watching for modules; write a .wasm there to load or reload it; Ctrl-C stops");
+    let sup = host.supervisor.clone();
+    let apply = async move {
+        while let Some(change) = changes.recv().await {
+            match change {
+                Change::Upsert {
+                    name,
+                    path,
+                    bytes,
+                    digest,
+                    ..
+                } => {
+                    let offer = Offer::Load {
+                        source: Source::DevFolder(path),
+                        settings: Settings::new(&name),
+                        read: Box::new(move || Ok((bytes, Some(digest)))),
+                        // A developer's rebuild loads at once.
+                        min_interval: std::time::Duration::ZERO,
+                    };
+                    sup.offer(&name, offer);
+                }
+                Change::Remove { name, .. } => sup.offer(&name, Offer::Remove),
+            }
+        }
+    };
+    tokio::select! {
+        () = apply => anyhow::bail!("stopped watching {}", args.dir.display()),
+        r = tokio::signal::ctrl_c() => r?,
+    }
+    tracing::info!("stopping");
+    drop((watch, build));
+    host.stop().await;
+    Ok(())
+}
