@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
+use tracing::Instrument;
 
 use crate::controller::fair_share::Slot;
 use crate::controller::reconciles::ReconcileResult;
@@ -333,7 +334,17 @@ async fn work(controller: std::sync::Weak<Controller>) {
         }
         let _active = c.counters.reconciles.active();
         let started = Instant::now();
-        let reconciled = AssertUnwindSafe(c.reconcile_one(version, &key, &mut slot));
+        // Every line the host or the guest logs during the call carries the guest, the key and
+        // the version serving it (kube-runtime's "reconciling object" span), so that a log can
+        // be read one request at a time.
+        let span = tracing::info_span!(
+            "reconcile",
+            guest = %c.name,
+            key = %key,
+            digest = %version.module.digest(),
+        );
+        let reconciled =
+            AssertUnwindSafe(c.reconcile_one(version, &key, &mut slot).instrument(span));
         let result = tokio::select! {
             biased;
             why = gate.wait_closed() => {
