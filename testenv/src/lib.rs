@@ -324,6 +324,30 @@ impl ControlPlane {
         }
     }
 
+    /// A control plane of one group of tests, apart from [`shared`](Self::shared): for tests
+    /// that restart the apiserver, compact etcd, run it with other flags, or count every request
+    /// it serves, which would disturb (or be disturbed by) the other tests of the binary. Started
+    /// on first use with `extra_args` (as [`start_with_args`](Self::start_with_args)) and kept in
+    /// `cell`, so each group names its own `static`; like the shared one it is never dropped,
+    /// and its directory is removed when the test binary exits.
+    ///
+    /// # Panics
+    /// If the control plane cannot start, with a one-line reason.
+    pub fn own(
+        cell: &'static OnceLock<Result<ControlPlane, String>>,
+        extra_args: &[&str],
+    ) -> &'static ControlPlane {
+        let cp = cell.get_or_init(|| {
+            ControlPlane::start_with_args(extra_args)
+                .inspect(|cp| process::remove_at_exit(cp.dir.path()))
+                .map_err(|e| e.to_string())
+        });
+        match cp {
+            Ok(cp) => cp,
+            Err(reason) => panic!("testenv: control plane did not start: {reason}"),
+        }
+    }
+
     /// A `kube::Config` for an admin (group `system:masters`).
     pub fn admin_config(&self) -> kube::Config {
         self.admin.clone()

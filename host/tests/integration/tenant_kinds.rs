@@ -1,7 +1,7 @@
 //! What kinds a tenant's guest may declare, against the real apiserver: none by default, and a
 //! wildcard never covers RBAC kinds, Secrets or Pods.
 
-mod common;
+use crate::common;
 
 use common::host::{TempDir, supervisor_with};
 use common::wait::{wait_event, wait_until};
@@ -15,7 +15,7 @@ use testenv::ControlPlane;
 
 async fn deliver(client: &kube::Client, ns: &str, name: &str, guest: &str) {
     let module = std::fs::read(common::guests::wasm(guest)).unwrap();
-    let packed = reconciled::sources::pack::pack(ns, name, "rec", &module).unwrap();
+    let packed = reconciled::sources::configmap::pack(ns, name, "rec", &module).unwrap();
     Api::<ConfigMap>::namespaced(client.clone(), ns)
         .create(
             &PostParams::default(),

@@ -2,7 +2,7 @@
 //! A rewrite of the module reloads it once, however many file-system events the write makes;
 //! `/status`, `/metrics`, `/healthz`, `/readyz` and `reconciled status` report it.
 
-mod common;
+use crate::common;
 
 use common::host::free_port;
 

@@ -4,7 +4,7 @@
 //!
 //! No control plane here: the command must not need one. `KUBECONFIG` points nowhere to prove it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 //! 10 000 requests. The guest is `guests/hostile` (see its crate docs for what each name prefix
 //! and build does); it reports by annotation.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -33,6 +33,35 @@ fn settings(name: &str, ns: &str) -> Settings {
 
 async fn result(api: &Api<ConfigMap>, name: &str) -> String {
     wait_annotation(api, name, RESULT, Duration::from_secs(60), |_| true).await
+}
+
+/// Every line logged during a reconcile names the guest, the key and the module serving it (the
+/// reconcile's span), the guest's own lines included: the SDKs promise that a log line names its
+/// request. The hostile guest's battery ends by logging text that tries to forge a host line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_line_a_guest_logs_names_its_guest_key_and_module() {
+    common::logs::capture();
+    let cp = ControlPlane::shared();
+    let admin = cp.admin_client();
+    let ns = "hostile-logs";
+    namespace(&admin, ns).await;
+    let api = Api::<ConfigMap>::namespaced(admin.clone(), ns);
+    api.create(&PostParams::default(), &cm("calls-1", &[]))
+        .await
+        .unwrap();
+    let (c, _f, _r) = start(admin.clone(), "hostile_calls", settings("hostile-logs", ns))
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    result(&api, "calls-1").await;
+    let span = format!(
+        "reconcile{{guest=hostile-logs key={ns}/calls-1 digest={}}}",
+        c.digest()
+    );
+    let line = common::logs::line_with(&[&span, "forged"]);
+    let line = line.unwrap_or_else(|| panic!("no guest line in the span {span}"));
+    assert!(line.contains(" guest: "), "the guest's own line: {line}");
+    c.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

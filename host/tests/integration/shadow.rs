@@ -3,7 +3,7 @@
 //! wrote is stored (its writes go out with `dryRun=All`), and `/metrics` and `/status` count
 //! the divergences.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

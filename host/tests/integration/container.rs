@@ -6,7 +6,7 @@
 //! reconcile, serve `/metrics`, run as non-root on a read-only root, and stop on SIGTERM within
 //! the pod's grace period.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -128,7 +128,7 @@ async fn the_image_runs_as_the_deployment_runs_it() {
         .await
         .unwrap();
     let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
-    let packed = reconciled::sources::pack::pack(TENANT_NS, "rec", "rec", &module).unwrap();
+    let packed = reconciled::sources::configmap::pack(TENANT_NS, "rec", "rec", &module).unwrap();
     cms.create(
         &PostParams::default(),
         &serde_json::from_value(packed).unwrap(),

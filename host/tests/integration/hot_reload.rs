@@ -5,7 +5,7 @@
 //! every ConfigMap labelled `stamp.reconciled.dev/enabled=true`, so an annotation says which
 //! version reconciled which state.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -562,7 +562,7 @@ async fn a_tenant_guest_cannot_watch_a_cluster_scoped_kind() {
         ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let packed =
-        reconciled::sources::pack::pack(ns, "nosy", "rec", &wasm("stamp_cluster")).unwrap();
+        reconciled::sources::configmap::pack(ns, "nosy", "rec", &wasm("stamp_cluster")).unwrap();
     cms.create(
         &PostParams::default(),
         &serde_json::from_value(packed).unwrap(),

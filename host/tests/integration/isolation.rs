@@ -6,7 +6,7 @@
 //! of a fresh 1 MiB heap block are not zero and how large its memory is at the start, and then
 //! leaves all three marks behind (the global bumped, the block filled with 0xCD, 4 MiB leaked).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! same test for each language the example is written in: Rust (`examples/configmap-generator`),
 //! TypeScript (`examples/configmap-generator-ts`) and Python (`examples/configmap-generator-py`).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The same informer guarantees on an apiserver that refuses WatchList: the reflector falls back
 //! to paged LISTs, and 410 recovery and the oracle hold on that path too.
 
-mod common;
+use crate::common;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -15,13 +15,10 @@ use testenv::ControlPlane;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// This binary's own control plane, with WatchList switched off.
+/// These tests' own control plane, with WatchList switched off.
 fn control_plane() -> &'static ControlPlane {
-    static CP: OnceLock<ControlPlane> = OnceLock::new();
-    CP.get_or_init(|| {
-        ControlPlane::start_with_args(&["--feature-gates=WatchList=false"])
-            .unwrap_or_else(|e| panic!("testenv: control plane did not start: {e}"))
-    })
+    static CP: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+    ControlPlane::own(&CP, &["--feature-gates=WatchList=false"])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

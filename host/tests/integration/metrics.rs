@@ -3,7 +3,7 @@
 //! endpoint's answer, parsed by a strict OpenMetrics parser, must hold the controller-runtime,
 //! workqueue and process families with values that agree with what happened.
 
-mod common;
+use crate::common;
 
 use common::host::{SEEN, serve, stamped, supervisor_with};
 

@@ -3,7 +3,7 @@
 //! reviewed as that ServiceAccount at load, and a right revoked later holds the guest until it
 //! is restored, with no restart and no relist.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -98,7 +98,7 @@ async fn bind(client: &kube::Client, ns: &str) {
 /// Delivers `wasm` as ConfigMap `rec` (key `rec`) in `ns`.
 async fn deliver(client: &kube::Client, ns: &str, wasm: &str) {
     let module = std::fs::read(common::guests::wasm(wasm)).unwrap();
-    let packed = reconciled::sources::pack::pack(ns, "rec", "rec", &module).unwrap();
+    let packed = reconciled::sources::configmap::pack(ns, "rec", "rec", &module).unwrap();
     Api::<ConfigMap>::namespaced(client.clone(), ns)
         .create(
             &PostParams::default(),

@@ -2,7 +2,7 @@
 //! own test passes, and `reconciled dev` runs it against the control plane until the sample
 //! object is reconciled. Prints how long that took, from `new` to the first reconcile.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

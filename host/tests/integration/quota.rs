@@ -5,10 +5,8 @@
 //! The guest is `guests/stamp`, delivered in ConfigMaps as a tenant would; its informer reads
 //! the ConfigMaps labelled `stamp.reconciled.dev/enabled=true` of its namespace.
 
-mod common;
+use crate::common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::host::{ENABLED, TempDir, seen, stamped, supervisor_with};
@@ -43,39 +41,6 @@ fn module_cm(name: &str, modules: &[(&str, &[u8])]) -> ConfigMap {
         "binaryData": binary,
     }))
     .unwrap()
-}
-
-/// What the host logs, from the first call on: this test binary's own subscriber.
-fn logs() -> &'static Mutex<Vec<u8>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || Sink(sink.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-        buffer
-    })
-}
-
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn logged(what: &[&str]) -> bool {
-    let text = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
-    text.lines().any(|l| what.iter().all(|w| l.contains(w)))
 }
 
 fn serving(sup: &Supervisor, guest: &str) -> bool {
@@ -114,7 +79,7 @@ async fn refused_for_quota(
     )
     .await;
     assert!(
-        logged(&["module rejected", guest, "quota"]),
+        common::logs::logged(&["module rejected", guest, "quota"]),
         "no log line for the refusal of {guest}"
     );
     let metric =
@@ -126,7 +91,7 @@ async fn refused_for_quota(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quota_counts_serving_guests_lets_reloads_through_and_loads_a_refused_guest_when_room_frees_up()
  {
-    logs();
+    common::logs::capture();
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "team-quota";
@@ -224,7 +189,7 @@ async fn the_quota_counts_serving_guests_lets_reloads_through_and_loads_a_refuse
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_load_past_the_namespaces_cache_cap_is_refused_and_shared_informers_are_split() {
-    logs();
+    common::logs::capture();
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let (big, small) = ("team-cache-big", "team-cache-small");
@@ -281,7 +246,11 @@ async fn a_load_past_the_namespaces_cache_cap_is_refused_and_shared_informers_ar
     let metric =
         format!("reconciled_module_rejections_total{{guest=\"{guest}\",reason=\"cache-bytes\"}} 1");
     assert!(sup.metrics().contains(&metric), "no {metric}");
-    assert!(logged(&["module rejected", guest, "cache-bytes"]));
+    assert!(common::logs::logged(&[
+        "module rejected",
+        guest,
+        "cache-bytes"
+    ]));
     wait_until("its informer released", Duration::from_secs(10), || {
         !sup.factory()
             .active()

@@ -10,7 +10,7 @@
 //! so that many disruptions fit in a test; `RECONCILED_REPLICA_ROUNDS` (default 3) sets how many
 //! kills, cuts and rolling restarts the long scenario makes (10 for the full acceptance run).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -357,6 +357,13 @@ fn overlaps(marks: &[Mark]) -> Vec<(Mark, Mark)> {
     bad
 }
 
+/// These tests' own control plane: the Lease traffic test counts every Lease write the API
+/// server serves, which other tests' hosts would add to.
+fn control_plane() -> &'static ControlPlane {
+    static CP: std::sync::OnceLock<Result<ControlPlane, String>> = std::sync::OnceLock::new();
+    ControlPlane::own(&CP, &[])
+}
+
 /// The tests of this file one at a time: each runs three hosts, and the Lease traffic test
 /// counts every Lease write the API server serves.
 async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
@@ -416,7 +423,7 @@ fn summary(label: &str, v: &[Duration]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_share_thirty_guests_and_survive_kills_cuts_and_rolling_restarts() {
     let _serial = serial().await;
-    let cp = ControlPlane::shared();
+    let cp = control_plane();
     let client = cp.admin_client();
     let dir = KeepOnFailure(TempDir::new("replicas"));
     let dir = &dir.0;
@@ -700,7 +707,7 @@ fn server_lease_writes(cp: &ControlPlane) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_guests_on_three_replicas_cost_at_most_five_lease_writes_a_second() {
     let _serial = serial().await;
-    let cp = ControlPlane::shared();
+    let cp = control_plane();
     let client = cp.admin_client();
     let dir = TempDir::new("replicas-traffic");
     common::namespace(&client, "traffic-leases").await;
@@ -828,7 +835,7 @@ async fn a_hundred_guests_on_three_replicas_cost_at_most_five_lease_writes_a_sec
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_the_gate_cancels_a_reconcile_in_flight_at_once() {
     let _serial = serial().await;
-    let cp = ControlPlane::shared();
+    let cp = control_plane();
     let client = cp.admin_client();
     let ns = "gate-cancel";
     common::namespace(&client, ns).await;
@@ -886,7 +893,7 @@ async fn closing_the_gate_cancels_a_reconcile_in_flight_at_once() {
 /// sit in standby: readiness says so, naming the namespace and the rule to add.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_without_lease_rbac_is_not_ready_and_names_the_rule() {
-    let cp = ControlPlane::shared();
+    let cp = control_plane();
     common::namespace(&cp.admin_client(), "norbac-leases").await;
     let user = cp.user("no-leases", &[]).unwrap();
     let client = kube::Client::try_from(user.config.clone()).unwrap();
@@ -924,7 +931,7 @@ async fn a_replica_without_lease_rbac_is_not_ready_and_names_the_rule() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_after_a_renew_whose_answer_was_lost_still_frees_the_lease() {
     use reconciled::replicas::lease::{Error, Writer};
-    let cp = ControlPlane::shared();
+    let cp = control_plane();
     let admin = cp.admin_client();
     common::namespace(&admin, "lost-renew-leases").await;
     let writer = |id: &str| {

@@ -4,7 +4,7 @@
 //! an Event on its ConfigMap), keep reconciling its other keys, and serve that key again once
 //! the fault clears, without being delivered again.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

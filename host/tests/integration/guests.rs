@@ -2,7 +2,7 @@
 //! forbidden writes and read-your-writes. The guest is `guests/probe`, whose behaviour is chosen
 //! by the name of the ConfigMap it reconciles and which reports by annotation.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -5,7 +5,7 @@
 //! ConfigMap loads, reconciles, reloads when the reference or its tag moves, and keeps serving
 //! through every bad reference.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,9 +20,9 @@ use kube::api::{
 use p256::ecdsa::SigningKey;
 use p256::pkcs8::{EncodePrivateKey as _, EncodePublicKey as _, LineEnding};
 use reconciled::guest::digest_of;
+use reconciled::sources::configmap::PULL_SECRET;
 use reconciled::sources::configmap::{ConfigMapSource, LABEL};
 use reconciled::sources::oci::credentials::Login;
-use reconciled::sources::oci::tenants::PULL_SECRET;
 use reconciled::sources::oci::{
     CONFIG_MEDIA_TYPE, Fetched, LAYER_MEDIA_TYPE, ModuleRef, Pulled, Registry, Settings,
 };

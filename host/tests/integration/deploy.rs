@@ -3,7 +3,7 @@
 //! serves a tenant's reconciler, acting as the tenant's ServiceAccount, with exactly those RBAC
 //! rules; without one of the tenant's rules, the reconciler is refused, naming it.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -108,7 +108,7 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
     .await
     .unwrap();
     let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
-    let packed = reconciled::sources::pack::pack(ns, "rec", "rec", &module).unwrap();
+    let packed = reconciled::sources::configmap::pack(ns, "rec", "rec", &module).unwrap();
     cms.create(
         &PostParams::default(),
         &serde_json::from_value(packed).unwrap(),

@@ -1,7 +1,7 @@
 //! Informer behaviour against the real apiserver: the list/watch handoff, RBAC preflight,
 //! discovery of CRDs, sharing, late and slow subscribers.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,19 +1,16 @@
 //! Informer recovery from faults on the real apiserver (WatchList on, the default): 410 Gone
-//! after compaction, apiserver restarts, dropped connections. These restart the shared
-//! apiserver, so they run one at a time in their own test binary.
+//! after compaction, apiserver restarts, dropped connections. These restart the apiserver, so
+//! they run one at a time on a control plane of their own (`common::faulty_control_plane`).
 
-mod common;
+use crate::common;
 
 use common::scenarios;
 use reconciled::informer::Options;
-use testenv::ControlPlane;
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_410_the_informer_relists_and_tombstones_what_was_deleted_in_the_gap() {
-    let _serial = SERIAL.lock().await;
-    let cp = ControlPlane::shared();
+    let _serial = common::faults_serial().await;
+    let cp = common::faulty_control_plane();
     let stats =
         scenarios::relist_after_410_tombstones_gap_deletes(cp, "gone", Options::default()).await;
     assert!(
@@ -24,8 +21,8 @@ async fn after_410_the_informer_relists_and_tombstones_what_was_deleted_in_the_g
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oracle_cache_equals_a_quorum_list_after_2000_operations_and_faults() {
-    let _serial = SERIAL.lock().await;
-    let cp = ControlPlane::shared();
+    let _serial = common::faults_serial().await;
+    let cp = common::faulty_control_plane();
     scenarios::oracle_after_faults(cp, "oracle", Options::default()).await;
 }
 
@@ -40,8 +37,8 @@ async fn a_cut_watch_resumes_from_its_resource_version_and_the_informer_is_synce
     use reconciled::informer::{Informer, InformerKey, Scope, State};
     use testenv::Proxy;
 
-    let _serial = SERIAL.lock().await;
-    let cp = ControlPlane::shared();
+    let _serial = common::faults_serial().await;
+    let cp = common::faulty_control_plane();
     let admin = cp.admin_client();
     let ns = "cut";
     namespace(&admin, ns).await;

@@ -1,7 +1,7 @@
 //! The host process from start to stop, as a probe and an operator see it: `/readyz` probed
 //! every 20 ms from the moment the process starts, and Ctrl-C.
 
-mod common;
+use crate::common;
 
 use common::host::free_port;
 

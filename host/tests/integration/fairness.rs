@@ -2,7 +2,7 @@
 //! failed, with one Warning Event, a `/status` entry and metrics saying so, while another
 //! tenant's guest keeps reconciling promptly.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

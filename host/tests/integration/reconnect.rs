@@ -1,11 +1,11 @@
 //! Reconnecting after outages, on the real apiserver: once the API server answers again, every
 //! informer is current again within seconds, however many failures came before and however far
-//! its backoff had grown. These cut and restart the shared apiserver, so they run one at a time
-//! in their own test binary.
+//! its backoff had grown. These cut and restart the apiserver, so they run one at a time on a
+//! control plane of their own (`common::faulty_control_plane`).
 //!
 //! Each test prints its measured figures (`--nocapture` shows them).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,10 +19,8 @@ use reconciled::informer::{
     Informer, InformerKey, Namespaces, Options, Scope, State, Subscription,
 };
 use serde::de::DeserializeOwned;
-use testenv::{ControlPlane, Proxy};
+use testenv::Proxy;
 use tokio::time::Instant;
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// How soon after the server is back every informer must be current again.
 const RECOVERY_BOUND: Duration = Duration::from_secs(3);
@@ -147,8 +145,8 @@ fn key(ns: &str, kind: &str) -> InformerKey {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_four_cuts_and_a_15_s_outage_every_informer_is_current_within_3_s() {
-    let _serial = SERIAL.lock().await;
-    let cp = ControlPlane::shared();
+    let _serial = common::faults_serial().await;
+    let cp = common::faulty_control_plane();
     let admin = cp.admin_client();
     let (a, b) = ("reconnect-a", "reconnect-b");
     for ns in [a, b] {
@@ -298,8 +296,8 @@ fn set_expectations(watched: &mut [Watched], a: &str, b: &str, ra: u64, rb: u64,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_apiserver_restart_the_cache_advances_within_about_2_s_of_the_server_being_ready()
 {
-    let _serial = SERIAL.lock().await;
-    let cp = ControlPlane::shared();
+    let _serial = common::faults_serial().await;
+    let cp = common::faulty_control_plane();
     let admin = cp.admin_client();
     let ns = "reconnect-restart";
     namespace(&admin, ns).await;

@@ -1,9 +1,10 @@
-//! Helpers shared by the host's integration tests (each test binary uses a subset).
+//! Helpers shared by the host's integration tests.
 #![allow(dead_code, unreachable_pub)]
 
 pub mod controllers;
 pub mod guests;
 pub mod host;
+pub mod logs;
 pub mod scenarios;
 pub mod wait;
 
@@ -14,6 +15,22 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta};
 use reconciled::informer::{Informer, State};
+
+/// The control plane of the tests that restart the apiserver, compact etcd or cut its
+/// connections (`informer_faults`, `reconnect`): theirs alone, so that no other test sees those
+/// faults. Hold [`faults_serial`] while using it: each of those tests expects to be the only
+/// one disturbing it.
+pub fn faulty_control_plane() -> &'static testenv::ControlPlane {
+    static CP: std::sync::OnceLock<Result<testenv::ControlPlane, String>> =
+        std::sync::OnceLock::new();
+    testenv::ControlPlane::own(&CP, &[])
+}
+
+/// One fault test at a time on [`faulty_control_plane`].
+pub async fn faults_serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
 
 /// Creates a namespace (tests isolate themselves by namespace on the shared control plane).
 pub async fn namespace(client: &kube::Client, name: &str) {

@@ -3,7 +3,7 @@
 //! module, and against a version with one deliberate change (its field manager) reports exactly
 //! the writes that change: every apply, and nothing else.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

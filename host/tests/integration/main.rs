@@ -1,0 +1,41 @@
+//! The host's integration tests, as one test binary: each module is one area, against the real
+//! loopback control plane that `common` starts (`testenv::ControlPlane::shared`), or against a
+//! control plane of its own where its tests restart the API server, change its flags or count
+//! everything it serves.
+//!
+//! One binary, not one per area: each links wasmtime, kube and the host, and on two cores the
+//! links were most of a clean build of the tests. Tests run concurrently (`--test-threads`, the
+//! number of cores by default) and isolate themselves by namespace.
+//!
+//! Run one area with a filter: `cargo test --test integration hot_reload::`.
+
+mod common;
+mod container;
+mod deploy;
+mod dev_loop;
+mod example;
+mod fairness;
+mod fixtures;
+mod guests;
+mod hostile;
+mod hot_reload;
+mod informer;
+mod informer_faults;
+mod informer_without_watch_list;
+mod isolation;
+mod lifecycle;
+// A host worker panics on purpose here, which only the `fault-injection` feature allows.
+#[cfg(feature = "fault-injection")]
+mod metrics;
+mod oci;
+mod quota;
+mod reconnect;
+mod replay;
+mod replicas;
+mod scaffold;
+mod shadow;
+mod tenant_kinds;
+mod tenants;
+// A host worker panics on purpose here, which only the `fault-injection` feature allows.
+#[cfg(feature = "fault-injection")]
+mod worker_faults;
