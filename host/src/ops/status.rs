@@ -694,6 +694,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the whole document as scripts read it, field by field, in one literal to compare against"
+    )]
     fn the_document_keeps_the_field_names_and_words_scripts_read() {
         let failing = GuestStatus {
             reason: Some("worker panicked on team-a/work".into()),
