@@ -50,8 +50,8 @@ mod policy;
 mod references;
 
 pub use format::{CONFIGMAP_LIMIT, LABEL, pack};
-pub use policy::TenantPolicy;
 use policy::BadAccount;
+pub use policy::TenantPolicy;
 pub use references::PULL_SECRET;
 
 use format::{Modules, modules_of, unpack};
