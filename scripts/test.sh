@@ -2,14 +2,41 @@
 # The whole test suite from a fresh machine: installs what it needs, then runs every check.
 # Integration tests start a real kube-apiserver and etcd on loopback; they fail, never skip,
 # when that control plane cannot start.
+#
+#   scripts/test.sh           # everything, as CI runs it
+#   scripts/test.sh --quick   # the edit loop: fmt, clippy and unit tests; no control plane,
+#                             # no guests, no image
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 
-step() { printf '\n==> %s\n' "$*" >&2; }
+quick=false
+case "${1:-}" in
+  "") ;;
+  --quick) quick=true ;;
+  *) echo "test: unknown argument $1 (usage: scripts/test.sh [--quick])" >&2; exit 2 ;;
+esac
+
+started=$SECONDS
+step() { printf '\n==> %s (%ds)\n' "$*" "$((SECONDS - started))" >&2; }
 need() {
   command -v "$1" >/dev/null 2>&1 || { echo "test: \`$1\` is not on PATH; $2" >&2; exit 1; }
 }
+# fault-injection lets tests make a host worker panic on purpose (tests/integration/worker_faults.rs);
+# the shipped binary is built without it.
+features=(--features reconciled/fault-injection)
+
 need cargo "install Rust 1.95+ with rustup"
+if $quick; then
+  step "cargo fmt --check"
+  cargo fmt --all --check
+  step "cargo clippy --all-targets -- -D warnings"
+  cargo clippy --workspace --all-targets "${features[@]}" --quiet -- -D warnings
+  step "unit tests (the library, the binary and tests/layout.rs)"
+  cargo test --workspace "${features[@]}" --lib --bins --test layout
+  exit 0
+fi
+
 need go "install Go 1.26+: kube-apiserver is built from Go modules"
 need node "install Node 20+ with npm: TypeScript guests are built with componentize-js"
 need npm "install npm (with Node 20+): it installs the TypeScript guest toolchain"
@@ -52,12 +79,19 @@ cargo fmt --all --check
 (cd guests && cargo fmt --all --check)
 (cd examples/configmap-generator && cargo fmt --all --check)
 
-# fault-injection lets tests make a host worker panic on purpose (tests/worker_faults.rs); the
-# shipped binary is built without it.
-features=(--features reconciled/fault-injection)
-
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets "${features[@]}" --quiet -- -D warnings
 
+step "cargo doc (warnings denied: a broken doc link fails)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --document-private-items --quiet
+
+step "the guest workspaces: clippy for wasm32-wasip2, and the Rust SDK's own tests"
+for ws in guests examples/configmap-generator; do
+  (cd "$ws" && CARGO_TARGET_DIR="$root/target/wasm-guests" \
+    cargo clippy --workspace --all-targets --target wasm32-wasip2 --quiet -- -D warnings)
+done
+(cd guests && CARGO_TARGET_DIR="$root/target/wasm-guests" cargo test -p reconciled-guest --quiet)
+
 step "cargo test"
 cargo test --workspace "${features[@]}"
+step "done"
