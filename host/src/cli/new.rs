@@ -57,7 +57,7 @@ struct Names {
 }
 
 impl Names {
-    fn new(name: &str, kind: Option<&str>, sdk: &Path) -> Result<Names, String> {
+    fn new(name: &str, kind: Option<&str>, sdk: &Path) -> anyhow::Result<Names> {
         let label = |s: &str| {
             !s.is_empty()
                 && s.len() <= 63
@@ -68,9 +68,9 @@ impl Names {
                 && s.as_bytes()[0].is_ascii_lowercase()
         };
         if !label(name) {
-            return Err(format!(
+            anyhow::bail!(
                 "{name:?} is not a usable project name: use lowercase letters, digits and '-', starting with a letter (it names the guest, the crate and the file)"
-            ));
+            );
         }
         let pascal: String = name
             .split('-')
@@ -90,9 +90,9 @@ impl Names {
             Some(text) => {
                 let parts: Vec<&str> = text.split('/').collect();
                 let [group, version, kind] = parts[..] else {
-                    return Err(format!(
+                    anyhow::bail!(
                         "--kind {text:?} is not group/version/Kind (for example apps.example.com/v1alpha1/Widget)"
-                    ));
+                    );
                 };
                 if !group.contains('.')
                     || !group.split('.').all(label)
@@ -100,9 +100,9 @@ impl Names {
                     || !kind.starts_with(|c: char| c.is_ascii_uppercase())
                     || !kind.chars().all(|c| c.is_ascii_alphanumeric())
                 {
-                    return Err(format!(
+                    anyhow::bail!(
                         "--kind {text:?}: a custom resource's group is a DNS name with a dot, its version a DNS label and its kind CamelCase letters and digits"
-                    ));
+                    );
                 }
                 (group.to_string(), version.to_string(), kind.to_string())
             }
@@ -121,9 +121,9 @@ impl Names {
             "Error",
         ];
         if TAKEN.contains(&kind.as_str()) {
-            return Err(format!(
+            anyhow::bail!(
                 "the kind {kind:?} would clash with a type of the generated code; name the kind with --kind (for example {group}/{version}/My{kind})"
-            ));
+            );
         }
         let singular = kind.to_ascii_lowercase();
         let plural = plural_of(&singular);
@@ -265,8 +265,7 @@ pub(crate) fn new(args: NewArgs) -> anyhow::Result<()> {
             sdk.display()
         );
     }
-    let names =
-        Names::new(&args.name, args.kind.as_deref(), &sdk).map_err(|e| anyhow::anyhow!(e))?;
+    let names = Names::new(&args.name, args.kind.as_deref(), &sdk)?;
     let dir = args
         .dir
         .clone()
@@ -363,7 +362,9 @@ mod tests {
             "a.io/V1/Widget",
             "a.io/v1/widget",
         ] {
-            let e = Names::new("x", Some(bad), Path::new("/")).unwrap_err();
+            let e = Names::new("x", Some(bad), Path::new("/"))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("--kind"), "{bad}: {e}");
         }
     }

@@ -60,7 +60,7 @@ pub(crate) async fn push(args: PushArgs) -> anyhow::Result<()> {
         None => None,
     };
     let sign = match &args.sign_key {
-        Some(path) => Some(signature::read_signing_key(path).map_err(|e| anyhow::anyhow!(e))?),
+        Some(path) => Some(signature::read_signing_key(path)?),
         None => None,
     };
     let registry = Registry::new(Settings {

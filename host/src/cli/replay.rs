@@ -27,7 +27,7 @@ pub(crate) struct ReplayArgs {
 /// Runs `reconciled replay`.
 pub(crate) async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let started = Instant::now();
-    let recordings = replay::load(&args.dir).map_err(anyhow::Error::msg)?;
+    let recordings = replay::load(&args.dir)?;
     let subject = super::test::subject(&args.guest, None, &args.crds).await?;
     let (mut same, mut different, mut failing, mut broken) = (0, 0, 0, 0);
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();

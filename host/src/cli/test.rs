@@ -48,7 +48,7 @@ pub(crate) async fn subject(
         .await
         .map_err(|e| anyhow::anyhow!("{}: {e}", module.display()))?;
     let crds: Vec<&Path> = crds.iter().map(PathBuf::as_path).collect();
-    let kinds = suite::kinds(dir, &crds).map_err(anyhow::Error::msg)?;
+    let kinds = suite::kinds(dir, &crds)?;
     let subject = Subject::new(compiled, kinds)
         .await
         .map_err(|e| anyhow::anyhow!("{}: {e}", module.display()))?;
@@ -62,9 +62,7 @@ pub(crate) async fn subject(
 pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let subject = subject(&args.module, Some(&args.dir), &args.crds).await?;
-    let results = suite::run(&subject, &args.dir, args.update)
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let results = suite::run(&subject, &args.dir, args.update).await?;
 
     let mut notes = std::collections::BTreeSet::new();
     for r in &results {

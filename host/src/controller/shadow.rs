@@ -24,10 +24,54 @@ use crate::guest::divergence;
 use crate::guest::imports::{Declared, GuestContext};
 use crate::guest::{Module, Reconciled};
 
-/// The shadow module of a guest's settings, or why it could not be loaded (shown in `/status`
-/// as the shadow's problem). Equal when their digests (or reasons) are.
+/// Why a shadow version cannot run beside the live one (shown in `/status` as the shadow's
+/// problem); the live version is unaffected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    /// Its module could not be read.
+    #[error("cannot read the shadow module {path}: {reason}")]
+    Unreadable {
+        /// The module's file.
+        path: String,
+        /// What the OS said.
+        reason: String,
+    },
+    /// Its module could not be compiled.
+    #[error("the shadow module {path}: {reason}")]
+    Invalid {
+        /// The module's file.
+        path: String,
+        /// What the runtime said.
+        reason: String,
+    },
+    /// Its `describe()` failed.
+    #[error("describe() failed: {0}")]
+    Describe(String),
+    /// Its declaration cannot run under the guest's grant.
+    #[error("{0}")]
+    Plan(String),
+    /// It reconciles another kind than the live version.
+    #[error("it reconciles {shadow} but the live version reconciles {live}")]
+    OtherKind {
+        /// The shadow's `for` kind.
+        shadow: String,
+        /// The live version's.
+        live: String,
+    },
+    /// It reads a kind the live version does not.
+    #[error(
+        "it reads {0}, which the live version does not: a shadow shares the live version's informers"
+    )]
+    OtherRead(String),
+    /// It reads a kind in another scope than the live version.
+    #[error("it reads {0} in another scope (namespaces or label selector) than the live version")]
+    OtherScope(String),
+}
+
+/// The shadow module of a guest's settings, or why it could not be loaded. Equal when their
+/// digests (or problems) are.
 #[derive(Clone)]
-pub struct ShadowModule(pub Result<Module, String>);
+pub struct ShadowModule(pub Result<Module, Problem>);
 
 impl ShadowModule {
     /// The module's sha256, or "" when it could not be loaded.
@@ -112,7 +156,7 @@ pub(super) async fn prepare(
     settings: &Settings,
     live: &Version,
     client: &kube::Client,
-) -> Option<Result<Shadow, String>> {
+) -> Option<Result<Shadow, Problem>> {
     match settings.shadow.as_ref()?.0.clone() {
         Ok(module) => Some(prepare_module(settings, live, client, module).await),
         Err(e) => Some(Err(e)),
@@ -124,31 +168,23 @@ async fn prepare_module(
     live: &Version,
     client: &kube::Client,
     module: Module,
-) -> Result<Shadow, String> {
-    let desc = module
-        .describe(settings.limits)
-        .await
-        .map_err(|e| format!("describe() failed: {e}"))?;
-    let plan = plan::plan(&desc, settings).map_err(|e| e.to_string())?;
+) -> Result<Shadow, Problem> {
+    let desc =
+        (module.describe(settings.limits).await).map_err(|e| Problem::Describe(e.to_string()))?;
+    let plan = plan::plan(&desc, settings).map_err(|e| Problem::Plan(e.to_string()))?;
     if plan.for_kind != live.for_kind {
-        return Err(format!(
-            "it reconciles {} but the live version reconciles {}",
-            plan.for_kind, live.for_kind
-        ));
+        return Err(Problem::OtherKind {
+            shadow: plan.for_kind.to_string(),
+            live: live.for_kind.to_string(),
+        });
     }
     let mut declared = HashMap::new();
     for k in &plan.kinds {
         let Some(d) = live.ctx.declared.get(&k.kind) else {
-            return Err(format!(
-                "it reads {}, which the live version does not: a shadow shares the live version's informers",
-                k.kind
-            ));
+            return Err(Problem::OtherRead(k.kind.to_string()));
         };
         if d.informer.key() != &k.key {
-            return Err(format!(
-                "it reads {} in another scope (namespaces or label selector) than the live version",
-                k.kind
-            ));
+            return Err(Problem::OtherScope(k.kind.to_string()));
         }
         for index in &k.indexes {
             // The informer is shared: an index the live version already declared is fine.
@@ -172,7 +208,7 @@ async fn prepare_module(
         read_your_writes: false,
         limits: settings.limits,
         metrics: Arc::default(),
-        world: Default::default(),
+        world: crate::guest::world::World::real(&settings.environment),
         recorder: None,
         taped: true,
     });

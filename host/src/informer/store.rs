@@ -161,7 +161,13 @@ fn remove_key(map: &mut HashMap<Box<str>, KeySet>, value: &str, key: &str) {
 /// The values at a dotted path, fanning out through arrays (so `spec.containers.image` yields
 /// every container's image). Scalars index as their JSON text without quotes; a path that ends
 /// on an object or on an array of objects cannot be indexed.
-fn values_at(value: &Value, path: &[String]) -> Result<Vec<String>, String> {
+/// A field index path that ends on an object or an array of objects, which has no value to
+/// index under.
+#[derive(Debug, thiserror::Error)]
+#[error("the value at {0:?} is not a scalar")]
+struct NotScalar(String);
+
+fn values_at(value: &Value, path: &[String]) -> Result<Vec<String>, NotScalar> {
     let mut current = vec![value];
     for part in path {
         let mut next = Vec::new();
@@ -189,7 +195,7 @@ fn values_at(value: &Value, path: &[String]) -> Result<Vec<String>, String> {
                 Value::Bool(b) => out.push(b.to_string()),
                 Value::Null => {}
                 Value::Object(_) | Value::Array(_) => {
-                    return Err(format!("the value at {:?} is not a scalar", path.join(".")));
+                    return Err(NotScalar(path.join(".")));
                 }
             }
         }

@@ -85,7 +85,7 @@ pub struct Setup {
     /// The guest's clock at the start, RFC 3339 [2026-01-01T00:00:00Z].
     #[serde(default)]
     pub now: Option<String>,
-    /// Seed of the guest's random bytes [0].
+    /// Seed of the guest's random bytes \[0\].
     #[serde(default)]
     pub seed: u64,
     /// Answers imposed on matching requests.
@@ -170,9 +170,9 @@ impl Case {
         let setup: Setup =
             serde_saphyr::from_str(&read(&setup_path)?).map_err(|e| yaml_error(&setup_path, e))?;
         for f in &setup.faults {
-            f.refusal("").map_err(|reason| Error::Invalid {
+            f.refusal("").map_err(|e| Error::Invalid {
                 path: setup_path.clone(),
-                reason,
+                reason: e.to_string(),
             })?;
         }
         let now = match &setup.now {

@@ -33,14 +33,21 @@ pub struct Fault {
     /// How many matching requests get it; absent: all of them.
     #[serde(default)]
     pub times: Option<u32>,
-    /// How many matching requests are answered as modelled before this fault starts [0].
+    /// How many matching requests are answered as modelled before this fault starts \[0\].
     #[serde(default)]
     pub after: u32,
 }
 
+/// A fixture's fault `answer` that names no refusal the server models.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "fault answer {0:?} is not one of conflict, already-exists, forbidden, not-found, invalid, too-many-requests, unavailable, timeout"
+)]
+pub struct UnknownAnswer(String);
+
 impl Fault {
     /// The refusal it answers with, or why the fixture's `answer` is not one.
-    pub fn refusal(&self, what: &str) -> Result<Refusal, String> {
+    pub fn refusal(&self, what: &str) -> Result<Refusal, UnknownAnswer> {
         let (code, reason) = match self.answer.as_str() {
             "conflict" => (409, "Conflict"),
             "already-exists" => (409, "AlreadyExists"),
@@ -50,11 +57,7 @@ impl Fault {
             "too-many-requests" => (429, "TooManyRequests"),
             "unavailable" => (503, "ServiceUnavailable"),
             "timeout" => (504, "Timeout"),
-            other => {
-                return Err(format!(
-                    "fault answer {other:?} is not one of conflict, already-exists, forbidden, not-found, invalid, too-many-requests, unavailable, timeout"
-                ));
-            }
+            other => return Err(UnknownAnswer(other.to_string())),
         };
         Ok(Refusal::new(
             code,

@@ -23,29 +23,57 @@ use crate::offline::fixture::{Case, Outcome, Setup};
 use crate::offline::runner::{CaseError, Subject};
 use crate::offline::server::Fault;
 
+/// Why the recordings could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A folder or file that cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The folder or file.
+        path: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The folder holds no recording.
+    #[error(
+        "no recordings in {0}: record some with `reconciled run --record {0} --record-guest <name>`"
+    )]
+    Empty(String),
+    /// A file that is not a recording.
+    #[error("{path} is not a recording: {reason}")]
+    NotARecording {
+        /// The file.
+        path: String,
+        /// What the YAML reader said.
+        reason: String,
+    },
+}
+
 /// Reads the recordings in `dir` (`*.yaml`, in name order), each with its file.
-pub fn load(dir: &Path) -> Result<Vec<(PathBuf, Recording)>, String> {
+pub fn load(dir: &Path) -> Result<Vec<(PathBuf, Recording)>, Error> {
+    let read = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| Error::Read { path, source }
+    };
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("cannot read the recording folder {}: {e}", dir.display()))?
+        .map_err(read(dir))?
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
     if files.is_empty() {
-        return Err(format!(
-            "no recordings in {}: record some with `reconciled run --record {} --record-guest <name>`",
-            dir.display(),
-            dir.display()
-        ));
+        return Err(Error::Empty(dir.display().to_string()));
     }
     files
         .into_iter()
         .map(|p| {
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-            let r: Recording = serde_saphyr::from_str(&text)
-                .map_err(|e| format!("{} is not a recording: {e}", p.display()))?;
+            let text = std::fs::read_to_string(&p).map_err(read(&p))?;
+            let r: Recording = serde_saphyr::from_str(&text).map_err(|e| Error::NotARecording {
+                path: p.display().to_string(),
+                reason: e.to_string(),
+            })?;
             Ok((p, r))
         })
         .collect()

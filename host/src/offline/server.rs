@@ -3,7 +3,7 @@
 //! here instead of on a cluster.
 //!
 //! It keeps objects, assigns resourceVersions and uids, applies writes as
-//! [`semantics`](super::semantics) models them, answers with injected faults where a fixture
+//! [`semantics`] models them, answers with injected faults where a fixture
 //! asks for them, records every write and Event, and feeds each write to the offline informers
 //! as a watch would, so that the guest reads its own writes.
 
@@ -418,7 +418,7 @@ impl State {
                 }
                 Some(
                     f.refusal(&format!("{} {:?}", r.plural, name))
-                        .map_err(|m| Refusal::new(500, "InternalError", m))?,
+                        .map_err(|e| Refusal::new(500, "InternalError", e.to_string()))?,
                 )
             }
             None => None,
@@ -683,7 +683,7 @@ impl State {
             }
             return Err(f
                 .refusal("events")
-                .map_err(|m| Refusal::new(500, "InternalError", m))?);
+                .map_err(|e| Refusal::new(500, "InternalError", e.to_string()))?);
         }
         self.events.push(Event {
             type_: body["type"].as_str().unwrap_or("").into(),

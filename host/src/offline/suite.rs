@@ -45,12 +45,32 @@ impl CaseResult {
     }
 }
 
+/// Why a suite could not run at all (a case that cannot run is a [`Verdict::Broken`] instead).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The folder or a fixture file could not be read.
+    #[error(transparent)]
+    Fixture(#[from] fixture::Error),
+    /// A CustomResourceDefinition that defines no kind the suite can serve.
+    #[error("{path}: {source}")]
+    Definition {
+        /// The file holding it.
+        path: String,
+        /// What is wrong with it.
+        #[source]
+        source: crate::offline::kinds::Error,
+    },
+    /// The folder holds no case.
+    #[error("no cases in {0}: a case is a folder holding a fixture.yaml")]
+    NoCases(String),
+}
+
 /// The kinds a suite in `dir` can serve: the built-in ones, and those defined by any
 /// CustomResourceDefinition in the folder's top-level `.yaml` files (if a folder is given) or
 /// in `crds`.
-pub fn kinds(dir: Option<&Path>, crds: &[&Path]) -> Result<Kinds, String> {
+pub fn kinds(dir: Option<&Path>, crds: &[&Path]) -> Result<Kinds, Error> {
     let files = match dir {
-        Some(dir) => fixture::scan(dir).map_err(|e| e.to_string())?.1,
+        Some(dir) => fixture::scan(dir)?.1,
         None => Vec::new(),
     };
     let mut kinds = Kinds::builtin();
@@ -59,11 +79,14 @@ pub fn kinds(dir: Option<&Path>, crds: &[&Path]) -> Result<Kinds, String> {
         .map(|p| p.as_path())
         .chain(crds.iter().copied())
     {
-        for doc in fixture::documents(path).map_err(|e| e.to_string())? {
+        for doc in fixture::documents(path)? {
             if doc["kind"] == "CustomResourceDefinition" {
                 kinds
                     .add_definition(&doc)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                    .map_err(|source| Error::Definition {
+                        path: path.display().to_string(),
+                        source,
+                    })?;
             }
         }
     }
@@ -71,13 +94,10 @@ pub fn kinds(dir: Option<&Path>, crds: &[&Path]) -> Result<Kinds, String> {
 }
 
 /// Runs every case in `dir`; with `update`, rewrites the `expected.yaml` of each that differs.
-pub async fn run(subject: &Subject, dir: &Path, update: bool) -> Result<Vec<CaseResult>, String> {
-    let (cases, _) = fixture::scan(dir).map_err(|e| e.to_string())?;
+pub async fn run(subject: &Subject, dir: &Path, update: bool) -> Result<Vec<CaseResult>, Error> {
+    let (cases, _) = fixture::scan(dir)?;
     if cases.is_empty() {
-        return Err(format!(
-            "no cases in {}: a case is a folder holding a fixture.yaml",
-            dir.display()
-        ));
+        return Err(Error::NoCases(dir.display().to_string()));
     }
     let mut results = Vec::new();
     for path in cases {

@@ -214,8 +214,8 @@ impl Supervisor {
         // Measured synced: the cap is on what the cache holds, not on a guess.
         if let Err(over) = self.check_cache_cap(name, source, &c.informers()) {
             c.stop().await;
-            let (guest, reason) = (name.to_string(), over.to_string());
-            return Err(controller::Error::Refused { guest, reason });
+            let (guest, source) = (name.to_string(), Box::new(over));
+            return Err(controller::Error::Refused { guest, source });
         }
         Ok(c)
     }

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::controller::Settings;
-use crate::controller::shadow::ShadowModule;
+use crate::controller::shadow::{Problem, ShadowModule};
 use crate::supervisor::Supervisor;
 
 impl Supervisor {
@@ -25,14 +25,16 @@ impl Supervisor {
         }
     }
 
-    async fn shadow_module(&self, path: &Path) -> Result<crate::guest::Module, String> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| format!("cannot read the shadow module {}: {e}", path.display()))?;
-        let module = self
-            .runtime
-            .compile(bytes)
-            .await
-            .map_err(|e| format!("the shadow module {}: {e}", path.display()))?;
+    async fn shadow_module(&self, path: &Path) -> Result<crate::guest::Module, Problem> {
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|e| Problem::Unreadable {
+            path: shown.clone(),
+            reason: e.to_string(),
+        })?;
+        let module = (self.runtime.compile(bytes).await).map_err(|e| Problem::Invalid {
+            path: shown,
+            reason: e.to_string(),
+        })?;
         module.persist_artifact();
         Ok(module)
     }

@@ -11,6 +11,70 @@ pub const LABEL: &str = "reconciled.dev/reconciler";
 /// The API server's limit on one ConfigMap: all data and binaryData together.
 pub const CONFIGMAP_LIMIT: usize = 1 << 20;
 
+/// Why a ConfigMap's modules cannot be read, or a module cannot be packed into one.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object is not a ConfigMap as JSON.
+    #[error("not a ConfigMap: {0}")]
+    NotAConfigMap(#[source] serde_json::Error),
+    /// A `binaryData` value that does not decode.
+    #[error("binaryData key {key:?} is not base64: {source}")]
+    NotBase64 {
+        /// The key.
+        key: String,
+        /// Why.
+        #[source]
+        source: base64::DecodeError,
+    },
+    /// `reconciled pack` was given a key stem a ConfigMap cannot hold.
+    #[error(
+        "key {0:?} cannot be a ConfigMap key: use letters, digits, '-', '_' and '.' only (pass --key)"
+    )]
+    BadKey(String),
+    /// Gzip failed while packing.
+    #[error("cannot gzip the module: {0}")]
+    Gzip(#[source] std::io::Error),
+    /// The module does not fit even gzipped.
+    #[error(
+        "the module is {size} bytes ({gzipped} gzipped); a ConfigMap holds at most {CONFIGMAP_LIMIT} bytes, so it cannot be delivered this way. Shrink it (opt-level = \"s\", lto = true, strip = true, panic = \"abort\"; drop large dependencies) or load it from the host's config instead"
+    )]
+    TooLarge {
+        /// The module's size.
+        size: usize,
+        /// Its size gzipped.
+        gzipped: usize,
+    },
+}
+
+/// A module key whose bytes cannot be loaded, with the digest of the bytes as delivered (so that
+/// the same bad bytes are refused once).
+#[derive(Debug, thiserror::Error)]
+#[error("{problem}")]
+pub(crate) struct Unpackable {
+    /// The sha256 of the packed bytes.
+    pub(crate) digest: String,
+    problem: Problem,
+}
+
+/// What is wrong with a module key's bytes.
+#[derive(Debug, thiserror::Error)]
+enum Problem {
+    #[error("key {0:?} holds gzip data; name the key {0}.gz so that it is unpacked")]
+    GzipUnnamed(String),
+    #[error(
+        "key {0:?} unpacks to more than {1} bytes, the largest module tenants may load; ask the operator to raise tenants.max_module_bytes"
+    )]
+    TooLarge(String, usize),
+    #[error(
+        "key {key:?} is not valid gzip ({source}); create it with `gzip -9 -k module.wasm` and a key ending in .wasm.gz, or use a .wasm key for an uncompressed module"
+    )]
+    NotGzip {
+        key: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 pub(crate) struct Modules {
     pub(crate) uid: String,
     pub(crate) modules: Vec<Packed>,
@@ -36,7 +100,7 @@ pub(crate) struct Packed {
 }
 
 /// The module keys of a ConfigMap's JSON, base64-decoded, in key order.
-pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, String> {
+pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, Error> {
     #[derive(serde::Deserialize)]
     struct Cm {
         metadata: Meta,
@@ -50,7 +114,7 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, String> {
         #[serde(default)]
         uid: String,
     }
-    let cm: Cm = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    let cm: Cm = serde_json::from_slice(json).map_err(Error::NotAConfigMap)?;
     let mut keys: Vec<&String> = cm.binary_data.keys().collect();
     keys.sort();
     let mut by_stem: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
@@ -73,7 +137,10 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, String> {
         };
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(&cm.binary_data[key])
-            .map_err(|e| format!("binaryData key {key:?} is not base64: {e}"))?;
+            .map_err(|source| Error::NotBase64 {
+                key: key.clone(),
+                source,
+            })?;
         by_stem
             .entry(stem.replace('_', "-").to_lowercase())
             .or_default()
@@ -125,36 +192,25 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, String> {
 }
 
 /// The module bytes of key `key`: as is, or gunzipped for `.wasm.gz`, refusing more than `max`
-/// bytes unpacked. An error carries the digest of the packed bytes and the message.
-pub(crate) fn unpack(key: &str, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>, (String, String)> {
+/// bytes unpacked.
+pub(crate) fn unpack(key: &str, bytes: Vec<u8>, max: usize) -> Result<Vec<u8>, Unpackable> {
+    let refuse = |bytes: &[u8], problem| Unpackable {
+        digest: crate::guest::digest_of(bytes),
+        problem,
+    };
+    let key = key.to_string();
     if !key.ends_with(".gz") {
         if bytes.starts_with(&[0x1f, 0x8b]) {
-            return Err((
-                crate::guest::digest_of(&bytes),
-                format!(
-                    "key {key:?} holds gzip data; name the key {key}.gz so that it is unpacked"
-                ),
-            ));
+            return Err(refuse(&bytes, Problem::GzipUnnamed(key)));
         }
         return Ok(bytes);
     }
-    let digest = crate::guest::digest_of(&bytes);
     let mut out = Vec::with_capacity(bytes.len() * 3);
     let mut reader = flate2::read::GzDecoder::new(&bytes[..]).take(max as u64 + 1);
     match reader.read_to_end(&mut out) {
-        Ok(n) if n > max => Err((
-            digest,
-            format!(
-                "key {key:?} unpacks to more than {max} bytes, the largest module tenants may load; ask the operator to raise tenants.max_module_bytes"
-            ),
-        )),
+        Ok(n) if n > max => Err(refuse(&bytes, Problem::TooLarge(key, max))),
         Ok(_) => Ok(out),
-        Err(e) => Err((
-            digest,
-            format!(
-                "key {key:?} is not valid gzip ({e}); create it with `gzip -9 -k module.wasm` and a key ending in .wasm.gz, or use a .wasm key for an uncompressed module"
-            ),
-        )),
+        Err(source) => Err(refuse(&bytes, Problem::NotGzip { key, source })),
     }
 }
 
@@ -171,7 +227,7 @@ pub fn pack(
     name: &str,
     stem: &str,
     module: &[u8],
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value, Error> {
     // Headroom for the object's metadata, which counts against the same limit in etcd.
     const BUDGET: usize = CONFIGMAP_LIMIT - 4096;
     if stem.is_empty()
@@ -179,22 +235,19 @@ pub fn pack(
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     {
-        return Err(format!(
-            "key {stem:?} cannot be a ConfigMap key: use letters, digits, '-', '_' and '.' only (pass --key)"
-        ));
+        return Err(Error::BadKey(stem.to_string()));
     }
     let (key, bytes) = if module.len() <= BUDGET {
         (format!("{stem}.wasm"), module.to_vec())
     } else {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-        std::io::Write::write_all(&mut gz, module).map_err(|e| e.to_string())?;
-        let packed = gz.finish().map_err(|e| e.to_string())?;
+        std::io::Write::write_all(&mut gz, module).map_err(Error::Gzip)?;
+        let packed = gz.finish().map_err(Error::Gzip)?;
         if packed.len() > BUDGET {
-            return Err(format!(
-                "the module is {} bytes ({} gzipped); a ConfigMap holds at most {CONFIGMAP_LIMIT} bytes, so it cannot be delivered this way. Shrink it (opt-level = \"s\", lto = true, strip = true, panic = \"abort\"; drop large dependencies) or load it from the host's config instead",
-                module.len(),
-                packed.len()
-            ));
+            return Err(Error::TooLarge {
+                size: module.len(),
+                gzipped: packed.len(),
+            });
         }
         (format!("{stem}.wasm.gz"), packed)
     };

@@ -34,6 +34,37 @@ pub enum Error {
     },
 }
 
+/// Why a `.dockerconfigjson` document gives no logins. Never holds a value from the document,
+/// which may be a password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DocumentError {
+    /// Not JSON of the dockerconfigjson shape; where serde stopped, without its message, which
+    /// quotes the offending value.
+    #[error(
+        "it is not a dockerconfigjson document ({category} error at line {line}, column {column})"
+    )]
+    Shape {
+        /// serde's category of the error (`Data`, `Syntax`, …).
+        category: String,
+        /// The line.
+        line: usize,
+        /// The column.
+        column: usize,
+    },
+    /// An `auth` that is not base64.
+    #[error("auth of {0:?} is not base64")]
+    AuthNotBase64(String),
+    /// An `auth` that is not UTF-8 once decoded.
+    #[error("auth of {0:?} is not UTF-8")]
+    AuthNotUtf8(String),
+    /// An `auth` without the `:` between user and password.
+    #[error("auth of {0:?} is not user:password")]
+    AuthNotPair(String),
+    /// An entry with neither a username and password nor an auth.
+    #[error("{0:?} has neither username and password nor auth")]
+    Empty(String),
+}
+
 /// A user and password for one registry.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Login {
@@ -62,7 +93,7 @@ pub struct Logins {
 impl Logins {
     /// Reads the `.dockerconfigjson` document (`{"auths": {host: {username, password} or
     /// {auth: base64(user:password)}}}`).
-    pub fn parse(json: &[u8]) -> Result<Self, String> {
+    pub fn parse(json: &[u8]) -> Result<Self, DocumentError> {
         #[derive(serde::Deserialize)]
         struct Doc {
             #[serde(default)]
@@ -78,13 +109,10 @@ impl Logins {
             auth: Option<String>,
         }
         // serde's own message quotes the offending value, which may be a password.
-        let doc: Doc = serde_json::from_slice(json).map_err(|e| {
-            format!(
-                "it is not a dockerconfigjson document ({:?} error at line {}, column {})",
-                e.classify(),
-                e.line(),
-                e.column()
-            )
+        let doc: Doc = serde_json::from_slice(json).map_err(|e| DocumentError::Shape {
+            category: format!("{:?}", e.classify()),
+            line: e.line(),
+            column: e.column(),
         })?;
         let mut by_host = BTreeMap::new();
         for (key, e) in doc.auths {
@@ -93,22 +121,17 @@ impl Logins {
                 (_, _, Some(auth)) => {
                     let decoded = base64::engine::general_purpose::STANDARD
                         .decode(auth.trim())
-                        .map_err(|err| format!("auth of {key:?} is not base64: {err}"))?;
+                        .map_err(|_| DocumentError::AuthNotBase64(key.clone()))?;
                     let text = String::from_utf8(decoded)
-                        .map_err(|_| format!("auth of {key:?} is not UTF-8"))?;
-                    let (u, p) = text
-                        .split_once(':')
-                        .ok_or_else(|| format!("auth of {key:?} is not user:password"))?;
+                        .map_err(|_| DocumentError::AuthNotUtf8(key.clone()))?;
+                    let (u, p) = (text.split_once(':'))
+                        .ok_or_else(|| DocumentError::AuthNotPair(key.clone()))?;
                     Login {
                         username: u.to_string(),
                         password: p.to_string(),
                     }
                 }
-                _ => {
-                    return Err(format!(
-                        "{key:?} has neither username and password nor auth"
-                    ));
-                }
+                _ => return Err(DocumentError::Empty(key)),
             };
             by_host.insert(host_of(&key), login);
         }
@@ -145,7 +168,7 @@ impl Logins {
             .as_ref()
             .and_then(|d| d.get(".dockerconfigjson"))
             .ok_or_else(|| format("it has no .dockerconfigjson key".into()))?;
-        Logins::parse(&json.0).map_err(format)
+        Logins::parse(&json.0).map_err(|e| format(e.to_string()))
     }
 }
 
@@ -201,7 +224,7 @@ mod tests {
             (r#"{"auths":[]}"#, "Data error at line 1"),
             (r#"{"auths":{"r":"c2VjcmV0"}}"#, "not a dockerconfigjson"),
         ] {
-            let e = Logins::parse(doc.as_bytes()).unwrap_err();
+            let e = Logins::parse(doc.as_bytes()).unwrap_err().to_string();
             assert!(e.contains(want), "{doc}: {e}");
             assert!(
                 !e.contains("c2VjcmV0"),

@@ -129,6 +129,9 @@ pub enum Error {
     /// The host's registry settings are unusable.
     #[error("[registry] {0}")]
     Settings(String),
+    /// The host's `verify_key` is unusable.
+    #[error("[registry] {0}")]
+    VerifyKey(#[from] super::signature::KeyError),
 }
 
 /// The registry's answer, as this module's error.

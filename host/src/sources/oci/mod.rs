@@ -224,7 +224,7 @@ impl Registry {
             None => Vec::new(),
         };
         let key = match &settings.verify_key {
-            Some(path) => Some(signature::read_public_key(path).map_err(Error::Settings)?),
+            Some(path) => Some(signature::read_public_key(path)?),
             None => None,
         };
         // A malformed certificate shows here, once, rather than in every pull.

@@ -45,34 +45,101 @@ pub enum Failure {
     Invalid(String),
 }
 
+/// Why a key file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The file could not be read.
+    #[error("cannot read {what}{path}: {source}")]
+    Read {
+        /// `verify_key ` for the public key, empty for a signing key.
+        what: &'static str,
+        /// The file.
+        path: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not a public key of the kind cosign writes.
+    #[error(
+        "verify_key {path} is not a PEM ECDSA P-256 public key ({reason}); use cosign.pub from `cosign generate-key-pair`"
+    )]
+    NotPublicKey {
+        /// The file.
+        path: String,
+        /// What the PEM reader said.
+        reason: String,
+    },
+    /// cosign's own encrypted private key, which is not read.
+    #[error(
+        "{0} is cosign's encrypted key format, which reconciled does not read; sign with `cosign sign --key` instead, or use a PKCS#8 key (openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256)"
+    )]
+    CosignEncrypted(String),
+    /// Not a PKCS#8 private key of the right curve.
+    #[error("{path} is not a PKCS#8 PEM ECDSA P-256 private key ({reason})")]
+    NotPrivateKey {
+        /// The file.
+        path: String,
+        /// What the PEM reader said.
+        reason: String,
+    },
+}
+
 /// Reads a PEM public key (`-----BEGIN PUBLIC KEY-----`, as `cosign.pub`).
-pub fn read_public_key(path: &Path) -> Result<VerifyingKey, String> {
-    let pem = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read verify_key {}: {e}", path.display()))?;
-    VerifyingKey::from_public_key_pem(&pem).map_err(|e| {
-        format!(
-            "verify_key {} is not a PEM ECDSA P-256 public key ({e}); use cosign.pub from `cosign generate-key-pair`",
-            path.display()
-        )
+pub fn read_public_key(path: &Path) -> Result<VerifyingKey, KeyError> {
+    let shown = path.display().to_string();
+    let pem = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
+        what: "verify_key ",
+        path: shown.clone(),
+        source,
+    })?;
+    VerifyingKey::from_public_key_pem(&pem).map_err(|e| KeyError::NotPublicKey {
+        path: shown,
+        reason: e.to_string(),
     })
 }
 
 /// Reads a PKCS#8 PEM private key (`-----BEGIN PRIVATE KEY-----`).
-pub fn read_signing_key(path: &Path) -> Result<SigningKey, String> {
-    let pem = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub fn read_signing_key(path: &Path) -> Result<SigningKey, KeyError> {
+    let shown = path.display().to_string();
+    let pem = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
+        what: "",
+        path: shown.clone(),
+        source,
+    })?;
     if pem.contains("ENCRYPTED SIGSTORE PRIVATE KEY") || pem.contains("ENCRYPTED COSIGN") {
-        return Err(format!(
-            "{} is cosign's encrypted key format, which reconciled does not read; sign with `cosign sign --key` instead, or use a PKCS#8 key (openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256)",
-            path.display()
-        ));
+        return Err(KeyError::CosignEncrypted(shown));
     }
-    SigningKey::from_pkcs8_pem(&pem).map_err(|e| {
-        format!(
-            "{} is not a PKCS#8 PEM ECDSA P-256 private key ({e})",
-            path.display()
-        )
+    SigningKey::from_pkcs8_pem(&pem).map_err(|e| KeyError::NotPrivateKey {
+        path: shown,
+        reason: e.to_string(),
     })
+}
+
+/// Why one signature layer is not a valid signature of the module's manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum Mismatch {
+    /// The annotation is not base64.
+    #[error("the signature is not base64 ({0})")]
+    NotBase64(#[source] base64::DecodeError),
+    /// It decodes, but not to a DER ECDSA signature.
+    #[error("the signature is not DER ECDSA ({0})")]
+    NotDer(#[source] p256::ecdsa::Error),
+    /// Another key signed it.
+    #[error("a signature does not verify with the configured key")]
+    WrongKey,
+    /// The signed payload is not simple signing.
+    #[error("a signed payload is not simple signing ({0})")]
+    NotSimpleSigning(#[source] serde_json::Error),
+    /// A valid signature of another module.
+    #[error(
+        "a valid signature is for {signed}, not this module's manifest {manifest}: it was copied from another module"
+    )]
+    OtherManifest {
+        /// The manifest it signs.
+        signed: String,
+        /// This module's manifest.
+        manifest: String,
+    },
 }
 
 /// The tag cosign stores the signatures of manifest `digest` under.
@@ -99,14 +166,11 @@ pub fn check(
     signature: &str,
     manifest: &str,
     key: &VerifyingKey,
-) -> Result<(), String> {
-    let der = base64::engine::general_purpose::STANDARD
-        .decode(signature.trim())
-        .map_err(|e| format!("the signature is not base64 ({e})"))?;
-    let sig =
-        Signature::from_der(&der).map_err(|e| format!("the signature is not DER ECDSA ({e})"))?;
-    key.verify(payload, &sig)
-        .map_err(|_| "a signature does not verify with the configured key".to_string())?;
+) -> Result<(), Mismatch> {
+    let der = (base64::engine::general_purpose::STANDARD.decode(signature.trim()))
+        .map_err(Mismatch::NotBase64)?;
+    let sig = Signature::from_der(&der).map_err(Mismatch::NotDer)?;
+    key.verify(payload, &sig).map_err(|_| Mismatch::WrongKey)?;
     #[derive(serde::Deserialize)]
     struct Payload {
         critical: Critical,
@@ -120,13 +184,12 @@ pub fn check(
         #[serde(rename = "docker-manifest-digest")]
         digest: String,
     }
-    let p: Payload = serde_json::from_slice(payload)
-        .map_err(|e| format!("a signed payload is not simple signing ({e})"))?;
+    let p: Payload = serde_json::from_slice(payload).map_err(Mismatch::NotSimpleSigning)?;
     if p.critical.image.digest != manifest {
-        return Err(format!(
-            "a valid signature is for {}, not this module's manifest {manifest}: it was copied from another module",
-            p.critical.image.digest
-        ));
+        return Err(Mismatch::OtherManifest {
+            signed: p.critical.image.digest,
+            manifest: manifest.to_string(),
+        });
     }
     Ok(())
 }
@@ -217,7 +280,7 @@ pub(super) async fn verify(
         }
         match check(&payload, sig, digest, key) {
             Ok(()) => return Ok(()),
-            Err(why) => last = why,
+            Err(why) => last = why.to_string(),
         }
     }
     Err(unsigned(last))
@@ -284,16 +347,18 @@ mod tests {
         let sig: Signature = key(7).sign(&p);
         let b64 = base64::engine::general_purpose::STANDARD.encode(sig.to_der().as_bytes());
         let mine = VerifyingKey::from(&key(7));
-        assert_eq!(check(&p, &b64, m, &mine), Ok(()));
+        assert!(check(&p, &b64, m, &mine).is_ok());
         let theirs = VerifyingKey::from(&key(8));
-        assert!(
-            check(&p, &b64, m, &theirs)
-                .unwrap_err()
-                .contains("does not verify")
-        );
+        assert!(matches!(
+            check(&p, &b64, m, &theirs),
+            Err(Mismatch::WrongKey)
+        ));
         let e = check(&p, &b64, "sha256:bbbb", &mine).unwrap_err();
-        assert!(e.contains("copied from another module"), "{e}");
-        assert!(check(&p, "!!", m, &mine).unwrap_err().contains("base64"));
+        assert!(e.to_string().contains("copied from another module"), "{e}");
+        assert!(matches!(
+            check(&p, "!!", m, &mine),
+            Err(Mismatch::NotBase64(_))
+        ));
         assert_eq!(tag_of("sha256:abc"), "sha256-abc.sig");
     }
 }
