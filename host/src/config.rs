@@ -177,9 +177,9 @@ pub struct Config {
 pub struct ReplicasConfig {
     /// Where the Leases live [`POD_NAMESPACE`, else `default`].
     pub namespace: Option<String>,
-    /// Lease name prefix and group label [`reconciled`].
+    /// Lease name prefix and group label \[`reconciled`\].
     pub group: Option<String>,
-    /// Shards [16].
+    /// Shards \[16\].
     pub shards: Option<u32>,
     /// Lease duration, in milliseconds [15 000].
     pub lease_duration_ms: Option<u64>,
@@ -220,7 +220,7 @@ pub struct Scheduler {
     pub slots: Option<usize>,
     /// Longest a low-priority key waits behind high-priority ones, in milliseconds [30 000].
     pub low_priority_max_wait_ms: Option<u64>,
-    /// The weight of the operator's own guests against tenants' [1].
+    /// The weight of the operator's own guests against tenants' \[1\].
     pub operator_weight: Option<u32>,
 }
 
@@ -238,7 +238,7 @@ pub struct GuestConfig {
     /// like the config file, it is the operator's word. Files named by others (the dev
     /// folder's, the precompile cache's) are opened beneath their directory instead.
     pub module: PathBuf,
-    /// Concurrent reconciles [1].
+    /// Concurrent reconciles \[1\].
     #[serde(default = "one")]
     pub workers: usize,
     /// `false` turns read-your-writes off.
@@ -284,6 +284,7 @@ impl GuestConfig {
             identity: self.service_account.clone(),
             recorder: None,
             shadow: None,
+            environment: Vec::new(),
         }
     }
 }

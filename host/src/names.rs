@@ -49,7 +49,7 @@ impl Error {
 const SHOWN: usize = 64;
 
 /// `s` for a message: Debug-quoted (so NUL, newlines and quotes are escaped, and no guest text
-/// can forge a log line) and cut to [`SHOWN`] bytes at a character boundary, with its length.
+/// can forge a log line) and cut to `SHOWN` bytes at a character boundary, with its length.
 pub fn shown(s: &str) -> String {
     if s.len() <= SHOWN {
         return format!("{s:?}");
@@ -108,7 +108,7 @@ pub const MAX_NAME: usize = 253;
 /// and at most [`MAX_NAME`] bytes (RBAC names have no bound in Kubernetes; 253 is the subdomain
 /// bound and holds every real one).
 ///
-/// Then, for every kind but those in [`PATH_SEGMENT_NAMED`]: a DNS-1123 subdomain. Custom
+/// Then, for every kind but those in `PATH_SEGMENT_NAMED`: a DNS-1123 subdomain. Custom
 /// resources always are (apiextensions' validator uses `NameIsDNSSubdomain`), and so are most
 /// built-in kinds; the few stricter ones (Namespace, Service: DNS labels) are left to the API
 /// server, whose 422 the guest receives as `invalid` all the same. Refusing here, before any
@@ -172,7 +172,7 @@ pub fn gvk(group: &str, version: &str, kind: &str) -> Result<()> {
 const MAX_FIELD_PATH: usize = 256;
 
 /// A field path for a field index or a field match: dot-separated segments of ASCII letters,
-/// digits, `-` and `_`, at most [`MAX_FIELD_PATH`] bytes.
+/// digits, `-` and `_`, at most `MAX_FIELD_PATH` bytes.
 ///
 /// The characters are those the host accepts in a field selector's field name (see
 /// `selector::FieldSelector::parse`), so that a path declared for the cache can also be sent

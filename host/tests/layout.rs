@@ -48,17 +48,11 @@ const MAX_CODE_LINES: usize = 700;
 const KNOWN_LOOPS: &[(&str, &[&str])] = &[
     (
         "controller",
-        &["handlers", "mod.rs", "plan", "shadow", "worker"],
+        &["handlers", "mod.rs", "plan", "shadow", "version", "worker"],
     ),
     ("controller/fair_share", &["mod.rs", "state"]),
     ("guest", &["bindings", "grant", "imports", "mod.rs", "tape"]),
-    ("informer", &["mod.rs", "subscription"]),
-    (
-        "ops",
-        &[
-            "memory", "metering", "metrics", "process", "replicas", "shadow",
-        ],
-    ),
+    ("informer", &["mod.rs", "run", "subscription"]),
     ("replicas", &["elector", "mod.rs"]),
     ("selector", &["mod.rs", "parse", "validate"]),
     ("sources/oci", &["error", "mod.rs", "signature"]),
@@ -143,7 +137,11 @@ fn declared_modules(code: &str) -> Vec<String> {
 /// The code of a file without comments (doc links may point anywhere) and without its test
 /// module (tests may reach wherever they need). Lines stay where they were, for messages.
 fn code(text: &str) -> String {
-    let text = match text.find("#[cfg(test)]\nmod tests") {
+    let test_module = ["mod tests", "pub(crate) mod tests", "pub(super) mod tests"]
+        .iter()
+        .filter_map(|m| text.find(&format!("#[cfg(test)]\n{m}")))
+        .min();
+    let text = match test_module {
         Some(i) => &text[..i],
         None => text,
     };
@@ -585,6 +583,12 @@ fn the_path_reader_expands_use_groups() {
 fn code_lines_leave_out_comments_docs_blank_lines_and_tests() {
     let text = "//! A module.\n\n/// Docs.\nfn f() {} // why\n\n#[cfg(test)]\nmod tests {\n}\n";
     assert_eq!(code_lines(text), 1);
+    let shared = "fn f() {}\n#[cfg(test)]\npub(crate) mod tests {\n    const X: u8 = 1;\n}\n";
+    assert_eq!(
+        code_lines(shared),
+        1,
+        "a test module others use is a test module too"
+    );
 }
 
 #[test]

@@ -65,7 +65,7 @@ pub fn write(
     load(path)
 }
 
-/// Reads a kubeconfig written by [`write`] back into a `kube::Config`.
+/// Reads a kubeconfig written by [`write()`] back into a `kube::Config`.
 pub fn load(path: &Path) -> Result<kube::Config> {
     let load_err = |e: Box<dyn std::error::Error + Send + Sync>| Error::Load {
         path: path.into(),

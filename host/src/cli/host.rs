@@ -58,6 +58,8 @@ pub(crate) struct Wiring {
     pub(crate) replicas: Option<replicas::Config>,
     /// The guest whose reconciles are recorded, and where.
     pub(crate) record: Option<(String, RecorderRef)>,
+    /// Environment variables every guest sees.
+    pub(crate) environment: Vec<(String, String)>,
 }
 
 impl Host {
@@ -85,6 +87,7 @@ impl Host {
             fair_share: wiring.fair_share,
             replicas,
             record: wiring.record,
+            environment: wiring.environment,
             ..supervisor::Options::default()
         };
         let supervisor = Arc::new(Supervisor::new(runtime, factory, identities, options));

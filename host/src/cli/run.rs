@@ -83,10 +83,15 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         tracing::warn!(guest = %name, "--record-guest names none of the configured guests ({names:?}): only a tenant's guest of that name will be recorded");
     }
+    // A guest may record where it ran (the replica tests' marker guest does).
+    let environment = (replicas.iter())
+        .map(|r| ("RECONCILED_REPLICA".to_string(), r.identity.clone()))
+        .collect();
     let wiring = Wiring {
         fair_share: config.fair_share(),
         replicas,
         record: args.record.recorder()?,
+        environment,
     };
     let mut host = Host::connect(&args.cluster, wiring).await?;
     for g in &guests {
@@ -195,11 +200,6 @@ fn replicas(
     };
     let replicas = r.resolve(&identity, &reconciled::replicas::identity::own_namespace());
     (replicas.validate()).map_err(|e| anyhow::anyhow!("{}: {e}", args.config_path().display()))?;
-    // A guest may record where it ran (the replica tests' marker guest does).
-    reconciled::guest::imports::set_environment(vec![(
-        "RECONCILED_REPLICA".into(),
-        replicas.identity.clone(),
-    )]);
     Ok(Some(replicas))
 }
 

@@ -9,10 +9,16 @@
 //! - `watches` with the guest mapping: the guest's exported `map` decides (called by the
 //!   controller, since it runs guest code).
 
+use std::collections::BTreeSet;
+
 use crate::controller::Controller;
 use crate::controller::work_queue::Priority;
-use crate::guest::bindings::Gvk;
-use crate::informer::{Event, Notification};
+use crate::guest::bindings::{Gvk, Request};
+use crate::guest::grant::Grant;
+use crate::guest::imports::{Access, GuestContext, check_access, errors};
+use crate::informer::discovery::Resource;
+use crate::informer::{Event, Namespaces, Notification};
+use crate::names;
 use crate::object::{ObjectRef, object_key};
 
 /// How a subscription's objects relate to the primaries.
@@ -111,7 +117,7 @@ pub(super) async fn handle(
                         Ok(requests) => {
                             // Guest-controlled: only keys that could name a primary are
                             // queued; the rest are dropped with one bounded warning per call.
-                            let mapped = version.ctx.map_keys(&version.for_kind, &requests);
+                            let mapped = map_keys(&version.ctx, &version.for_kind, &requests);
                             if let Some(dropped) = &mapped.dropped {
                                 tracing::warn!(guest = %c.name, key = obj.key(), "{dropped}");
                             }
@@ -131,6 +137,125 @@ pub(super) async fn handle(
             }
         }
     }
+}
+
+/// The work-queue keys of what the guest's `map` answered for kind `for_kind`: each request
+/// that could name a primary, once, and a count of the rest with why the first was dropped.
+///
+/// `requests` is guest-controlled. A request is dropped when no reconcile of it could ever
+/// read its primary: a name or namespace Kubernetes refuses, a namespace on a
+/// cluster-scoped kind (or none on a namespaced one), a namespace outside the grant or
+/// outside the namespaces the `for` informer covers. While the `for` kind is not resolved
+/// yet, only the names' form is checked.
+pub fn map_keys(ctx: &GuestContext, for_kind: &Gvk, requests: &[Request]) -> Mapped {
+    let declared = ctx.declared(for_kind).ok();
+    let target = Target {
+        guest: &ctx.name,
+        grant: &ctx.grant,
+        kind: for_kind,
+        resource: declared.and_then(|d| d.informer.resource()),
+        namespaces: declared.map(|d| &d.informer.key().scope.namespaces),
+    };
+    let mut mapped = Mapped::default();
+    let mut seen = BTreeSet::new();
+    for r in requests {
+        match target.key(r) {
+            Ok(key) => {
+                if seen.insert(key.clone()) {
+                    mapped.keys.push(key);
+                }
+            }
+            Err(reason) => {
+                let dropped = mapped.dropped.get_or_insert_with(|| Dropped {
+                    count: 0,
+                    first: format!(
+                        "{}/{}: {reason}",
+                        names::shown(&r.namespace),
+                        names::shown(&r.name)
+                    ),
+                });
+                dropped.count += 1;
+            }
+        }
+    }
+    mapped
+}
+
+/// The primaries a `map` answer may name, for [`map_keys`].
+struct Target<'a> {
+    guest: &'a str,
+    grant: &'a Grant,
+    kind: &'a Gvk,
+    /// `None` while the `for` kind is not resolved.
+    resource: Option<&'a Resource>,
+    /// The namespaces the `for` informer covers.
+    namespaces: Option<&'a Namespaces>,
+}
+
+impl Target<'_> {
+    /// The work-queue key of `r`, or why no reconcile of it could ever read its primary.
+    fn key(&self, r: &Request) -> Result<String, Unmappable> {
+        match self.resource {
+            Some(resource) => check_access(
+                self.guest,
+                self.grant,
+                resource,
+                &r.namespace,
+                Some(&r.name),
+                Access::CacheRead,
+            )
+            .map_err(|e| Unmappable::Refused(errors::message(&e).to_string()))?,
+            None => {
+                names::object_name(&self.kind.group, &self.kind.kind, &r.name)?;
+                if !r.namespace.is_empty() {
+                    names::namespace(&r.namespace)?;
+                }
+            }
+        }
+        if let Some(Namespaces::Only(set)) = self.namespaces
+            && !r.namespace.is_empty()
+            && !set.contains(&r.namespace)
+        {
+            return Err(Unmappable::Outside(names::shown(&r.namespace)));
+        }
+        Ok(object_key(Some(&r.namespace), &r.name))
+    }
+}
+
+/// Why a request a `map` answered can never be reconciled.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+enum Unmappable {
+    /// A reconcile of it would be refused: the message the guest would get.
+    #[error("{0}")]
+    Refused(String),
+    /// A name or namespace Kubernetes refuses.
+    #[error(transparent)]
+    Name(#[from] names::Error),
+    /// A namespace the `for` informer does not cover, shown shortened.
+    #[error("namespace {0} is outside the namespaces this guest watches")]
+    Outside(String),
+}
+
+/// What a guest's `map` answered, sorted by [`map_keys`].
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Mapped {
+    /// Keys to queue, each once, in the order answered.
+    pub keys: Vec<String>,
+    /// The requests dropped, if any.
+    pub dropped: Option<Dropped>,
+}
+
+/// Requests from `map` that could never be reconciled: how many, and the first, so that one
+/// warning per call says enough without repeating a hostile answer.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "map() answered {count} request(s) that can never be reconciled, dropped; the first, {first}; answer namespace/name pairs of the `for` kind in namespaces the guest watches"
+)]
+pub struct Dropped {
+    /// How many were dropped.
+    pub count: usize,
+    /// The first dropped, shown shortened, and why.
+    pub first: String,
 }
 
 #[cfg(test)]
@@ -217,5 +342,78 @@ mod tests {
             .collect();
         assert_eq!(keys, ["a/before", "a/after"]);
         assert_eq!(priority(&n), Priority::High);
+    }
+
+    fn res(namespaced: bool) -> Resource {
+        Resource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "Thing".into(),
+            plural: "things".into(),
+            namespaced,
+        }
+    }
+
+    fn request(namespace: &str, name: &str) -> Request {
+        Request {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn map_answers_that_could_never_be_reconciled_are_dropped() {
+        let grant = Grant::namespaces(["team-a", "team-b"]);
+        let kind = Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Thing".into(),
+        };
+        let resource = res(true);
+        let watched = Namespaces::Only(["team-a".to_string()].into());
+        let target = Target {
+            guest: "g",
+            grant: &grant,
+            kind: &kind,
+            resource: Some(&resource),
+            namespaces: Some(&watched),
+        };
+        assert_eq!(target.key(&request("team-a", "x")), Ok("team-a/x".into()));
+        for (ns, name) in [
+            ("team-a", "a<b"),
+            ("team-a", ""),
+            ("team-a", ".."),
+            ("", "x"),
+            ("..", "x"),
+            ("team-a/x", "y"),
+            ("kube-system", "x"),
+            ("team-b", "x"),
+        ] {
+            assert!(target.key(&request(ns, name)).is_err(), "{ns:?}/{name:?}");
+        }
+        // Not resolved yet: only the form is checked.
+        let unresolved = Target {
+            resource: None,
+            namespaces: None,
+            ..target
+        };
+        assert!(unresolved.key(&request("kube-system", "x")).is_ok());
+        assert!(unresolved.key(&request("a\0", "x")).is_err());
+    }
+
+    #[test]
+    fn a_dropped_map_answer_is_one_short_message() {
+        let d = Dropped {
+            count: 9_999,
+            first: format!(
+                "{}/{}: bad",
+                names::shown("x"),
+                names::shown(&"y".repeat(100_000))
+            ),
+        };
+        let message = d.to_string();
+        assert!(message.contains("9999 request(s)"), "{message}");
+        assert!(message.len() < 400, "{message}");
     }
 }

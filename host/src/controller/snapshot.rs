@@ -44,9 +44,9 @@ pub struct Snapshot {
     /// Workers: the most reconciles run at once.
     pub workers: usize,
     /// The most linear memory one call into the guest held at once, over every version since
-    /// it started (see [`Metrics::peak_memory_bytes`]).
+    /// it started (see [`Metrics::peak_memory_bytes`](crate::guest::imports::Metrics::peak_memory_bytes)).
     pub peak_memory_bytes: u64,
-    /// The serving module's native code image (see [`Module::compiled_bytes`]).
+    /// The serving module's native code image (see [`Module::compiled_bytes`](crate::guest::Module::compiled_bytes)).
     pub compiled_bytes: usize,
     /// Its tenant: the namespace it was delivered in, or
     /// [`OPERATOR`](crate::controller::fair_share::OPERATOR).

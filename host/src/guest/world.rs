@@ -1,5 +1,5 @@
-//! Where a guest's clocks and randomness come from: the host's, or fixed ones that make a call
-//! repeatable (`reconciled test` and `reconciled replay`).
+//! Where a guest's clocks and randomness come from (the host's, or fixed ones that make a call
+//! repeatable: `reconciled test` and `reconciled replay`), and the environment it sees.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,12 +13,23 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtxBuilder};
 /// expects, but by the same amount on every run.
 const TICK: Duration = Duration::from_micros(1);
 
-/// A guest's view of time and chance.
+/// A guest's view of the world: time and chance, and the environment variables it sees.
 ///
-/// Where it may surprise: [`World::Fixed`] fixes what the *guest* sees. The host's own
+/// Where it may surprise: [`Clock::Fixed`] fixes what the *guest* sees. The host's own
 /// deadlines, backoffs and timestamps stay on the real clock.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct World {
+    /// Where its time and randomness come from.
+    pub clock: Clock,
+    /// Environment variables every call sees, such as `RECONCILED_REPLICA` (the replica's
+    /// identity, which a guest may log or record); empty by default, as the host grants no
+    /// environment of its own.
+    pub environment: Arc<[(String, String)]>,
+}
+
+/// Where a guest's time and randomness come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum World {
+pub enum Clock {
     /// The host's clocks and a cryptographic random source.
     #[default]
     Real,
@@ -34,19 +45,31 @@ pub enum World {
 }
 
 impl World {
-    /// A fixed world starting at `start`.
+    /// A world with fixed clocks starting at `start`, and no environment.
     pub fn fixed(start: SystemTime, seed: u64) -> Self {
-        World::Fixed {
+        let clock = Clock::Fixed {
             start: start
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default(),
             seed,
+        };
+        World {
+            clock,
+            environment: Arc::default(),
+        }
+    }
+
+    /// The host's clocks, and `environment`.
+    pub fn real(environment: &[(String, String)]) -> Self {
+        World {
+            clock: Clock::Real,
+            environment: environment.into(),
         }
     }
 
     /// Sets up one call's WASI context for this world.
     pub(crate) fn apply(&self, wasi: &mut WasiCtxBuilder) {
-        if let World::Fixed { start, seed } = *self {
+        if let Clock::Fixed { start, seed } = self.clock {
             let ticks = Arc::new(AtomicU64::new(0));
             wasi.wall_clock(Wall {
                 start,
@@ -57,17 +80,18 @@ impl World {
             wasi.insecure_random(StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15));
             wasi.insecure_random_seed(u128::from(seed));
         }
+        for (k, v) in self.environment.iter() {
+            wasi.env(k, v);
+        }
     }
-}
 
-impl World {
     /// The seed of a recorded call's random bytes: this world's own when fixed; otherwise a
     /// fresh one, whose generator replaces the operating system's source for this call, so
     /// that a replay can give the guest the same bytes.
     pub(crate) fn recording_seed(&self, wasi: &mut WasiCtxBuilder) -> u64 {
-        match *self {
-            World::Fixed { seed, .. } => seed,
-            World::Real => {
+        match self.clock {
+            Clock::Fixed { seed, .. } => seed,
+            Clock::Real => {
                 let seed = fastrand::u64(..);
                 wasi.secure_random(StdRng::seed_from_u64(seed));
                 wasi.insecure_random(StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15));

@@ -16,7 +16,7 @@ pub(super) struct Mark {
 }
 
 /// Highest resourceVersions applied and published, per namespace ("" for cluster-scoped
-/// objects), with a floor that every namespace is at least at (set by a [`Writer::replace`] at
+/// objects), with a floor that every namespace is at least at (set by a [`Writer::replace`](crate::informer::store::Writer::replace) at
 /// its list's version).
 ///
 /// Invariant: `dirty` holds, once each, exactly the indexes of the marks whose `dirty` is set,
@@ -31,7 +31,7 @@ pub(super) struct Marks {
     pub(super) marks: Vec<Mark>,
     pub(super) dirty: Vec<usize>,
     pub(super) floor: u64,
-    /// The highest `applied` of any mark, or the floor: what [`Store::resource_version`] reads,
+    /// The highest `applied` of any mark, or the floor: what [`Store::resource_version`](crate::informer::store::Store::resource_version) reads,
     /// without a pass over every namespace.
     pub(super) highest: u64,
 }

@@ -1,6 +1,6 @@
 //! Runs a guest against one fixture case: the host's real informer stores (filled from the
 //! case's objects, with the guest's field indexes), the real imports, and the in-memory
-//! [`Server`](super::server::Server) in place of the cluster; fixed clocks and randomness.
+//! [`Server`] in place of the cluster; fixed clocks and randomness.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -6,10 +6,5 @@
 //! stage comes before it.
 
 pub mod http;
-mod memory;
-pub mod metering;
 pub mod metrics;
-pub mod process;
-mod replicas;
-mod shadow;
 pub mod status;

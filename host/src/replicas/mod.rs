@@ -57,9 +57,9 @@ pub struct Config {
     /// Where the Leases live (the host's own namespace).
     pub namespace: String,
     /// The prefix of the Leases' names and the value of their `reconciled.dev/replicas` label:
-    /// hosts with the same group share guests [`reconciled`].
+    /// hosts with the same group share guests \[`reconciled`\].
     pub group: String,
-    /// How many shards guests are hashed onto [16]; 1 is plain leader election.
+    /// How many shards guests are hashed onto \[16\]; 1 is plain leader election.
     pub shards: u32,
     /// How long a holder's claim lasts after its last renewal [15 s].
     pub lease_duration: Duration,

@@ -117,8 +117,8 @@ pub(super) struct Load<'a> {
 }
 
 impl<'a> Load<'a> {
-    /// A load of `name` from `source` with `settings`; a recording asked for this guest is
-    /// added to the settings here.
+    /// A load of `name` from `source` with `settings`; the host's environment, and a recording
+    /// asked for this guest, are added to the settings here.
     pub(super) fn new(
         sup: &'a Supervisor,
         name: &'a str,
@@ -130,6 +130,7 @@ impl<'a> Load<'a> {
         {
             settings.recorder = Some(recorder.clone());
         }
+        settings.environment.clone_from(&sup.options.environment);
         Self {
             sup,
             name,
@@ -278,7 +279,7 @@ impl<'a> Load<'a> {
         let result = match running {
             Some(c) => {
                 let admit = |informers: &[Arc<crate::informer::Informer>]| {
-                    (sup.check_cache_cap(name, source, informers)).map_err(|e| e.to_string())
+                    sup.check_cache_cap(name, source, informers)
                 };
                 let timeout = sup.options.sync_timeout;
                 let reload = c.reload(&sup.factory, module.clone(), timeout, admit).await;
@@ -524,7 +525,7 @@ mod tests {
         };
         let refused = controller::Error::Refused {
             guest: guest(),
-            reason: "over the cap".into(),
+            source: "over the cap".into(),
         };
         let invalid = controller::Error::Invalid {
             guest: guest(),
@@ -619,6 +620,15 @@ mod tests {
             panic!("a rejection is rejected");
         };
         assert!(!message.contains('\n'), "{message:?}");
+    }
+
+    #[tokio::test]
+    async fn every_guest_sees_the_hosts_environment() {
+        let mut sup = offline();
+        let replica = ("RECONCILED_REPLICA".to_string(), "r-1".to_string());
+        sup.options.environment = vec![replica.clone()];
+        let load = Load::new(&sup, "g", file(), Settings::new("g"));
+        assert_eq!(load.settings.environment, [replica]);
     }
 
     #[tokio::test]

@@ -88,6 +88,8 @@ pub struct Options {
     pub replicas: Option<Arc<Replicas>>,
     /// The guest (by name) whose reconciles are recorded, and where.
     pub record: Option<(String, crate::guest::tape::RecorderRef)>,
+    /// Environment variables every guest sees, such as `RECONCILED_REPLICA`; none by default.
+    pub environment: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -99,6 +101,7 @@ impl Default for Options {
             fair_share: fair_share::Config::default(),
             replicas: None,
             record: None,
+            environment: Vec::new(),
         }
     }
 }

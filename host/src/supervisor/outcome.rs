@@ -45,7 +45,7 @@ impl Reason {
     }
 }
 
-/// What [`Supervisor::apply`] did.
+/// What [`Supervisor::apply`](crate::supervisor::Supervisor::apply) did.
 #[derive(Debug, Clone)]
 pub enum Applied {
     /// The guest was not running; it is now.

@@ -2,7 +2,11 @@
 //! the Events a tenant's ConfigMap gets when its guest starts or stops failing.
 
 use super::*;
-use crate::ops::status::{GuestMemory, ReplicasStatus, ShardStatus};
+use crate::guest::Blame;
+use crate::informer::{self, Informer, Staleness};
+use crate::ops::status::{
+    ByBlame, GuestMemory, GuestShadow, InformerState, ReplicasStatus, ShardStatus,
+};
 use crate::replicas::Placement;
 
 impl Supervisor {
@@ -37,7 +41,7 @@ impl Supervisor {
             .factory
             .active()
             .iter()
-            .map(|i| InformerStatus::of(i))
+            .map(|i| informer_status(i))
             .collect();
         Status {
             guests,
@@ -169,7 +173,7 @@ impl Supervisor {
                 }
             })
             .collect();
-        let process = crate::ops::process::Process::read()
+        let process = crate::ops::metrics::process::Process::read()
             .inspect_err(|e| tracing::debug!("{e}"))
             .ok();
         metrics::encode(metrics::Scrape {
@@ -336,15 +340,15 @@ fn guest_status(
         rejections: e.rejections.values().sum(),
         last_error: e.last_error.clone(),
         last_load_ms: e.last_load.map(|t| t.total.as_secs_f64() * 1000.0),
-        reconciles: snap.as_ref().map(Reconciles::of).unwrap_or_default(),
+        reconciles: snap.as_ref().map(reconciles_of).unwrap_or_default(),
         shadow: (snap.as_ref())
             .and_then(|s| s.shadow.as_ref())
-            .map(crate::ops::status::GuestShadow::of),
+            .map(shadow_of),
         queued: snap.as_ref().map_or(0, |s| s.queued),
         informers: snap.as_ref().map_or(Vec::new(), |s| {
             s.informers
                 .iter()
-                .map(|(kind, status, stale)| GuestInformer::new(kind, status, stale))
+                .map(|(kind, status, stale)| guest_informer(kind, status, stale))
                 .collect()
         }),
         memory: snap.as_ref().map(|s| memory(s, share.as_ref())),
@@ -388,6 +392,72 @@ pub(super) fn tenant_grant_advice(e: &crate::guest::grant::Error, namespace: &st
     format!(
         " (this is a tenant's guest, confined to namespace {namespace:?}: remove the declaration from describe(), or ask the host's operator to add it to {setting} in the host config)"
     )
+}
+
+/// The counts of a running controller.
+fn reconciles_of(snapshot: &controller::Snapshot) -> Reconciles {
+    let by = |b: Blame| snapshot.errors_by_blame[b as usize];
+    Reconciles {
+        ok: snapshot.reconciles_ok,
+        failed: snapshot.reconciles_failed,
+        traps: snapshot.traps,
+        worker_panics: snapshot.worker_panics,
+        errors_by_blame: ByBlame {
+            guest: by(Blame::Guest),
+            host: by(Blame::Host),
+            cluster: by(Blame::Cluster),
+        },
+    }
+}
+
+/// The shadow of a running controller.
+fn shadow_of(s: &crate::controller::shadow::ShadowSnapshot) -> GuestShadow {
+    GuestShadow {
+        digest: s.digest.clone(),
+        reconciles: s.reconciles,
+        divergent: s.divergent,
+        last_divergence: s.last_divergence.clone(),
+        problem: s.problem.clone(),
+    }
+}
+
+/// The informer of `kind`, as a controller's snapshot describes it.
+fn guest_informer(kind: &str, status: &informer::Status, staleness: &Staleness) -> GuestInformer {
+    GuestInformer {
+        kind: kind.to_string(),
+        state: informer_state(&status.state),
+        message: status.message.clone(),
+        silent_for_seconds: staleness.silent_for.map(|d| d.as_secs_f64()),
+        resource_version: staleness.resource_version,
+    }
+}
+
+/// Reads `informer` now: its status, staleness and cache size are three reads, not one.
+fn informer_status(informer: &Informer) -> InformerStatus {
+    let (key, status, stale) = (informer.key(), informer.status(), informer.staleness());
+    let gvk = kube::core::GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
+    InformerStatus {
+        kind: crate::informer::discovery::gvk_string(&gvk),
+        scope: key.scope.to_string(),
+        state: informer_state(&status.state),
+        message: status.message,
+        objects: informer.store().len(),
+        cached_bytes: informer.store().object_bytes() as u64,
+        silent_for_seconds: stale.silent_for.map(|d| d.as_secs_f64()),
+        resource_version: stale.resource_version,
+    }
+}
+
+/// An informer's state on the wire: an exhaustive match, so that a state added to the
+/// informer does not compile until the status document can say it.
+fn informer_state(state: &informer::State) -> InformerState {
+    match state {
+        informer::State::Syncing => InformerState::Syncing,
+        informer::State::Synced => InformerState::Synced,
+        informer::State::Forbidden => InformerState::Forbidden,
+        informer::State::KindNotFound => InformerState::KindNotFound,
+        informer::State::Degraded => InformerState::Degraded,
+    }
 }
 
 #[cfg(test)]

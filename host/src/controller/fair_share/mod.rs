@@ -74,11 +74,11 @@ pub struct Config {
     /// Where it may surprise: so a lone busy tenant uses all cores but one. Raise it for
     /// guests that mostly wait on the API server, which hold a slot without using a core.
     pub slots: usize,
-    /// Each tenant namespace's weight [1]; a tenant of weight 2 gets twice the CPU of a tenant
+    /// Each tenant namespace's weight \[1\]; a tenant of weight 2 gets twice the CPU of a tenant
     /// of weight 1 when both have work. The operator's guests are the tenant `""`.
     pub weights: BTreeMap<String, u32>,
     /// CPU a tenant's guests may use per minute, compile time included, in milliseconds
-    /// [unlimited]. Over it, the tenant's reconciles wait until the budget refills (it refills
+    /// \[unlimited\]. Over it, the tenant's reconciles wait until the budget refills (it refills
     /// continuously, and holds at most ten seconds' worth), and are never failed for it. Not
     /// applied to the operator's guests.
     pub cpu_budget_ms_per_minute: Option<u64>,

@@ -49,6 +49,21 @@ pub fn guest_error(
     }
 }
 
+/// The message a [`GuestError`] carries.
+pub fn message(e: &GuestError) -> &str {
+    match e {
+        GuestError::NotFound(m)
+        | GuestError::Conflict(m)
+        | GuestError::Forbidden(m)
+        | GuestError::Invalid(m)
+        | GuestError::TooLarge(m)
+        | GuestError::NotDeclared(m)
+        | GuestError::UnindexedField(m)
+        | GuestError::Timeout(m)
+        | GuestError::Other(m) => m,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@
 //!
 //! A module too large for a ConfigMap (a TypeScript or Python component is 11–19 MB) is named
 //! by reference instead: a `data` key `rec.wasm.ref` holding `registry/repo:tag@sha256:…` (see
-//! [`references`]). Changing the reference reloads the guest; a tag alone is
+//! `references`). Changing the reference reloads the guest; a tag alone is
 //! followed as it moves.
 //!
 //! The ConfigMap's namespace is the guest's tenant namespace: its grant is the
@@ -320,7 +320,10 @@ fn offers_for(
                 read: Box::new(move || {
                     unpack(&key, packed, max)
                         .map(|bytes| (bytes, None))
-                        .map_err(|(digest, message)| Unreadable { digest, message })
+                        .map_err(|e| Unreadable {
+                            message: e.to_string(),
+                            digest: e.digest,
+                        })
                 }),
                 min_interval: Duration::from_millis(policy.min_reload_interval_ms),
             },
@@ -367,12 +370,14 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
     } = seen;
     let (namespace, cm) = id.clone();
     let object = o.clone();
-    let parsed = tokio::task::spawn_blocking(move || modules_of(object.json()))
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+    let parsed = tokio::task::spawn_blocking(move || modules_of(object.json())).await;
     let mut modules = match parsed {
-        Ok(m) => m,
+        Ok(Ok(m)) => m,
         Err(e) => {
+            tracing::warn!(configmap = %format!("{namespace}/{cm}"), "reading the ConfigMap's modules failed: {e}");
+            return 0;
+        }
+        Ok(Err(e)) => {
             tracing::warn!(configmap = %format!("{namespace}/{cm}"), "ignoring an unparseable ConfigMap: {e}");
             return 0;
         }
@@ -990,7 +995,9 @@ mod tests {
 
     #[test]
     fn gzip_under_a_plain_key_says_to_rename_it() {
-        let (_, msg) = unpack("rec.wasm", gzip(b"module"), 100).unwrap_err();
+        let msg = unpack("rec.wasm", gzip(b"module"), 100)
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("name the key rec.wasm.gz"), "{msg}");
     }
 
@@ -1001,11 +1008,11 @@ mod tests {
             unpack("a.wasm.gz", gzip(b"hello"), 5).unwrap(),
             b"hello".to_vec()
         );
-        let (_, big) = unpack("a.wasm.gz", gzip(&[0u8; 4096]), 4095).unwrap_err();
-        assert!(big.contains("more than 4095 bytes"), "{big}");
-        let (digest, bad) = unpack("a.wasm.gz", b"not gzip".to_vec(), 100).unwrap_err();
-        assert!(bad.contains("not valid gzip"), "{bad}");
-        assert_eq!(digest, crate::guest::digest_of(b"not gzip"));
+        let big = unpack("a.wasm.gz", gzip(&[0u8; 4096]), 4095).unwrap_err();
+        assert!(big.to_string().contains("more than 4095 bytes"), "{big}");
+        let bad = unpack("a.wasm.gz", b"not gzip".to_vec(), 100).unwrap_err();
+        assert!(bad.to_string().contains("not valid gzip"), "{bad}");
+        assert_eq!(bad.digest, crate::guest::digest_of(b"not gzip"));
     }
 
     #[test]
@@ -1026,9 +1033,13 @@ mod tests {
             x ^= x << 17;
             *b = x as u8;
         }
-        let err = pack("team-a", "my-rec", "rec", &noise).unwrap_err();
+        let err = pack("team-a", "my-rec", "rec", &noise)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cannot be delivered this way"), "{err}");
-        let err = pack("team-a", "my-rec", "my rec", &[1u8; 10]).unwrap_err();
+        let err = pack("team-a", "my-rec", "my rec", &[1u8; 10])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cannot be a ConfigMap key"), "{err}");
     }
 

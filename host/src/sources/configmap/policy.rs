@@ -21,7 +21,7 @@ pub struct TenantPolicy {
     /// nothing (each is rejected, naming the kind to add here). A wildcard never allows RBAC
     /// kinds, Secrets or Pods ([`crate::guest::grant::named_only`]): list them by name.
     pub kinds: BTreeSet<String>,
-    /// Concurrent reconciles per tenant guest [1].
+    /// Concurrent reconciles per tenant guest \[1\].
     pub workers: usize,
     /// Per-call limits.
     pub limits: Limits,
@@ -33,16 +33,16 @@ pub struct TenantPolicy {
     /// reach cluster-scoped kinds), and `kinds` omitted means the policy's `kinds` (a
     /// namespace's `kinds` replaces them; it does not add to them).
     pub grants: BTreeMap<String, Grant>,
-    /// Tenant guests one namespace may have serving or loading, over all its ConfigMaps [20].
+    /// Tenant guests one namespace may have serving or loading, over all its ConfigMaps \[20\].
     /// Rejected guests do not count, and a new version of a serving guest never waits. A guest
     /// past it is rejected, with an Event saying so, and loads by itself once another guest of
     /// the namespace is removed or rejected.
     pub max_guests_per_namespace: usize,
-    /// Cache bytes one namespace's guests may be attributed, over all its ConfigMaps [none]:
+    /// Cache bytes one namespace's guests may be attributed, over all its ConfigMaps \[none\]:
     /// each informer's objects split evenly between the guests that read it. A load whose
     /// informers would add bytes past it is rejected once they have synced, and released.
     pub max_cached_bytes_per_namespace: Option<u64>,
-    /// Least time between two loads of one guest, in milliseconds [1000]. Edits arriving
+    /// Least time between two loads of one guest, in milliseconds \[1000\]. Edits arriving
     /// sooner wait, and collapse into one load of the latest: a tenant editing in a loop gets
     /// one compile a second, not one per edit. Unloads never wait.
     pub min_reload_interval_ms: u64,
@@ -52,12 +52,12 @@ pub struct TenantPolicy {
     /// `reconciled.dev/service-account`.
     pub service_account: String,
     /// CPU each tenant namespace's guests may use per minute, compile time included, in
-    /// milliseconds [unlimited]. A tenant over it has its reconciles delayed (never failed)
+    /// milliseconds \[unlimited\]. A tenant over it has its reconciles delayed (never failed)
     /// until the budget refills, with a Warning Event when that starts; see
     /// [`crate::controller::fair_share`].
     pub cpu_budget_ms_per_minute: Option<u64>,
     /// Registries (`host` or `host:port`, exactly as references name them) tenants' `.wasm.ref`
-    /// keys may pull from [none]. The host makes those requests from inside the cluster, so
+    /// keys may pull from \[none\]. The host makes those requests from inside the cluster, so
     /// this list is what keeps a tenant from pointing it at any address it can reach.
     pub registries: BTreeSet<String>,
     /// Each tenant namespace's share of the host's CPU when tenants compete [1 each];
@@ -123,6 +123,7 @@ impl TenantPolicy {
             identity: Some(account),
             recorder: None,
             shadow: None,
+            environment: Vec::new(),
         }
     }
 }

@@ -5,8 +5,9 @@
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
+use super::encode::{counter, family};
+use super::scrape::Guest;
 use crate::controller::shadow::ShadowSnapshot;
-use crate::ops::metrics::{Guest, counter, family};
 
 /// Encodes the shadow families; nothing when no guest has a shadow.
 pub(super) fn encode_shadow(e: &mut DescriptorEncoder, guests: &[Guest]) -> std::fmt::Result {

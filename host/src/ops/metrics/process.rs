@@ -4,7 +4,7 @@
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
-use super::metrics::{NO_LABELS, counter, family, gauge};
+use super::encode::{NO_LABELS, counter, family, gauge};
 
 /// Why the process metrics could not be read.
 #[derive(Debug, thiserror::Error)]

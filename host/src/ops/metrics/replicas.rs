@@ -7,7 +7,7 @@
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
-use crate::ops::metrics::{NO_LABELS, counter, family, gauge};
+use super::encode::{NO_LABELS, counter, family, gauge};
 use crate::replicas::Snapshot;
 
 /// Encodes the replica families; nothing for a host alone.

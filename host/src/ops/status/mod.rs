@@ -1,4 +1,5 @@
-//! The status document: what `/status` serves and `reconciled status` renders as a table.
+//! The status document: what `/status` serves and `reconciled status` renders as a table
+//! (`table`). The schema only: the supervisor builds it (see `supervisor/report.rs`).
 //!
 //! One schema for everyone who touches the document: the supervisor builds a [`Status`], the
 //! endpoint serialises it, and `reconciled status` and the tests deserialise it. The JSON field
@@ -13,11 +14,11 @@
 //! - Timestamps are RFC 3339 strings rounded to the second, as the host formats them; they are
 //!   not parsed.
 
+mod table;
+
 use serde::{Deserialize, Serialize};
 
-use crate::controller::Snapshot;
 use crate::guest::Blame;
-use crate::informer::{self, Informer, Staleness};
 
 /// The whole document.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -163,19 +164,6 @@ pub struct GuestShadow {
     pub problem: Option<String>,
 }
 
-impl GuestShadow {
-    /// The shadow of a running controller.
-    pub fn of(s: &crate::controller::shadow::ShadowSnapshot) -> Self {
-        Self {
-            digest: s.digest.clone(),
-            reconciles: s.reconciles,
-            divergent: s.divergent,
-            last_divergence: s.last_divergence.clone(),
-            problem: s.problem.clone(),
-        }
-    }
-}
-
 /// The memory a serving guest accounts for.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GuestMemory {
@@ -248,24 +236,6 @@ pub struct Reconciles {
     pub errors_by_blame: ByBlame,
 }
 
-impl Reconciles {
-    /// The counts of a running controller.
-    pub fn of(snapshot: &Snapshot) -> Self {
-        let by = |b: Blame| snapshot.errors_by_blame[b as usize];
-        Self {
-            ok: snapshot.reconciles_ok,
-            failed: snapshot.reconciles_failed,
-            traps: snapshot.traps,
-            worker_panics: snapshot.worker_panics,
-            errors_by_blame: ByBlame {
-                guest: by(Blame::Guest),
-                host: by(Blame::Host),
-                cluster: by(Blame::Cluster),
-            },
-        }
-    }
-}
-
 /// A count per [`Blame`], under the blame's label.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ByBlame {
@@ -296,19 +266,6 @@ pub struct GuestInformer {
     pub resource_version: u64,
 }
 
-impl GuestInformer {
-    /// The informer of `kind`, as a controller's snapshot describes it.
-    pub fn new(kind: &str, status: &informer::Status, staleness: &Staleness) -> Self {
-        Self {
-            kind: kind.to_string(),
-            state: (&status.state).into(),
-            message: status.message.clone(),
-            silent_for_seconds: staleness.silent_for.map(|d| d.as_secs_f64()),
-            resource_version: staleness.resource_version,
-        }
-    }
-}
-
 /// One informer of the host, whoever reads it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InformerStatus {
@@ -336,28 +293,10 @@ pub struct InformerStatus {
     pub resource_version: u64,
 }
 
-impl InformerStatus {
-    /// Reads `informer` now: its status, staleness and cache size are three reads, not one.
-    pub fn of(informer: &Informer) -> Self {
-        let (key, status, stale) = (informer.key(), informer.status(), informer.staleness());
-        let gvk = kube::core::GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
-        Self {
-            kind: crate::informer::discovery::gvk_string(&gvk),
-            scope: key.scope.to_string(),
-            state: (&status.state).into(),
-            message: status.message,
-            objects: informer.store().len(),
-            cached_bytes: informer.store().object_bytes() as u64,
-            silent_for_seconds: stale.silent_for.map(|d| d.as_secs_f64()),
-            resource_version: stale.resource_version,
-        }
-    }
-}
-
-/// An informer's health, named as [`informer::State`]'s variants are.
+/// An informer's health, named as [`crate::informer::State`]'s variants are.
 ///
-/// A copy of that enum for the wire: the conversion is an exhaustive match, so a state added
-/// there does not compile until it is added here.
+/// A copy of that enum for the wire: the conversion (in `supervisor/report.rs`) is an
+/// exhaustive match, so a state added there does not compile until it is added here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum InformerState {
     /// Discovery, preflight or the initial list is under way.
@@ -370,18 +309,6 @@ pub enum InformerState {
     KindNotFound,
     /// Synced, but a watch is failing: reads are served and may be stale.
     Degraded,
-}
-
-impl From<&informer::State> for InformerState {
-    fn from(state: &informer::State) -> Self {
-        match state {
-            informer::State::Syncing => InformerState::Syncing,
-            informer::State::Synced => InformerState::Synced,
-            informer::State::Forbidden => InformerState::Forbidden,
-            informer::State::KindNotFound => InformerState::KindNotFound,
-            informer::State::Degraded => InformerState::Degraded,
-        }
-    }
 }
 
 impl std::fmt::Display for InformerState {
@@ -479,176 +406,10 @@ mod blame_label {
 }
 
 /// The table columns, in order.
-const COLUMNS: [&str; 7] = [
-    "NAME",
-    "STATE",
-    "DIGEST",
-    "SOURCE",
-    "LOADED",
-    "RECONCILES",
-    "LAST ERROR",
-];
-
-/// How much of the last error a table row shows; `/status` has all of it.
-const LAST_ERROR_CHARS: usize = 80;
-
 impl Status {
     /// The guest called `name`, if the host has one.
     pub fn guest(&self, name: &str) -> Option<&GuestStatus> {
         self.guests.iter().find(|g| g.name == name)
-    }
-
-    /// The document as `reconciled status` prints it: one row per guest, then the sources that
-    /// deliver no guest and the guests' informers that are not synced, if any.
-    ///
-    /// Absent values show as `-`. The last column says why a guest is not serving (its
-    /// `reason`, after its blame) and otherwise its last rejection (`last_error`), cut to 80
-    /// characters. The digest shows its first 12 hex characters. Control characters (line
-    /// breaks, but also terminal escapes from a guest's error message) show as spaces. Widths
-    /// count characters, which lines up for all but double-width scripts.
-    pub fn table(&self) -> String {
-        if self.guests.is_empty() && self.sources_without_guests.is_empty() {
-            return "no guests are loaded\n".into();
-        }
-        let sharded = self.replicas.is_some();
-        let rows: Vec<Vec<String>> = self.guests.iter().map(|g| row(g, sharded)).collect();
-        let mut columns: Vec<&str> = COLUMNS.to_vec();
-        if sharded {
-            columns.insert(2, "SHARD");
-        }
-        let mut widths: Vec<usize> = columns.iter().map(|c| c.chars().count()).collect();
-        for row in &rows {
-            for (width, cell) in widths.iter_mut().zip(row) {
-                *width = (*width).max(cell.chars().count());
-            }
-        }
-        let mut out = String::new();
-        let header: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
-        for cells in std::iter::once(header).chain(rows) {
-            for (i, (cell, width)) in cells.iter().zip(widths.iter().copied()).enumerate() {
-                if i + 1 == cells.len() {
-                    // No padding after the last column: trailing spaces only get in the way.
-                    out.push_str(cell);
-                } else {
-                    out.push_str(&format!("{cell:<width$}  "));
-                }
-            }
-            out.push('\n');
-        }
-        if let Some(r) = &self.replicas {
-            let held: Vec<String> = r.held.iter().map(u32::to_string).collect();
-            out.push_str(&format!(
-                "\nreplica {} (Leases in {}): holds shards [{}] of {}; replicas alive: {}\n",
-                cell(Some(&r.identity)),
-                cell(Some(&r.namespace)),
-                held.join(","),
-                r.shards.len(),
-                r.members
-                    .iter()
-                    .map(|m| cell(Some(m)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        if !self.sources_without_guests.is_empty() {
-            out.push_str("\nsources that deliver no guest:\n");
-            for s in &self.sources_without_guests {
-                let (source, problem) = (cell(Some(&s.source)), cell(Some(&s.problem)));
-                out.push_str(&format!("  {source}: {problem}\n"));
-            }
-        }
-        let throttled: Vec<String> = self
-            .tenants
-            .iter()
-            .filter_map(|t| {
-                let th = t.throttled.as_ref()?;
-                Some(format!(
-                    "  {}: since {}, used {:.0} ms of {:.0} ms in the last minute",
-                    cell(Some(&t.tenant)),
-                    th.since,
-                    th.used_ms_last_minute,
-                    th.budget_ms_per_minute
-                ))
-            })
-            .collect();
-        if !throttled.is_empty() {
-            out.push_str(
-                "
-tenants throttled for their CPU budget:
-",
-            );
-            out.push_str(&throttled.join("\n"));
-            out.push('\n');
-        }
-        let unsynced: Vec<String> = self.guests.iter().flat_map(unsynced_informers).collect();
-        if !unsynced.is_empty() {
-            out.push_str("\ninformers not synced:\n");
-            for line in unsynced {
-                out.push_str(&line);
-                out.push('\n');
-            }
-        }
-        out
-    }
-}
-
-fn row(guest: &GuestStatus, sharded: bool) -> Vec<String> {
-    let digest = guest.digest.as_deref().map(|d| {
-        let hex = d.strip_prefix("sha256:").unwrap_or(d);
-        hex.chars().take(12).collect::<String>()
-    });
-    let r = &guest.reconciles;
-    // Why it is not serving now, if it is not; else the last rejection.
-    let mut last_error = match (&guest.reason, guest.blame) {
-        (None, _) => cell(guest.last_error.as_deref()),
-        (Some(reason), None) => cell(Some(reason)),
-        (Some(reason), Some(blame)) => format!("[blame: {blame}] {}", cell(Some(reason))),
-    };
-    if last_error.chars().count() > LAST_ERROR_CHARS {
-        last_error = last_error.chars().take(LAST_ERROR_CHARS - 1).collect();
-        last_error.push('…');
-    }
-    let mut row = vec![
-        cell(Some(&guest.name)),
-        guest.state.to_string(),
-        cell(digest.as_deref()),
-        cell(Some(&guest.source)),
-        cell(guest.loaded_at.as_deref()),
-        format!("{}/{}/{}", r.ok, r.failed, r.traps),
-        last_error,
-    ];
-    if sharded {
-        let shard = match (guest.shard, &guest.owner) {
-            (Some(s), Some(o)) => format!("{s} on {}", cell(Some(o))),
-            (Some(s), None) => format!("{s} on -"),
-            (None, _) => "-".into(),
-        };
-        row.insert(2, shard);
-    }
-    row
-}
-
-fn unsynced_informers(guest: &GuestStatus) -> impl Iterator<Item = String> + '_ {
-    let name = cell(Some(&guest.name));
-    guest
-        .informers
-        .iter()
-        .filter(|i| i.state != InformerState::Synced)
-        .map(move |i| {
-            let mut line = format!("  {name}: {} is {}", cell(Some(&i.kind)), i.state);
-            if let Some(message) = &i.message {
-                line.push_str(": ");
-                line.push_str(&cell(Some(message)));
-            }
-            line
-        })
-}
-
-/// A value as a table cell: absent or empty as `-`, control characters as spaces.
-fn cell(text: Option<&str>) -> String {
-    match text {
-        None | Some("") => "-".into(),
-        Some(text) => crate::text::one_line(text),
     }
 }
 
@@ -658,7 +419,7 @@ mod tests {
 
     use super::*;
 
-    fn guest(name: &str, state: GuestState) -> GuestStatus {
+    pub(super) fn guest(name: &str, state: GuestState) -> GuestStatus {
         GuestStatus {
             name: name.into(),
             state,
@@ -683,7 +444,11 @@ mod tests {
         }
     }
 
-    fn informer(kind: &str, state: InformerState, message: Option<&str>) -> GuestInformer {
+    pub(super) fn informer(
+        kind: &str,
+        state: InformerState,
+        message: Option<&str>,
+    ) -> GuestInformer {
         GuestInformer {
             kind: kind.into(),
             state,
@@ -883,230 +648,5 @@ mod tests {
         };
         assert_eq!(lenient.guests, [expected]);
         assert_eq!(lenient.uptime_seconds, 0);
-    }
-
-    #[test]
-    fn renders_guests_as_an_aligned_table() {
-        let status = Status {
-            guests: vec![
-                GuestStatus {
-                    digest: Some(
-                        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef".into(),
-                    ),
-                    source: "configmap team-a/my-rec key rec.wasm".into(),
-                    loaded_at: Some("2026-11-29T15:00:00Z".into()),
-                    loads: 3,
-                    rejections: 1,
-                    reconciles: Reconciles {
-                        ok: 10,
-                        failed: 1,
-                        ..Reconciles::default()
-                    },
-                    informers: vec![informer("v1/ConfigMap", InformerState::Synced, None)],
-                    ..guest("team-a/my-rec/rec", GuestState::Serving)
-                },
-                GuestStatus {
-                    reason: Some(format!(
-                        "component does not export reconcile\nline two {}",
-                        "x".repeat(80)
-                    )),
-                    last_error: Some("component does not export reconcile".into()),
-                    source: "file /x.wasm".into(),
-                    reconciles: Reconciles {
-                        failed: 2,
-                        ..Reconciles::default()
-                    },
-                    informers: vec![
-                        informer("v1/Secret", InformerState::Forbidden, Some("forbidden")),
-                        informer("v1/Pod", InformerState::Syncing, None),
-                    ],
-                    ..guest("cmgen", GuestState::Rejected)
-                },
-            ],
-            ..Status::default()
-        };
-        let expected = "\
-NAME               STATE     DIGEST        SOURCE                                LOADED                RECONCILES  LAST ERROR
-team-a/my-rec/rec  serving   0123456789ab  configmap team-a/my-rec key rec.wasm  2026-11-29T15:00:00Z  10/1/0      -
-cmgen              rejected  -             file /x.wasm                          -                     0/2/0       component does not export reconcile line two xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…
-
-informers not synced:
-  cmgen: v1/Secret is Forbidden: forbidden
-  cmgen: v1/Pod is Syncing
-";
-        let table = status.table();
-        assert_eq!(table, expected);
-        let last = table.lines().nth(2).unwrap();
-        let error = &last[last.find("component").unwrap()..];
-        assert_eq!(error.chars().count(), 80);
-        assert!(error.ends_with('…'));
-    }
-
-    #[test]
-    fn a_failing_guest_shows_its_blame_before_its_reason() {
-        let status = Status {
-            guests: vec![GuestStatus {
-                reason: Some("worker panicked on ns/work".into()),
-                blame: Some(Blame::Host),
-                last_error: Some("an older rejection".into()),
-                ..guest("rec", GuestState::Failing)
-            }],
-            ..Status::default()
-        };
-        let table = status.table();
-        let row = table.lines().nth(1).unwrap();
-        assert!(
-            row.starts_with("rec   failing")
-                && row.ends_with("[blame: host] worker panicked on ns/work"),
-            "{table}"
-        );
-    }
-
-    #[test]
-    fn renders_absent_and_empty_values_as_dashes() {
-        let status = Status {
-            guests: vec![GuestStatus {
-                source: String::new(),
-                digest: Some(String::new()),
-                ..guest("a", GuestState::Loading)
-            }],
-            ..Status::default()
-        };
-        assert_eq!(
-            status.table(),
-            "\
-NAME  STATE    DIGEST  SOURCE  LOADED  RECONCILES  LAST ERROR
-a     loading  -       -       -       0/0/0       -
-"
-        );
-    }
-
-    #[test]
-    fn a_terminal_escape_in_a_guest_error_is_shown_as_spaces() {
-        let status = Status {
-            guests: vec![GuestStatus {
-                reason: Some("bad\x1b[2Jthing\r\nhere".into()),
-                ..guest("a", GuestState::Rejected)
-            }],
-            ..Status::default()
-        };
-        let table = status.table();
-        assert!(
-            !table.contains('\x1b') && !table.contains('\r'),
-            "{table:?}"
-        );
-        assert!(table.ends_with("bad [2Jthing  here\n"), "{table:?}");
-    }
-
-    #[test]
-    fn sources_without_guests_are_listed_under_the_table() {
-        let status = Status {
-            sources_without_guests: vec![SourceProblem {
-                source: "configmap team-b/x".into(),
-                problem: "no key ends in .wasm or .wasm.gz".into(),
-            }],
-            ..Status::default()
-        };
-        assert_eq!(
-            status.table(),
-            "\
-NAME  STATE  DIGEST  SOURCE  LOADED  RECONCILES  LAST ERROR
-
-sources that deliver no guest:
-  configmap team-b/x: no key ends in .wasm or .wasm.gz
-"
-        );
-    }
-
-    #[test]
-    fn throttled_tenants_are_listed_under_the_table() {
-        let tenant = |name: &str, throttled: Option<Throttled>| TenantStatus {
-            tenant: name.into(),
-            weight: 1,
-            cpu_seconds: 3.0,
-            compile_seconds: 0.5,
-            used_ms_last_minute: 7200.0,
-            cpu_budget_ms_per_minute: Some(6000.0),
-            throttled,
-            throttled_seconds: 4.0,
-            throttles: 1,
-            guests: Vec::new(),
-        };
-        let status = Status {
-            guests: vec![guest("team-a/x/rec", GuestState::Serving)],
-            tenants: vec![
-                tenant(
-                    "team-a",
-                    Some(Throttled {
-                        since: "2026-12-01T19:00:00Z".into(),
-                        budget_ms_per_minute: 6000.0,
-                        used_ms_last_minute: 7200.0,
-                    }),
-                ),
-                tenant("team-b", None),
-            ],
-            ..Status::default()
-        };
-        let table = status.table();
-        assert!(
-            table.ends_with(
-                "\ntenants throttled for their CPU budget:\n  team-a: since 2026-12-01T19:00:00Z, used 7200 ms of 6000 ms in the last minute\n"
-            ),
-            "{table}"
-        );
-        assert!(!table.contains("team-b"), "only throttled tenants: {table}");
-    }
-
-    #[test]
-    fn renders_no_guests_as_a_sentence() {
-        assert_eq!(Status::default().table(), "no guests are loaded\n");
-        let empty: Status = serde_json::from_str("{}").unwrap();
-        assert_eq!(empty.table(), "no guests are loaded\n");
-    }
-
-    #[test]
-    fn among_replicas_the_table_shows_each_guests_shard_and_owner_and_this_replicas_view() {
-        let standby = GuestStatus {
-            shard: Some(3),
-            owner: Some("replica-b".into()),
-            reason: Some("shard 3 is not held by this replica".into()),
-            ..guest("stamp", GuestState::Standby)
-        };
-        let status = Status {
-            guests: vec![standby],
-            replicas: Some(ReplicasStatus {
-                identity: "replica-a".into(),
-                namespace: "reconciled-system".into(),
-                members: vec!["replica-a".into(), "replica-b".into()],
-                held: vec![0, 2],
-                shards: (0..4)
-                    .map(|shard| ShardStatus {
-                        shard,
-                        ..ShardStatus::default()
-                    })
-                    .collect(),
-            }),
-            ..Status::default()
-        };
-        let table = status.table();
-        let mut lines = table.lines();
-        let header = lines.next().unwrap();
-        assert!(header.starts_with("NAME   STATE    SHARD"), "{table}");
-        assert!(
-            lines.next().unwrap().contains("standby  3 on replica-b"),
-            "{table}"
-        );
-        assert!(
-            table.contains("replica replica-a (Leases in reconciled-system): holds shards [0,2] of 4; replicas alive: replica-a, replica-b"),
-            "{table}"
-        );
-        let alone = Status {
-            replicas: None,
-            ..status
-        };
-        assert!(
-            !alone.table().contains("SHARD"),
-            "a host alone has no shard column"
-        );
     }
 }

@@ -8,8 +8,9 @@
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
+use super::encode::{counter, family, gauge};
+use super::scrape::Guest;
 use crate::controller::fair_share::TenantUsage;
-use crate::ops::metrics::{Guest, counter, family, gauge};
 
 /// Encodes the guest and tenant CPU families.
 #[expect(

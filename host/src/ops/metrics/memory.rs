@@ -9,7 +9,8 @@
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
-use super::metrics::{Guest, Informer, family, gauge};
+use super::encode::{family, gauge};
+use super::scrape::{Guest, Informer};
 
 /// Encodes the memory families of `guests` (those a version of which serves) and `informers`.
 pub(super) fn encode_memory(
