@@ -261,6 +261,7 @@ pub struct Dropped {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guest::imports::access::tests::res;
     use crate::object::{Object, Transform};
     use std::sync::Arc;
 
@@ -342,17 +343,6 @@ mod tests {
             .collect();
         assert_eq!(keys, ["a/before", "a/after"]);
         assert_eq!(priority(&n), Priority::High);
-    }
-
-    fn res(namespaced: bool) -> Resource {
-        Resource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: "Thing".into(),
-            plural: "things".into(),
-            namespaced,
-        }
     }
 
     fn request(namespace: &str, name: &str) -> Request {

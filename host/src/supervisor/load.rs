@@ -453,7 +453,7 @@ impl<'a> Load<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::Duration;
 
     use super::*;
@@ -461,7 +461,7 @@ mod tests {
 
     /// A supervisor with no API server behind it and no Events: enough for loads refused
     /// before they reach an informer.
-    fn offline() -> Supervisor {
+    pub(in crate::supervisor) fn offline() -> Supervisor {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let identities = crate::guest::identity::Identities::new(config).unwrap();
         let factory = crate::informer::factory::InformerFactory::new(

@@ -273,24 +273,8 @@ mod tests {
         assert_eq!(s.admit(1), vec![("c".to_string(), 3)]);
     }
 
-    /// A supervisor with no API server behind it and no Events: enough for modules refused
-    /// before they reach an informer.
     fn offline() -> Arc<Supervisor> {
-        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let identities = crate::guest::identity::Identities::new(config).unwrap();
-        let factory = crate::informer::factory::InformerFactory::new(
-            identities.host().clone(),
-            crate::informer::Options::default(),
-        );
-        Arc::new(Supervisor::new(
-            crate::guest::Runtime::new().unwrap(),
-            Arc::new(factory),
-            identities,
-            super::super::Options {
-                events: false,
-                ..super::super::Options::default()
-            },
-        ))
+        Arc::new(crate::supervisor::load::tests::offline())
     }
 
     fn load(cm: &str, read: super::super::Read) -> Offer {

@@ -75,10 +75,11 @@ pub fn check_access(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn res(namespaced: bool) -> Resource {
+    /// A kind `Thing` of the core group, namespaced or not.
+    pub(crate) fn res(namespaced: bool) -> Resource {
         Resource {
             group: String::new(),
             version: "v1".into(),
