@@ -28,7 +28,10 @@ const REPLICAS: usize = 3;
 async fn the_image_runs_as_the_deployment_runs_it() {
     let podman = Podman::new().unwrap_or_else(|e| panic!("{e}"));
     let archive = podman::image_archive().unwrap_or_else(|e| panic!("{e}"));
-    let cp = ControlPlane::shared();
+    // Its own control plane: the replicas load tenants' guests from every namespace, as the
+    // deployed config says, and would run the guests other tests deliver on the shared one.
+    static CP: std::sync::OnceLock<Result<ControlPlane, String>> = std::sync::OnceLock::new();
+    let cp = ControlPlane::own(&CP, &[]);
     let admin = cp.admin_client();
     common::apply_deploy(cp, "reconciled.yaml", None);
     // The pod as the API server has it, and what the kubelet would mount for it.

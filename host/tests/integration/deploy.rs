@@ -41,7 +41,11 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("host.toml"), toml).unwrap();
     let config = Config::load(&dir.join("host.toml")).unwrap();
-    let policy = config.tenants.expect("the deployed config loads tenants");
+    // The deployed config loads tenants from every namespace; here, from the test's own only.
+    let policy = common::only(
+        &["team-deploy"],
+        config.tenants.expect("the deployed config loads tenants"),
+    );
     let replicas = config
         .replicas
         .expect("the deployed config shares guests between replicas")

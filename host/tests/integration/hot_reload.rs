@@ -393,8 +393,12 @@ async fn configmaps_deliver_reload_reject_and_unload_tenant_guests() {
         .unwrap();
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
-    let _source =
-        ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
+    let _source = ConfigMapSource::start(
+        sup.factory(),
+        sup.clone(),
+        common::only(&[ns], common::tenants(&["*"])),
+    )
+    .unwrap();
     let guest = "team-a/my-rec/rec";
     let (v1, v2) = (wasm("stamp_v1"), wasm("stamp_v2"));
 
@@ -558,8 +562,12 @@ async fn a_tenant_guest_cannot_watch_a_cluster_scoped_kind() {
     common::tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
-    let _source =
-        ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
+    let _source = ConfigMapSource::start(
+        sup.factory(),
+        sup.clone(),
+        common::only(&[ns], common::tenants(&["*"])),
+    )
+    .unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let packed =
         reconciled::sources::configmap::pack(ns, "nosy", "rec", &wasm("stamp_cluster")).unwrap();
@@ -734,7 +742,7 @@ async fn tenants_get_a_guest_quota_and_rapid_edits_collapse_into_one_load() {
     let policy = TenantPolicy {
         max_guests_per_namespace: 1,
         min_reload_interval_ms: 1000,
-        ..common::tenants(&["*"])
+        ..common::only(&[ns], common::tenants(&["*"]))
     };
     let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
     let (v1, v2) = (wasm("stamp_v1"), wasm("stamp_v2"));
@@ -801,8 +809,12 @@ async fn a_labelled_configmap_without_a_module_shows_in_status_until_it_goes() {
     common::tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
-    let _source =
-        ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
+    let _source = ConfigMapSource::start(
+        sup.factory(),
+        sup.clone(),
+        common::only(&[ns], common::tenants(&["*"])),
+    )
+    .unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let mut empty = stamped("nothing", "1");
     empty.metadata.labels = Some([(LABEL.to_string(), "true".to_string())].into());

@@ -375,6 +375,7 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
     ]);
     policy.registries = [reg.host().to_string(), "127.0.0.1:1".to_string()].into();
     policy.min_reload_interval_ms = 0;
+    let policy = common::only(&[ns], policy);
     let _source =
         ConfigMapSource::start_with(sup.factory(), sup.clone(), policy, client.clone()).unwrap();
 

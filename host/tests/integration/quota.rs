@@ -101,7 +101,7 @@ async fn the_quota_counts_serving_guests_lets_reloads_through_and_loads_a_refuse
     let policy = TenantPolicy {
         max_guests_per_namespace: 3,
         min_reload_interval_ms: 0,
-        ..common::tenants(&["*"])
+        ..common::only(&[ns], common::tenants(&["*"]))
     };
     let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
@@ -217,7 +217,7 @@ async fn a_load_past_the_namespaces_cache_cap_is_refused_and_shared_informers_ar
     let policy = TenantPolicy {
         max_cached_bytes_per_namespace: Some(cap),
         min_reload_interval_ms: 0,
-        ..common::tenants(&["*"])
+        ..common::only(&[big, small], common::tenants(&["*"]))
     };
     let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
     let v1 = wasm("stamp_v1");

@@ -58,12 +58,14 @@ async fn scaffold_builds_tests_and_reconciles(lang: &str, test: &[&str]) {
     );
     // The Rust project shares the guests' and the host's compiled dependencies, as a developer's
     // CARGO_TARGET_DIR would; the others use the SDKs' toolchains, installed once.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
     ok(
         "./build.sh",
         Command::new("bash")
             .arg(dir.join("build.sh"))
-            .env("CARGO_TARGET_DIR", root.join("target/wasm-guests")),
+            .env("CARGO_TARGET_DIR", target.join("wasm-guests")),
     );
     let built = started.elapsed();
     ok(
@@ -71,7 +73,7 @@ async fn scaffold_builds_tests_and_reconciles(lang: &str, test: &[&str]) {
         Command::new(test[0])
             .args(&test[1..])
             .current_dir(&dir)
-            .env("CARGO_TARGET_DIR", root.join("target")),
+            .env("CARGO_TARGET_DIR", &target),
     );
     assert!(dir.join(format!("dev/{name}.wasm")).is_file());
     let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();

@@ -133,12 +133,16 @@ async fn a_buggy_shadow_runs_for_a_hundred_edits_stores_nothing_and_is_counted()
     )
     .await;
 
+    // A shadow reconcile is counted when it returns and its divergence once the live one has
+    // returned too: wait for both counts to settle, so that one scrape does not fall between.
     common::wait::wait_until_async(
-        "the shadow has diverged on every edit",
+        "the shadow has diverged on every edit, and every reconcile of it is compared",
         Duration::from_secs(30),
         || async move {
             let (_, body) = reconciled::ops::http::get(addr, "/metrics").await.unwrap();
-            counter(&body, "reconciled_shadow_divergences") >= EDITS as f64
+            let divergences = counter(&body, "reconciled_shadow_divergences");
+            divergences >= EDITS as f64
+                && counter(&body, "reconciled_shadow_reconciles") == divergences
         },
     )
     .await;

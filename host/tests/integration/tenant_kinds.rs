@@ -33,8 +33,12 @@ async fn by_default_a_tenant_guest_loads_nothing_and_is_told_which_setting_allow
     tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
-    let _source =
-        ConfigMapSource::start(sup.factory(), sup.clone(), TenantPolicy::default()).unwrap();
+    let _source = ConfigMapSource::start(
+        sup.factory(),
+        sup.clone(),
+        common::only(&[ns], TenantPolicy::default()),
+    )
+    .unwrap();
     deliver(&client, ns, "writer", "stamp_v1").await;
     let says = r#"add it to `kinds` under [tenants] or [tenants.grants.deny-default]"#;
     wait_event(
@@ -68,8 +72,12 @@ async fn a_wildcard_does_not_let_a_tenant_guest_declare_pods() {
     tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
     let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
-    let _source =
-        ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
+    let _source = ConfigMapSource::start(
+        sup.factory(),
+        sup.clone(),
+        common::only(&[ns], common::tenants(&["*"])),
+    )
+    .unwrap();
     // probe watches Pods (and ServiceAccounts and ConfigMaps); stamp only ConfigMaps.
     deliver(&client, ns, "pods", "probe").await;
     deliver(&client, ns, "plain", "stamp_v1").await;
@@ -111,7 +119,7 @@ async fn a_wildcard_does_not_let_a_tenant_guest_declare_pods() {
     let _source = ConfigMapSource::start(
         sup.factory(),
         sup.clone(),
-        common::tenants(&["*", "v1/Pod"]),
+        common::only(&[ns], common::tenants(&["*", "v1/Pod"])),
     )
     .unwrap();
     deliver(&client, ns, "pods", "probe").await;

@@ -65,8 +65,12 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
 
     let sup = supervisor_with(&cp.admin_config(), None);
     let addr = serve(&sup).await;
-    let _source =
-        ConfigMapSource::start(sup.factory(), sup.clone(), common::tenants(&["*"])).unwrap();
+    let _source = ConfigMapSource::start(
+        sup.factory(),
+        sup.clone(),
+        common::only(&[ns], common::tenants(&["*"])),
+    )
+    .unwrap();
 
     let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
     let delivery = ConfigMap {

@@ -255,6 +255,19 @@ pub async fn install_example_crd(cp: &testenv::ControlPlane) {
 }
 
 /// The `[tenants]` policy with these kinds allowed (tenants may declare none by default).
+/// `policy`, loading tenants' guests from `namespaces` only. The control plane is shared by
+/// every test of the binary: a ConfigMap source over every namespace would load the guests other
+/// tests deliver, and reconcile, post Events and hold informers beside theirs.
+pub fn only(
+    namespaces: &[&str],
+    policy: reconciled::sources::configmap::TenantPolicy,
+) -> reconciled::sources::configmap::TenantPolicy {
+    reconciled::sources::configmap::TenantPolicy {
+        namespaces: Some(namespaces.iter().map(|n| n.to_string()).collect()),
+        ..policy
+    }
+}
+
 pub fn tenants(kinds: &[&str]) -> reconciled::sources::configmap::TenantPolicy {
     reconciled::sources::configmap::TenantPolicy {
         kinds: kinds.iter().map(|k| k.to_string()).collect(),
