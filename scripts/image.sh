@@ -61,7 +61,7 @@ fi
 rm -rf "$rootfs"
 mkdir -p "$rootfs"/usr/local/bin "$rootfs"/etc/ssl/certs "$rootfs"/etc/reconciled \
   "$rootfs"/var/cache/reconciled
-install -m 0755 "target/$target/image/reconciled" "$rootfs/usr/local/bin/reconciled"
+install -m 0755 "${CARGO_TARGET_DIR:-target}/$target/image/reconciled" "$rootfs/usr/local/bin/reconciled"
 install -m 0644 "$certs" "$rootfs/etc/ssl/certs/ca-certificates.crt"
 # The user the Deployment's securityContext names (runAsUser 65532); a name for it makes logs
 # and `ps` in a debug container readable. No shell, no home.

@@ -37,6 +37,18 @@ if $quick; then
   exit 0
 fi
 
+# CI checks out a new clone for every run on a machine it keeps: its build trees (the host's,
+# the image's musl build, the guests') stay in the machine's cache between runs, as the
+# control-plane binaries do, so that a run rebuilds only what changed. Cargo's fingerprints
+# decide what that is; delete the folder to reclaim its space. A developer's checkout keeps
+# its own target/.
+if [ "${CI:-}" = true ] && [ -z "${CARGO_TARGET_DIR:-}" ]; then
+  cache="${RECONCILED_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/reconciled}"
+  export CARGO_TARGET_DIR="$cache/ci-target"
+  step "build trees kept between CI runs in $CARGO_TARGET_DIR"
+fi
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+
 need go "install Go 1.26+: kube-apiserver is built from Go modules"
 need node "install Node 20+ with npm: TypeScript guests are built with componentize-js"
 need npm "install npm (with Node 20+): it installs the TypeScript guest toolchain"
@@ -52,7 +64,7 @@ cargo run --quiet -p testenv -- prepare
 
 step "wasm guests (guests/build.sh: the SDK's test guests and the examples in Rust, TypeScript and Python)"
 # Built once here; the test binaries take the paths instead of running build.sh each.
-RECONCILED_GUEST_WASMS="$(guests/build.sh)"
+RECONCILED_GUEST_WASMS="$(CARGO_TARGET_DIR="$target_dir/wasm-guests" guests/build.sh)"
 export RECONCILED_GUEST_WASMS
 
 step "podman, runc and musl-tools (the image and its container test)"
@@ -87,10 +99,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --document-private-it
 
 step "the guest workspaces: clippy for wasm32-wasip2, and the Rust SDK's own tests"
 for ws in guests examples/configmap-generator; do
-  (cd "$ws" && CARGO_TARGET_DIR="$root/target/wasm-guests" \
+  (cd "$ws" && CARGO_TARGET_DIR="$target_dir/wasm-guests" \
     cargo clippy --workspace --all-targets --target wasm32-wasip2 --quiet -- -D warnings)
 done
-(cd guests && CARGO_TARGET_DIR="$root/target/wasm-guests" cargo test -p reconciled-guest --quiet)
+(cd guests && CARGO_TARGET_DIR="$target_dir/wasm-guests" cargo test -p reconciled-guest --quiet)
 
 step "cargo test"
 cargo test --workspace "${features[@]}"
