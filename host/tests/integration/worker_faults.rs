@@ -16,7 +16,7 @@ use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use reconciled::controller::fault;
 use reconciled::guest::Blame;
-use reconciled::ops::status::{GuestState, GuestStatus, Status};
+use reconciled::ops::status::{GuestState, GuestStatus, InformerState, Status};
 use reconciled::sources::configmap::{ConfigMapSource, LABEL};
 use testenv::ControlPlane;
 
@@ -141,7 +141,24 @@ async fn a_worker_that_panics_is_reported_restarted_and_its_key_retried() {
         &format!("controller_runtime_reconcile_panics_total{{controller=\"{guest}\"}}"),
     );
     assert!(panics >= Some(2.0), "{metrics}");
-    // Every informer says how fresh it is: the guest's and the ConfigMap source's.
+    // Every informer says how fresh it is: the guest's and the ConfigMap source's, and any the
+    // host started meanwhile (the access review's RBAC watch), once synced.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let doc = loop {
+        let doc = reconciled::ops::http::get_status(addr).await.unwrap();
+        if doc
+            .informers
+            .iter()
+            .all(|i| i.state == InformerState::Synced)
+        {
+            break doc;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "informers not synced: {doc:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(doc.informers.len() >= 2, "{doc:#?}");
     for i in &doc.informers {
         assert!(i.resource_version > 0, "{i:#?}");
