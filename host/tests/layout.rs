@@ -50,12 +50,7 @@ const KNOWN_LOOPS: &[(&str, &[&str])] = &[
         "controller",
         &["handlers", "mod.rs", "plan", "shadow", "version", "worker"],
     ),
-    ("controller/fair_share", &["mod.rs", "state"]),
     ("guest", &["bindings", "grant", "imports", "mod.rs", "tape"]),
-    ("informer", &["mod.rs", "run", "subscription"]),
-    ("replicas", &["elector", "mod.rs"]),
-    ("selector", &["mod.rs", "parse", "validate"]),
-    ("sources/oci", &["error", "mod.rs", "signature"]),
     (
         "supervisor",
         &[

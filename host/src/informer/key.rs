@@ -1,7 +1,12 @@
 //! An informer's identity: a kind plus the slice of it cached (namespaces, selectors,
 //! transform). Subscribers with equal keys share one informer, one watch and one store.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use kube::core::GroupVersionKind;
+
+use crate::object::{KindName, Transform};
+use crate::selector::{FieldSelector, LabelSelector};
 
 /// Which namespaces an informer covers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

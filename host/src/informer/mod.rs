@@ -23,178 +23,35 @@ pub mod discovery;
 pub mod factory;
 mod key;
 mod offline;
+mod options;
 pub mod preflight;
 pub mod reflector;
 mod run;
 mod shared;
+mod status;
 pub mod store;
 mod subscription;
 mod watermarks;
 
 pub use key::{InformerKey, Namespaces, Scope};
-pub use subscription::{Event, Notification, Subscription};
-use subscription::{QueueInner, SubscriberQueue};
+pub use options::Options;
+pub use status::{Staleness, State, Stats, Status, SyncError};
+pub use subscription::{Event, Notification};
 
-use std::collections::{BTreeSet, VecDeque};
+use shared::{Shared, Tasks};
+use subscription::SubscriberQueue;
+
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use kube::core::GroupVersionKind;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::backoff::Connectivity;
-use crate::informer::delta_fifo::DeltaFifo;
 use crate::informer::discovery::Resource;
-use crate::informer::reflector::Condition;
-use crate::informer::store::{Indexes, Store, Writer};
-use crate::object::{KindName, ObjectRef, Transform};
-use crate::selector::{FieldSelector, LabelSelector};
-
-/// Why an informer is not (yet) usable.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum SyncError {
-    /// RBAC denies list or watch; the message names the rule to add.
-    #[error("cache not synced: {0}")]
-    Forbidden(String),
-    /// The kind is not served (missing CRD?).
-    #[error("cache not synced: {0}")]
-    KindNotFound(String),
-    /// Still syncing when the wait ended.
-    #[error("cache not synced after {after:?}: {last}")]
-    Timeout {
-        /// How long we waited.
-        after: Duration,
-        /// The last status seen.
-        last: String,
-    },
-}
-
-/// Tuning that is not part of an informer's identity.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Events a subscriber may have waiting before it is switched to a [`Event::Resync`].
-    pub subscriber_buffer: usize,
-    /// Periodic resync (off by default): a Sync for every stored key with nothing queued.
-    pub resync: Option<Duration>,
-    /// LIST page size.
-    pub page_size: u32,
-    /// Use WatchList for initial syncs when the server allows it.
-    pub watch_list: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            subscriber_buffer: 4096,
-            resync: None,
-            page_size: 500,
-            watch_list: true,
-        }
-    }
-}
-
-/// An informer's health.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
-    /// Discovery, preflight or the initial list is under way.
-    Syncing,
-    /// The cache holds the initial list and is watching.
-    Synced,
-    /// RBAC denies list or watch, or the scope names namespaces and the kind is
-    /// cluster-scoped (such an informer never watches anything).
-    Forbidden,
-    /// The kind is not served.
-    KindNotFound,
-    /// Synced, but a watch is failing: reads are served and may be stale (see
-    /// [`Informer::staleness`]). It turns back into `Synced` by itself once the watch is open
-    /// again, which for an unreachable server is within about a second of it answering.
-    Degraded,
-}
-
-impl State {
-    /// Whether the cache holds the initial list (Degraded included: reads may be stale, but
-    /// they are served).
-    pub fn is_synced(&self) -> bool {
-        matches!(self, State::Synced | State::Degraded)
-    }
-}
-
-/// State plus the reason, for readiness, metrics and logs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Status {
-    /// The state.
-    pub state: State,
-    /// Why, when the state is not `Synced` (the latest error of a failing watch, or the rule to
-    /// add); `None` when it is: a past error is in the log, not here.
-    pub message: Option<String>,
-}
-
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.message {
-            Some(m) => write!(f, "{:?}: {m}", self.state),
-            None => write!(f, "{:?}", self.state),
-        }
-    }
-}
-
-/// Totals over an informer's reflectors.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// LIST requests (pages).
-    pub lists: u64,
-    /// Relists after the initial sync.
-    pub relists: u64,
-    /// Watches opened.
-    pub watches: u64,
-    /// Initial syncs done through WatchList.
-    pub watch_list_syncs: u64,
-    /// Watch events received.
-    pub events: u64,
-    /// Objects dropped as unparseable.
-    pub bad_objects: u64,
-    /// The highest resourceVersion at which a reflector finished its first sync.
-    pub initial_sync_rv: u64,
-}
-
-/// How current an informer's cache is, from [`Informer::staleness`].
-///
-/// Where it may surprise: neither figure alone says "stale". A quiet kind on a healthy watch is
-/// silent between bookmarks (about a minute apart) and its resourceVersion stays at its last
-/// change while the cache is perfectly current; a cut-off informer's silence grows from the
-/// moment it was cut off. Read `silent_for` against the bookmark cadence and the informer's
-/// [`State`], and compare `resource_version` with a resourceVersion from the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Staleness {
-    /// How long since the API server last showed a sign of life for this informer: a watch
-    /// opened, a watch event or bookmark, or a completed sync. With one watch per namespace, the
-    /// most silent watch counts. `None` until every watch has heard from the server once.
-    ///
-    /// Named for what it measures, the server's silence, rather than the age of the data: an
-    /// object that has not changed for an hour is not an hour stale.
-    pub silent_for: Option<Duration>,
-    /// The highest resourceVersion applied to the store, over all namespaces (0 before the
-    /// first): see [`Store::resource_version`].
-    pub resource_version: u64,
-}
-
-#[derive(Debug)]
-struct Shared {
-    key: InformerKey,
-    store: Store,
-    indexes: Indexes,
-    connectivity: Connectivity,
-    fifo: OnceLock<Arc<DeltaFifo>>,
-    resource: OnceLock<Resource>,
-    status: watch::Sender<Status>,
-    subscribers: Mutex<Vec<Weak<SubscriberQueue>>>,
-    reflector_stats: Mutex<Vec<Arc<reflector::Stats>>>,
-    conditions: Mutex<Vec<watch::Receiver<Condition>>>,
-    health_changed: Notify,
-}
+use crate::informer::store::{Store, Writer};
 
 /// A shared informer for one [`InformerKey`]. Dropping the last `Arc` stops its watches.
 #[derive(Debug)]
@@ -202,32 +59,6 @@ pub struct Informer {
     shared: Arc<Shared>,
     driver: AbortHandle,
     tasks: Arc<Tasks>,
-}
-
-/// The informer's background tasks. Once closed, a task registered late (the driver may still
-/// be between two `.await`s when the informer drops) is aborted on the spot.
-#[derive(Debug, Default)]
-struct Tasks {
-    handles: Mutex<(bool, Vec<AbortHandle>)>,
-}
-
-impl Tasks {
-    fn push(&self, handle: AbortHandle) {
-        let mut h = self.handles.lock().unwrap();
-        if h.0 {
-            handle.abort();
-        } else {
-            h.1.push(handle);
-        }
-    }
-
-    fn close(&self) {
-        let mut h = self.handles.lock().unwrap();
-        h.0 = true;
-        for t in h.1.drain(..) {
-            t.abort();
-        }
-    }
 }
 
 impl Drop for Informer {
@@ -406,14 +237,9 @@ impl Informer {
 
     /// Subscribes to events. The subscription first yields the current content as `Added`.
     pub fn subscribe(self: &Arc<Self>, buffer: usize) -> Subscription {
-        let queue = Arc::new(SubscriberQueue {
-            inner: Mutex::new(QueueInner::default()),
-            notify: Notify::new(),
-            cap: buffer.max(1),
-        });
         // Under the dispatch lock, so no event falls between the snapshot and the registration.
         let mut subs = self.shared.subscribers.lock().unwrap();
-        queue.inner.lock().unwrap().snapshot = self.shared.store.all().into();
+        let queue = Arc::new(SubscriberQueue::new(buffer, self.shared.store.all().into()));
         subs.retain(|w| w.strong_count() > 0);
         subs.push(Arc::downgrade(&queue));
         drop(subs);
@@ -432,6 +258,34 @@ impl Informer {
             .iter()
             .filter(|w| w.strong_count() > 0)
             .count()
+    }
+}
+
+/// A subscription to an informer. Holding it keeps the informer (and its watches) alive.
+#[derive(Debug)]
+pub struct Subscription {
+    queue: Arc<SubscriberQueue>,
+    informer: Arc<Informer>,
+}
+
+impl Subscription {
+    /// The next notification; `None` once the informer has stopped.
+    ///
+    /// A new subscription first yields an `Added` (background) for every object already stored,
+    /// then live events, with nothing lost or repeated between the two.
+    pub async fn recv(&mut self) -> Option<Notification> {
+        self.queue.recv().await
+    }
+
+    /// The informer behind this subscription.
+    pub fn informer(&self) -> &Arc<Informer> {
+        &self.informer
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.queue.close();
     }
 }
 

@@ -5,10 +5,13 @@
 
 use std::sync::Arc;
 
+use super::Informer;
+use super::key::InformerKey;
+use super::shared::{Shared, Tasks};
+use super::status::State;
 use crate::backoff::Connectivity;
 use crate::informer::discovery::Resource;
 use crate::informer::store::Writer;
-use crate::informer::{Informer, InformerKey, Shared, State, Tasks};
 
 impl Informer {
     /// An informer for `key`, already synced and resolved to `resource`, and the writer that

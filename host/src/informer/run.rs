@@ -7,9 +7,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{
-    Event, Namespaces, Notification, Options, Shared, State, Status, Tasks, discovery, reflector,
-};
+use super::key::Namespaces;
+use super::options::Options;
+use super::shared::{Shared, Tasks};
+use super::status::{State, Status};
+use super::subscription::{Event, Notification};
+use super::{discovery, reflector};
 use crate::backoff::Backoff;
 use crate::informer::delta_fifo::{DeltaFifo, DeltaType, KnownObjects};
 use crate::informer::reflector::{Condition, Reflector};

@@ -1,7 +1,12 @@
 //! What an informer's subscribers receive: a bounded queue per subscriber that first replays the
 //! store's content, then live events, and a single `Resync` instead of unbounded buffering.
 
-use super::*;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use tokio::sync::Notify;
+
+use crate::object::ObjectRef;
 
 /// What a subscriber receives.
 #[derive(Debug, Clone)]
@@ -39,22 +44,34 @@ pub struct Notification {
 }
 
 #[derive(Debug, Default)]
-pub(super) struct QueueInner {
-    pub(super) snapshot: VecDeque<ObjectRef>,
-    pub(super) events: VecDeque<Notification>,
-    pub(super) overflowed: bool,
-    pub(super) closed: bool,
+struct QueueInner {
+    snapshot: VecDeque<ObjectRef>,
+    events: VecDeque<Notification>,
+    overflowed: bool,
+    closed: bool,
 }
 
 /// One subscriber's bounded buffer.
 #[derive(Debug)]
 pub(super) struct SubscriberQueue {
-    pub(super) inner: Mutex<QueueInner>,
-    pub(super) notify: Notify,
-    pub(super) cap: usize,
+    inner: Mutex<QueueInner>,
+    notify: Notify,
+    cap: usize,
 }
 
 impl SubscriberQueue {
+    /// An open queue holding up to `cap` events (at least one), that first replays `snapshot`.
+    pub(super) fn new(cap: usize, snapshot: VecDeque<ObjectRef>) -> Self {
+        Self {
+            inner: Mutex::new(QueueInner {
+                snapshot,
+                ..QueueInner::default()
+            }),
+            notify: Notify::new(),
+            cap: cap.max(1),
+        }
+    }
+
     pub(super) fn push(&self, n: Notification) {
         let mut q = self.inner.lock().unwrap();
         if q.overflowed {
@@ -74,25 +91,13 @@ impl SubscriberQueue {
         self.inner.lock().unwrap().closed = true;
         self.notify.notify_one();
     }
-}
 
-/// A subscription to an informer. Holding it keeps the informer (and its watches) alive.
-#[derive(Debug)]
-pub struct Subscription {
-    pub(super) queue: Arc<SubscriberQueue>,
-    pub(super) informer: Arc<Informer>,
-}
-
-impl Subscription {
-    /// The next notification; `None` once the informer has stopped.
-    ///
-    /// A new subscription first yields an `Added` (background) for every object already stored,
-    /// then live events, with nothing lost or repeated between the two.
-    pub async fn recv(&mut self) -> Option<Notification> {
+    /// The next notification; `None` once closed.
+    pub(super) async fn recv(&self) -> Option<Notification> {
         loop {
-            let notified = self.queue.notify.notified();
+            let notified = self.notify.notified();
             {
-                let mut q = self.queue.inner.lock().unwrap();
+                let mut q = self.inner.lock().unwrap();
                 if let Some(o) = q.snapshot.pop_front() {
                     return Some(Notification {
                         event: Event::Added(o),
@@ -115,16 +120,5 @@ impl Subscription {
             }
             notified.await;
         }
-    }
-
-    /// The informer behind this subscription.
-    pub fn informer(&self) -> &Arc<Informer> {
-        &self.informer
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        self.queue.close();
     }
 }

@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 
+use super::assignment;
 use super::decide::{self, Decision};
 use super::lease::{self, Observed, Seen};
-use super::{Held, Inner, ShardView, assignment};
+use super::snapshot::ShardView;
+use super::state::{Held, Inner};
 
 /// How often the watchdog looks at the deadlines, at the least: a deadline is kept to within
 /// this, which is small beside the margin between renew deadline and lease duration.

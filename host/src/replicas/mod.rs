@@ -32,15 +32,20 @@
 //!   `rebalance_after`, so a replica joining takes its share after that long, not at once.
 
 pub mod assignment;
+mod config;
 mod decide;
 mod elector;
 pub mod identity;
 pub mod lease;
 pub mod shard;
+mod snapshot;
+mod state;
+
+pub use config::{Config, Error};
+pub use snapshot::{Placement, ShardView, Snapshot};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -49,201 +54,7 @@ use crate::controller::gate::Gate;
 use crate::informer::{self, Informer, InformerKey, Scope};
 use crate::selector::LabelSelector;
 
-/// How replicas share the guests.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    /// This replica's name among the others: unique, a DNS label (the pod name).
-    pub identity: String,
-    /// Where the Leases live (the host's own namespace).
-    pub namespace: String,
-    /// The prefix of the Leases' names and the value of their `reconciled.dev/replicas` label:
-    /// hosts with the same group share guests \[`reconciled`\].
-    pub group: String,
-    /// How many shards guests are hashed onto \[16\]; 1 is plain leader election.
-    pub shards: u32,
-    /// How long a holder's claim lasts after its last renewal [15 s].
-    pub lease_duration: Duration,
-    /// How long after its last successful renewal a holder stops the shard's workers [10 s];
-    /// shorter than `lease_duration`.
-    pub renew_deadline: Duration,
-    /// How soon a failed renewal or acquisition is tried again [2 s].
-    pub retry_period: Duration,
-    /// How long the plan must want a held shard elsewhere before it is handed over [15 s].
-    pub rebalance_after: Duration,
-}
-
-impl Config {
-    /// Defaults (client-go's leader election timings) for `identity` in `namespace`.
-    pub fn new(identity: &str, namespace: &str) -> Self {
-        Self {
-            identity: identity.to_string(),
-            namespace: namespace.to_string(),
-            group: "reconciled".into(),
-            shards: 16,
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-            rebalance_after: Duration::from_secs(15),
-        }
-    }
-
-    /// How often a held Lease is renewed: a third of its duration, so that a renewal may fail
-    /// twice before the renew deadline, and never more often than needed.
-    pub fn renew_every(&self) -> Duration {
-        (self.lease_duration / 3)
-            .min(self.renew_deadline / 2)
-            .max(self.retry_period.min(self.renew_deadline / 2))
-    }
-
-    /// Checks the timings and names.
-    pub fn validate(&self) -> Result<(), Error> {
-        let bad = |why: String| Err(Error::Config(why));
-        if crate::names::namespace(&self.identity).is_err() {
-            return bad(format!(
-                "identity {:?} is not a DNS label (lowercase letters, digits and '-', at most 63); pass --replica-id or set POD_NAME",
-                self.identity
-            ));
-        }
-        if crate::names::namespace(&self.group).is_err() {
-            return bad(format!("group {:?} is not a DNS label", self.group));
-        }
-        if self.shards == 0 || self.shards > 1024 {
-            return bad(format!("shards = {} (must be 1 to 1024)", self.shards));
-        }
-        if self.renew_deadline >= self.lease_duration {
-            return bad(format!(
-                "renew_deadline_ms ({}) must be shorter than lease_duration_ms ({}): a holder must stop before anyone else may start",
-                self.renew_deadline.as_millis(),
-                self.lease_duration.as_millis()
-            ));
-        }
-        if self.retry_period * 2 > self.renew_deadline {
-            return bad(format!(
-                "retry_period_ms ({}) must be at most half of renew_deadline_ms ({}), so a failed renewal is retried before the deadline",
-                self.retry_period.as_millis(),
-                self.renew_deadline.as_millis()
-            ));
-        }
-        if self.lease_duration < Duration::from_secs(1) {
-            return bad(
-                "lease_duration_ms must be at least 1000 (Leases count whole seconds)".into(),
-            );
-        }
-        Ok(())
-    }
-
-    fn shard_lease(&self, shard: u32) -> String {
-        format!("{}-shard-{shard}", self.group)
-    }
-
-    fn member_lease(&self) -> String {
-        format!("{}-replica-{}", self.group, self.identity)
-    }
-}
-
-/// Why replicas could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The `[replicas]` settings do not hold together.
-    #[error("[replicas]: {0}")]
-    Config(String),
-}
-
-/// One shard as this replica sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardView {
-    /// The shard.
-    pub shard: u32,
-    /// Who holds its Lease now (`None`: nobody, or expired).
-    pub holder: Option<String>,
-    /// Who the plan wants to hold it.
-    pub planned: Option<String>,
-    /// Guests on it.
-    pub guests: u32,
-}
-
-/// What this replica knows, for `/status` and `/metrics`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Snapshot {
-    /// This replica's identity.
-    pub identity: String,
-    /// The Leases' namespace.
-    pub namespace: String,
-    /// Replicas alive, this one included, sorted.
-    pub members: Vec<String>,
-    /// Every shard.
-    pub shards: Vec<ShardView>,
-    /// Shards this replica holds, with its gate open.
-    pub held: Vec<u32>,
-    /// Shards taken (a Lease acquired).
-    pub acquired: u64,
-    /// Shards lost: the renew deadline passed, or another replica took the Lease.
-    pub lost: u64,
-    /// Shards handed over on purpose (rebalance, shutdown).
-    pub released: u64,
-    /// Renewals that failed (each retried until the deadline).
-    pub renew_failures: u64,
-    /// Lease writes made (creates, updates, deletes), successful or not.
-    pub writes: u64,
-    /// The last Lease write the API server forbade, until a write next succeeds.
-    pub forbidden: Option<String>,
-}
-
-/// Where a guest runs: its shard, and who holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
-    /// The guest's shard.
-    pub shard: u32,
-    /// The replica holding it now, if any.
-    pub owner: Option<String>,
-}
-
-#[derive(Debug)]
-struct Held {
-    lease: k8s_openapi::api::coordination::v1::Lease,
-    /// When the gate must close unless renewed: the sending of the last successful write plus
-    /// the renew deadline.
-    deadline: Instant,
-    next_renew: Instant,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    held: BTreeMap<u32, Held>,
-    snapshot: Snapshot,
-}
-
-struct Inner {
-    config: Config,
-    gates: Vec<Arc<Gate>>,
-    state: Mutex<State>,
-    guests: watch::Sender<Vec<String>>,
-    writer: lease::Writer,
-    informer: Arc<Informer>,
-}
-
-impl Inner {
-    /// Gives up shard `shard` locally: the gate closes (cancelling reconciles in flight) and
-    /// the shard leaves `held`. Returns the Lease as last written, if it was held.
-    fn drop_shard(&self, shard: u32, why: String, lost: bool) -> Option<Held> {
-        let held = {
-            let mut state = self.state.lock().unwrap();
-            let held = state.held.remove(&shard)?;
-            if lost {
-                state.snapshot.lost += 1;
-            }
-            held
-        };
-        self.gates[shard as usize].close(why.clone());
-        if lost {
-            tracing::warn!(
-                shard,
-                "shard lost: {why}; its guests' reconciles stopped here"
-            );
-        }
-        Some(held)
-    }
-}
+use state::{Inner, State};
 
 /// This replica's part in a group of replicas. Dropping it stops its tasks without releasing
 /// anything; [`Replicas::shutdown`] hands the shards over at once.

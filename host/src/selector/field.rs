@@ -1,6 +1,8 @@
 //! Field selectors, as the API server accepts them.
 
-use super::*;
+use std::fmt;
+
+use super::error::{Error, Result, snippet};
 
 /// One term of a [`FieldSelector`]: `field=value` or, when `negated`, `field!=value`.
 ///

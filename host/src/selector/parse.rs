@@ -1,6 +1,8 @@
 //! The string syntax of label selectors: lexer and parser, as apimachinery's.
 
-use super::*;
+use super::error::{Error, Result, snippet};
+use super::requirement::{Operator, Requirement};
+use super::validate::{check_key, check_value};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Tok<'a> {

@@ -1,6 +1,6 @@
 //! Label keys and values validated as apimachinery's `IsQualifiedName` and `IsValidLabelValue`.
 
-use super::*;
+use super::error::{Error, Result, snippet};
 
 pub(super) const NAME_RULE: &str =
     "letters, digits, '-', '_' or '.', starting and ending with a letter or digit";

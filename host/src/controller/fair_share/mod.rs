@@ -44,110 +44,20 @@
 //! - The operator's guests (config file, `--guest`, dev folder) are the tenant [`OPERATOR`],
 //!   which is never throttled.
 
+mod config;
 mod state;
+mod usage;
 
-use std::collections::BTreeMap;
+pub use config::{Config, OPERATOR};
+pub use usage::{Spell, Spells, TenantUsage};
+
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use serde::Deserialize;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 
 use state::{Core, Cost, Grant};
-
-/// The tenant of the operator's own guests: never throttled, weight from [`Config::weights`]
-/// under the key `""` like any other.
-pub const OPERATOR: &str = "";
-
-/// What a fresh guest's first calls are assumed to cost, until its own calls are measured.
-pub(super) const FIRST_ESTIMATE: Duration = Duration::from_millis(1);
-
-/// How the host shares execution between tenants.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Config {
-    /// Guest calls that may run at once, host-wide [the number of cores, at least 2]. One
-    /// tenant holds at most all but one of them (all of them if there is only one); each
-    /// guest's own `workers` bounds its share too.
-    ///
-    /// Where it may surprise: so a lone busy tenant uses all cores but one. Raise it for
-    /// guests that mostly wait on the API server, which hold a slot without using a core.
-    pub slots: usize,
-    /// Each tenant namespace's weight \[1\]; a tenant of weight 2 gets twice the CPU of a tenant
-    /// of weight 1 when both have work. The operator's guests are the tenant `""`.
-    pub weights: BTreeMap<String, u32>,
-    /// CPU a tenant's guests may use per minute, compile time included, in milliseconds
-    /// \[unlimited\]. Over it, the tenant's reconciles wait until the budget refills (it refills
-    /// continuously, and holds at most ten seconds' worth), and are never failed for it. Not
-    /// applied to the operator's guests.
-    pub cpu_budget_ms_per_minute: Option<u64>,
-    /// Longest a low-priority key (initial list, resync) waits behind high-priority ones before
-    /// it is handed out anyway, in milliseconds [30 000].
-    pub low_priority_max_wait_ms: u64,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            slots: std::thread::available_parallelism().map_or(2, |n| n.get().max(2)),
-            weights: BTreeMap::new(),
-            cpu_budget_ms_per_minute: None,
-            low_priority_max_wait_ms: 30_000,
-        }
-    }
-}
-
-/// A tenant's CPU use and throttling, for `/status` and `/metrics`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TenantUsage {
-    /// The tenant namespace; [`OPERATOR`] for the operator's guests.
-    pub tenant: String,
-    /// Its weight.
-    pub weight: u32,
-    /// CPU its guests' calls used, measured per call.
-    pub cpu: Duration,
-    /// Time its guests' modules took to compile (or load precompiled), wall time: compiling
-    /// runs on other threads than the calls, and on several at once.
-    pub compile: Duration,
-    /// CPU plus compile time over the last minute: what the budget is compared with.
-    pub used_last_minute: Duration,
-    /// The budget per minute, if it has one.
-    pub budget_per_minute: Option<Duration>,
-    /// Since when it is throttled, if it is: from the call that took it over budget until its
-    /// budget has refilled completely, so one spell may hold it several times.
-    pub throttled_since: Option<SystemTime>,
-    /// Time its reconciles were held for the budget (the budget below zero) so far.
-    pub throttled: Duration,
-    /// Spells of throttling so far.
-    pub throttles: u64,
-    /// Workers waiting for a slot.
-    pub waiting: usize,
-    /// Slots it holds.
-    pub running: usize,
-}
-
-/// One spell of a tenant's throttling, as the Event about it needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Spell {
-    /// Counts the tenant's spells from 1: a reporter that saw spell 3 knows a spell 4 is new,
-    /// even if it began and ended between two looks.
-    pub number: u64,
-    /// The guest whose call took the tenant over budget: its ConfigMap gets the Event.
-    pub guest: String,
-    /// The budget per minute.
-    pub budget: Duration,
-    /// What the tenant used over the last minute when the spell began.
-    pub used: Duration,
-    /// When it began.
-    pub since: SystemTime,
-    /// Whether it is over: the budget has refilled completely. A tenant that hovers at its
-    /// budget stays in one spell rather than starting one per call.
-    pub ended: bool,
-}
-
-/// Every tenant's latest spell of throttling, by tenant.
-pub type Spells = BTreeMap<String, Spell>;
 
 /// The host-wide scheduler. Share it by `Arc`; each guest uses it through a [`Share`].
 #[derive(Debug)]

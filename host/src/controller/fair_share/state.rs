@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Config, FIRST_ESTIMATE, OPERATOR, Spell, Spells, TenantUsage};
+use super::config::{Config, FIRST_ESTIMATE, OPERATOR};
+use super::usage::{Spell, Spells, TenantUsage};
 
 /// What a grant charged in advance, to correct when the call ends.
 #[derive(Debug, Clone)]

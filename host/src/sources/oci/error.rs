@@ -4,7 +4,8 @@
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 
 use super::credentials::{self, Login};
-use super::{CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, ModuleRef, reference};
+use super::media::{CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE};
+use super::reference::{self, ModuleRef};
 
 /// Why a module could not be pulled or pushed. Each says which reference, what the registry
 /// did, and what to do; the guest's serving version, if any, stays.

@@ -25,6 +25,7 @@
 
 pub mod credentials;
 mod error;
+mod media;
 pub mod reference;
 pub mod signature;
 pub mod watch;
@@ -43,16 +44,9 @@ use sha2::Digest as _;
 use credentials::Login;
 pub use error::Error;
 use error::{chain, classify};
+pub use media::{CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE};
+use media::{LEGACY_CONFIG_MEDIA_TYPE, LEGACY_LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE};
 pub use reference::ModuleRef;
-
-/// The config media type of a Wasm OCI artifact.
-pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
-/// The media type of its one layer: the component itself.
-pub const LAYER_MEDIA_TYPE: &str = "application/wasm";
-/// What older tools (wasm-to-oci, Kubewarden's policies) call the same two things; pulled too.
-const LEGACY_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v1+json";
-const LEGACY_LAYER_MEDIA_TYPE: &str = "application/vnd.wasm.content.layer.v1+wasm";
-const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 
 /// `[registry]` in the host config: how the host talks to registries.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
