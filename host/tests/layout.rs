@@ -50,7 +50,6 @@ const KNOWN_LOOPS: &[(&str, &[&str])] = &[
         "controller",
         &["handlers", "mod.rs", "plan", "shadow", "version", "worker"],
     ),
-    ("guest", &["bindings", "grant", "imports", "mod.rs", "tape"]),
     (
         "supervisor",
         &[

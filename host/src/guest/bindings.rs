@@ -48,11 +48,6 @@ impl Gvk {
     }
 }
 
-// `types` and `declaration` hold only types, but bindgen still generates a `Host` trait for
-// every imported interface.
-impl self::reconciled::runtime::types::Host for crate::guest::imports::HostState {}
-impl self::reconciled::runtime::declaration::Host for crate::guest::imports::HostState {}
-
 #[cfg(test)]
 mod tests {
     use super::*;

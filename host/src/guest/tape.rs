@@ -16,8 +16,8 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::guest::CallError;
 use crate::guest::bindings::{GuestError, Gvk, Outcome};
+use crate::guest::call::CallError;
 
 /// What a Secret's values read as in a recording.
 pub const REDACTED: &str = "(redacted)";

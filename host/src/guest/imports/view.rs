@@ -273,6 +273,11 @@ impl HostState {
     }
 }
 
+// `types` and `declaration` hold only types, but bindgen still generates a `Host` trait for
+// every imported interface.
+impl crate::guest::bindings::reconciled::runtime::types::Host for HostState {}
+impl crate::guest::bindings::reconciled::runtime::declaration::Host for HostState {}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
