@@ -45,18 +45,12 @@ const MAX_CODE_LINES: usize = 700;
 /// Most are a folder's `mod.rs` holding the type its files work on while also calling them
 /// (the supervisor, the controller); the way out is the type in a file of its own, which
 /// both `mod.rs` and the others use.
-const KNOWN_LOOPS: &[(&str, &[&str])] = &[
-    (
-        "controller",
-        &["handlers", "mod.rs", "plan", "shadow", "version", "worker"],
-    ),
-    (
-        "supervisor",
-        &[
-            "access", "load", "memory", "metering", "mod.rs", "offers", "quota", "report",
-        ],
-    ),
-];
+const KNOWN_LOOPS: &[(&str, &[&str])] = &[(
+    "supervisor",
+    &[
+        "access", "load", "memory", "metering", "mod.rs", "offers", "quota", "report",
+    ],
+)];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

@@ -11,8 +11,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::controller::Controller;
-use crate::controller::work_queue::Priority;
+pub use super::plan::Role;
+use super::shared::Shared;
+use super::work_queue::Priority;
 use crate::guest::bindings::{Gvk, Request};
 use crate::guest::grant::Grant;
 use crate::guest::imports::{Access, GuestContext, check_access, errors};
@@ -20,19 +21,6 @@ use crate::informer::discovery::Resource;
 use crate::informer::{Event, Namespaces, Notification};
 use crate::names;
 use crate::object::{ObjectRef, object_key};
-
-/// How a subscription's objects relate to the primaries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Role {
-    /// The reconciled kind itself.
-    For,
-    /// Through the controller ownerReference to the `for` kind.
-    Owner,
-    /// Through the value of this label.
-    Label(String),
-    /// Through the guest's `map` export.
-    GuestMap,
-}
 
 /// The objects a notification is about: both versions of an update, since a changed owner or
 /// label moves an object from one primary to another and both must hear of it.
@@ -83,7 +71,7 @@ fn group_of(api_version: &str) -> &str {
 /// Maps one subscription's notifications to primary keys, with the roles the serving version
 /// gives this kind.
 pub(super) async fn handle(
-    controller: std::sync::Weak<Controller>,
+    controller: std::sync::Weak<Shared>,
     kind: Gvk,
     mut sub: crate::informer::Subscription,
 ) {

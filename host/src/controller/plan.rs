@@ -7,14 +7,27 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::controller::handlers::Role;
-use crate::controller::{Error, Settings};
+use super::error::Error;
+use super::settings::Settings;
 use crate::guest::Module;
 use crate::guest::bindings::{Consistency, Description, Gvk, Mapping};
 use crate::guest::grant;
 use crate::informer::factory::InformerFactory;
 use crate::informer::{Informer, InformerKey, Namespaces, Scope, Subscription};
 use crate::selector::LabelSelector;
+
+/// How a subscription's objects relate to the primaries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// The reconciled kind itself.
+    For,
+    /// Through the controller ownerReference to the `for` kind.
+    Owner,
+    /// Through the value of this label.
+    Label(String),
+    /// Through the guest's `map` export.
+    GuestMap,
+}
 
 /// What a declaration needs: each kind once, with its informer key, indexes and roles.
 #[derive(Debug)]

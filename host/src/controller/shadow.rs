@@ -14,14 +14,12 @@
 //! - it may read only kinds the live version reads (it shares the live version's informers),
 //!   and a shadow that cannot run is reported, never a reason to stop the live version.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::controller::{Settings, Version, plan};
 use crate::guest::bindings::Request;
 use crate::guest::divergence;
-use crate::guest::imports::{Declared, GuestContext};
+use crate::guest::imports::GuestContext;
 use crate::guest::{Module, Reconciled};
 
 /// Why a shadow version cannot run beside the live one (shown in `/status` as the shadow's
@@ -151,71 +149,12 @@ pub fn dry_run(client: kube::Client) -> kube::Client {
     kube::Client::new(service, namespace)
 }
 
-/// Prepares `settings.shadow` to run beside `live`; the reason it cannot, otherwise.
-pub(super) async fn prepare(
-    settings: &Settings,
-    live: &Version,
-    client: &kube::Client,
-) -> Option<Result<Shadow, Problem>> {
-    match settings.shadow.as_ref()?.0.clone() {
-        Ok(module) => Some(prepare_module(settings, live, client, module).await),
-        Err(e) => Some(Err(e)),
-    }
-}
-
-async fn prepare_module(
-    settings: &Settings,
-    live: &Version,
-    client: &kube::Client,
-    module: Module,
-) -> Result<Shadow, Problem> {
-    let desc =
-        (module.describe(settings.limits).await).map_err(|e| Problem::Describe(e.to_string()))?;
-    let plan = plan::plan(&desc, settings).map_err(|e| Problem::Plan(e.to_string()))?;
-    if plan.for_kind != live.for_kind {
-        return Err(Problem::OtherKind {
-            shadow: plan.for_kind.to_string(),
-            live: live.for_kind.to_string(),
-        });
-    }
-    let mut declared = HashMap::new();
-    for k in &plan.kinds {
-        let Some(d) = live.ctx.declared.get(&k.kind) else {
-            return Err(Problem::OtherRead(k.kind.to_string()));
-        };
-        if d.informer.key() != &k.key {
-            return Err(Problem::OtherScope(k.kind.to_string()));
-        }
-        for index in &k.indexes {
-            // The informer is shared: an index the live version already declared is fine.
-            let _ = d.informer.add_field_index(index);
-        }
-        declared.insert(
-            k.kind.clone(),
-            Declared {
-                informer: d.informer.clone(),
-                floors: Arc::default(),
-                indexes: k.indexes.clone(),
-            },
-        );
-    }
-    let ctx = Arc::new(GuestContext {
-        name: format!("{} (shadow)", settings.name),
-        client: dry_run(client.clone()),
-        identity: settings.identity.clone(),
-        grant: settings.grant.clone(),
-        declared,
-        read_your_writes: false,
-        limits: settings.limits,
-        metrics: Arc::default(),
-        world: crate::guest::world::World::real(&settings.environment),
-        recorder: None,
-        taped: true,
-    });
-    Ok(Shadow { module, ctx })
-}
-
 impl Shadow {
+    /// A shadow of `module` that runs with `ctx` (its client must be a [`dry_run`] one).
+    pub(super) fn new(module: Module, ctx: Arc<GuestContext>) -> Self {
+        Self { module, ctx }
+    }
+
     /// Reconciles `request` with the shadow, before the live version does.
     pub(crate) async fn reconcile(&self, request: Request) -> Reconciled {
         self.module.reconcile(self.ctx.clone(), request).await

@@ -4,8 +4,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::controller::reconciles::ReconcileStats;
-use crate::controller::{Controller, Failing};
+use super::Controller;
+use super::failures::Failing;
+use super::reconciles::ReconcileStats;
 use crate::guest::Blame;
 use crate::informer::{Staleness, Status};
 
@@ -60,10 +61,10 @@ pub struct Snapshot {
 impl Controller {
     /// A status snapshot.
     pub fn snapshot(&self) -> Snapshot {
-        let m = &self.metrics;
-        let v = self.current();
+        let m = &self.shared.metrics;
+        let v = self.shared.current();
         Snapshot {
-            name: self.name.clone(),
+            name: self.shared.name.clone(),
             digest: v.module.digest().to_string(),
             loaded_at: v.loaded_at,
             informers: v
@@ -74,20 +75,20 @@ impl Controller {
             reconciles_ok: m.reconciles_ok.load(Ordering::Relaxed),
             reconciles_failed: m.reconciles_failed.load(Ordering::Relaxed),
             traps: m.traps.load(Ordering::Relaxed),
-            errors_by_blame: Blame::ALL.map(|b| self.counters.errors(b)),
-            worker_panics: self.counters.worker_panics.load(Ordering::Relaxed),
+            errors_by_blame: Blame::ALL.map(|b| self.shared.counters.errors(b)),
+            worker_panics: self.shared.counters.worker_panics.load(Ordering::Relaxed),
             failing: self.failing(),
             held_back: self.held().or_else(|| self.not_ready()),
-            queued: self.queue.len(),
-            reconciles: self.counters.reconciles.stats(),
-            queue: self.queue.stats(),
-            workers: self.settings.workers.max(1),
+            queued: self.shared.queue.len(),
+            reconciles: self.shared.counters.reconciles.stats(),
+            queue: self.shared.queue.stats(),
+            workers: self.shared.settings.workers.max(1),
             peak_memory_bytes: m.peak_memory_bytes.load(Ordering::Relaxed),
             compiled_bytes: v.module.compiled_bytes(),
-            tenant: self.share.tenant().to_string(),
-            cpu: self.counters.cpu(),
-            shadow: (self.settings.shadow.as_ref())
-                .map(|s| self.shadow_counts.snapshot(s.digest())),
+            tenant: self.shared.share.tenant().to_string(),
+            cpu: self.shared.counters.cpu(),
+            shadow: (self.shared.settings.shadow.as_ref())
+                .map(|s| self.shared.shadow_counts.snapshot(s.digest())),
         }
     }
 }

@@ -2,7 +2,6 @@
 //! supervisor that catches a panic (from any cause), reports it and carries on, so a guest never
 //! silently loses a worker.
 
-use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,66 +10,30 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use crate::controller::fair_share::Slot;
-use crate::controller::reconciles::ReconcileResult;
-use crate::controller::work_queue::{Priority, WorkQueue};
-use crate::controller::{Controller, Failing, Version};
+use super::failures::Failures;
+use super::fair_share::Slot;
+use super::reconciles::ReconcileResult;
+use super::shared::Shared;
+use super::version::Version;
+use super::work_queue::{Priority, WorkQueue};
 use crate::guest::Blame;
 use crate::guest::bindings::{Outcome, Request};
 use crate::guest::imports::Metrics;
 
-/// Failing keys, each with its failure; the summary is what [`Controller::failing`] shows.
-#[derive(Debug, Default)]
-pub(super) struct Failures {
-    keys: HashMap<String, (String, Blame, SystemTime)>,
-    latest: Option<String>,
-}
-
-impl Failures {
-    fn summary(&self) -> Option<Failing> {
-        let latest = self.latest.as_ref().and_then(|k| self.keys.get(k))?;
-        Some(Failing {
-            reason: latest.0.clone(),
-            blame: latest.1,
-            keys: self.keys.len(),
-            since: self.keys.values().map(|f| f.2).min().unwrap_or(latest.2),
-        })
-    }
-}
-
-impl Controller {
+impl Shared {
     /// Marks `key` failing (an empty key: a worker, outside any reconcile).
     fn set_failing(&self, key: &str, reason: String, blame: Blame) {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let since = failures.keys.get(key).map_or_else(SystemTime::now, |f| f.2);
-        failures
-            .keys
-            .insert(key.to_string(), (reason, blame, since));
-        failures.latest = Some(key.to_string());
+        failures.fail(key, reason, blame, SystemTime::now());
         self.publish_failing(&failures);
     }
 
     /// `key` completed: it no longer fails, and neither does a worker (it ran this).
     fn clear_failing(&self, key: &str) {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let before = failures.keys.len();
-        failures.keys.remove(key);
-        failures.keys.remove("");
-        if failures.keys.len() == before {
-            return;
+        if failures.clear(key) {
+            self.publish_failing(&failures);
         }
-        if failures
-            .latest
-            .as_ref()
-            .is_some_and(|k| !failures.keys.contains_key(k))
-        {
-            failures.latest = failures
-                .keys
-                .iter()
-                .max_by_key(|(_, f)| f.2)
-                .map(|(k, _)| k.clone());
-        }
-        self.publish_failing(&failures);
     }
 
     fn publish_failing(&self, failures: &Failures) {
@@ -216,7 +179,7 @@ impl Controller {
 /// A panic while reconciling a key is caught around that key (in [`work`]), so the key is
 /// known, retried and reported; this loop catches whatever else might panic in a worker, so
 /// that a guest never silently loses a worker.
-pub(super) async fn supervise(controller: std::sync::Weak<Controller>) {
+pub(super) async fn supervise(controller: std::sync::Weak<Shared>) {
     loop {
         match AssertUnwindSafe(work(controller.clone()))
             .catch_unwind()
@@ -257,7 +220,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 ///
 /// Holds the controller only for one step at a time, so that dropping it (unloading the guest)
 /// is never blocked by a worker waiting for an informer that will not sync.
-async fn work(controller: std::sync::Weak<Controller>) {
+async fn work(controller: std::sync::Weak<Shared>) {
     let (queue, mut hold, gate) = loop {
         let Some(c) = controller.upgrade() else {
             return;
@@ -418,28 +381,6 @@ pub mod fault {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn fail(f: &mut Failures, key: &str, secs: u64) {
-        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
-        f.keys
-            .insert(key.into(), (format!("{key} trapped"), Blame::Guest, at));
-        f.latest = Some(key.into());
-    }
-
-    #[test]
-    fn a_guest_fails_while_any_key_fails_and_shows_the_latest_failure() {
-        let mut f = Failures::default();
-        assert_eq!(f.summary(), None);
-        fail(&mut f, "ns/a", 10);
-        fail(&mut f, "ns/b", 20);
-        let s = f.summary().unwrap();
-        assert_eq!((s.reason.as_str(), s.keys), ("ns/b trapped", 2));
-        assert_eq!(
-            s.since,
-            SystemTime::UNIX_EPOCH + Duration::from_secs(10),
-            "failing since the oldest failing key"
-        );
-    }
 
     #[test]
     fn panic_messages_are_read_from_str_and_string_payloads() {

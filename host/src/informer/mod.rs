@@ -139,8 +139,9 @@ impl Informer {
         &self.shared.store
     }
 
-    /// Declares a field index on the store (see [`Indexes::add_field_index`]); a field index is
-    /// declared when a guest subscribes, by the host on its behalf.
+    /// Declares a field index on the store (see
+    /// [`Indexes::add_field_index`](store::Indexes::add_field_index)); a field index is declared
+    /// when a guest subscribes, by the host on its behalf.
     ///
     /// Where it may surprise: indexes are per informer, so an index one subscriber declared
     /// serves, and costs, every subscriber of this informer; declaring an existing one is

@@ -18,8 +18,9 @@ pub enum Error {
         /// What the grammar allows at that point.
         expected: &'static str,
     },
-    /// A `>` or `<` requirement: Kubernetes accepts them in list queries, but [`Operator`] has no
-    /// numeric comparisons, so matching against the cache could not agree with the server.
+    /// A `>` or `<` requirement: Kubernetes accepts them in list queries, but
+    /// [`Operator`](super::Operator) has no numeric comparisons, so matching against the cache
+    /// could not agree with the server.
     #[error(
         "at byte {offset}: operator '{operator}' is not supported; expected =, ==, !=, in or notin"
     )]

@@ -39,7 +39,7 @@ impl Operator {
     }
 }
 
-/// One requirement of a [`LabelSelector`]: a key, an operator and values.
+/// One requirement of a [`LabelSelector`](super::LabelSelector): a key, an operator and values.
 ///
 /// Values are sorted and deduplicated; they are empty for [`Operator::Exists`] and
 /// [`Operator::DoesNotExist`] and exactly one for [`Operator::Equals`] and

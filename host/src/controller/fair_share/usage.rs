@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 /// A tenant's CPU use and throttling, for `/status` and `/metrics`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TenantUsage {
-    /// The tenant namespace; [`OPERATOR`] for the operator's guests.
+    /// The tenant namespace; [`OPERATOR`](super::OPERATOR) for the operator's guests.
     pub tenant: String,
     /// Its weight.
     pub weight: u32,

@@ -1,0 +1,112 @@
+//! The state a running guest's tasks share: the version serving, the queue, the counters, the
+//! hold and the gate. The handler tasks and the workers hold it weakly, so dropping the
+//! [`Controller`](super::Controller) that owns it ends them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::failures::{Failing, Failures};
+use super::fair_share::Share;
+use super::gate::Gate;
+use super::reconciles::Counters;
+use super::settings::Settings;
+use super::shadow;
+use super::version::Version;
+use super::work_queue::{Priority, WorkQueue};
+use crate::guest::imports::Metrics;
+use crate::informer::Informer;
+
+/// What outlives any one version of the guest's module, and the version serving now.
+pub(super) struct Shared {
+    pub(super) name: String,
+    pub(super) settings: Settings,
+    /// Its place in the host's fair share: every reconcile waits for a slot from it.
+    pub(super) share: Share,
+    pub(super) client: kube::Client,
+    pub(super) current: RwLock<Arc<Version>>,
+    pub(super) queue: Arc<WorkQueue<String>>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) in_flight: Mutex<HashSet<String>>,
+    pub(super) last_errors: Mutex<HashMap<String, String>>,
+    pub(super) held_back: Mutex<String>,
+    /// Why reconciles are held whatever the informers say (the guest's identity lost a right
+    /// it reads with); see [`Controller::hold`](super::Controller::hold).
+    pub(super) hold: watch::Sender<Option<String>>,
+    /// Whether this process may reconcile the guest at all (its shard's Lease, among
+    /// replicas); closing it cancels reconciles in flight. See [`Gate`].
+    pub(super) gate: Arc<Gate>,
+    pub(super) counters: Counters,
+    pub(super) failures: Mutex<Failures>,
+    /// The summary of `failures`: `Some` while the guest cannot run (see [`Failing`]); watched
+    /// by the supervisor, which posts Events on a tenant's ConfigMap when it changes.
+    pub(super) failing: watch::Sender<Option<Failing>>,
+    pub(super) shadow_counts: shadow::Counts,
+}
+
+impl Shared {
+    /// The version serving now.
+    pub(super) fn current(&self) -> Arc<Version> {
+        self.current.read().unwrap().clone()
+    }
+
+    /// Informers the serving version reads.
+    pub(super) fn informers(&self) -> Vec<Arc<Informer>> {
+        self.current().informers.clone()
+    }
+
+    /// See [`Controller::hold`](super::Controller::hold).
+    pub(super) fn hold(&self, reason: Option<String>) -> bool {
+        self.hold.send_if_modified(|h| {
+            let changed = *h != reason;
+            if changed {
+                match &reason {
+                    Some(why) => tracing::warn!(guest = %self.name, "reconciles held: {why}"),
+                    None => tracing::info!(guest = %self.name, "reconciles resumed"),
+                }
+                *h = reason;
+            }
+            changed
+        })
+    }
+
+    /// Queues every primary key; returns how many.
+    pub(super) fn enqueue_all(&self, priority: Priority) -> usize {
+        let v = self.current();
+        let Some(d) = v.ctx.declared.get(&v.for_kind) else {
+            return 0;
+        };
+        let all = d.informer.store().all();
+        for o in &all {
+            self.queue.add(o.key().to_string(), priority);
+        }
+        all.len()
+    }
+
+    /// Whether every informer this guest reads has synced, waiting up to `wait` for each. Logs
+    /// why reconciles are held back whenever the reason changes.
+    pub(super) async fn synced(&self, wait: Duration) -> bool {
+        for informer in self.informers() {
+            if let Err(e) = informer.wait_synced(wait).await {
+                let reason = e.to_string();
+                let mut last = self.held_back.lock().unwrap();
+                if *last != reason {
+                    tracing::warn!(guest = %self.name, kind = %informer.key().name(), "reconciles held back: {reason}");
+                    *last = reason;
+                }
+                return false;
+            }
+        }
+        true
+    }
+
+    /// See [`Controller::not_ready`](super::Controller::not_ready).
+    pub(super) fn not_ready(&self) -> Option<String> {
+        self.informers().iter().find_map(|i| {
+            let st = i.status();
+            (!st.state.is_synced()).then(|| format!("{}: {st}", i.key().name()))
+        })
+    }
+}
