@@ -35,8 +35,8 @@ use kube::api::PostParams;
 use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio::task::AbortHandle;
 
-use super::report::post_event;
-use super::{Source, Supervisor};
+use super::outcome::Reason;
+use super::source::{Source, post_event};
 use crate::controller::Controller;
 use crate::events::Type;
 use crate::guest::identity::{Rule, ServiceAccount};
@@ -89,18 +89,18 @@ type ByPlace<'a> = BTreeMap<Option<&'a str>, BTreeMap<(&'a str, &'a str), Vec<&'
 impl Error {
     /// How a load refused by this error is rejected: the reason and the message (for a
     /// tenant's guest, saying when it is tried again).
-    pub(super) fn rejection(&self, tenant: bool) -> (super::Reason, String) {
+    pub(super) fn rejection(&self, tenant: bool) -> (Reason, String) {
         match self {
             Error::Denied { .. } if tenant => (
-                super::Reason::Access,
+                Reason::Access,
                 // The ConfigMap source offers the bytes again when a Role or RoleBinding of the
                 // namespace changes; a ClusterRole's change it cannot see.
                 format!(
                     "{self} (it is loaded again when a Role or RoleBinding of its namespace changes; after granting through a ClusterRole, touch the ConfigMap)"
                 ),
             ),
-            Error::Denied { .. } => (super::Reason::Access, self.to_string()),
-            Error::Request { .. } => (super::Reason::Host, self.to_string()),
+            Error::Denied { .. } => (Reason::Access, self.to_string()),
+            Error::Request { .. } => (Reason::Host, self.to_string()),
         }
     }
 }
@@ -595,13 +595,18 @@ impl Reviewer {
     }
 }
 
-impl Supervisor {
+impl Access {
     /// Reviews what a guest just loaded (or reloaded, `reloaded`) reads, if it acts as a
     /// ServiceAccount, and keeps reviewing it. A first load that fails is the caller's to
     /// reject; a reload has already swapped, so a failing one holds the guest instead (the
     /// older version read other kinds, and the swap cannot be undone here).
-    pub(super) async fn review_access(
+    ///
+    /// The first review starts the reviewing task and the RBAC informers on `factory`; a
+    /// review waits up to `sync_timeout` for the guest's informers to resolve their kinds.
+    pub(super) async fn review_loaded(
         &self,
+        factory: &InformerFactory,
+        sync_timeout: Duration,
         name: &str,
         source: &Source,
         controller: &Arc<Controller>,
@@ -610,20 +615,16 @@ impl Supervisor {
         let Some(account) = controller.settings().identity.clone() else {
             return Ok(());
         };
-        self.access.start(&self.factory);
-        let needed = resolved(controller, self.options.sync_timeout).await;
-        let verdict = self
-            .access
-            .shared
-            .reviewer
-            .review(&account, &needed.rules)
-            .await;
+        self.start(factory);
+        let needed = resolved(controller, sync_timeout).await;
+        let verdict = self.shared.reviewer.review(&account, &needed.rules).await;
         match (verdict, reloaded) {
             (Err(e), false) => return Err(e),
             (Err(e @ Error::Denied { .. }), true) => {
                 let why = e.to_string();
-                if controller.hold(Some(why.clone())) {
-                    self.event(
+                if controller.hold(Some(why.clone())) && self.shared.events {
+                    post_event(
+                        self.shared.reviewer.client(),
                         source,
                         Type::Warning,
                         "AccessRevoked",
@@ -644,7 +645,7 @@ impl Supervisor {
             controller: Arc::downgrade(controller),
             source: source.clone(),
         };
-        self.access.watch(name, watched);
+        self.watch(name, watched);
         Ok(())
     }
 }

@@ -9,7 +9,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Applied, Entry, LoadTiming, Reason, Source, Supervisor, memory, report};
+use super::cache_cap::Claim;
+use super::{Applied, Entry, LoadTiming, Reason, Source, Supervisor, report};
 use super::{metering::report_throttling, report::report_failures};
 use crate::controller::fair_share::Share;
 use crate::controller::{self, Controller, Reload, Settings};
@@ -207,7 +208,7 @@ impl<'a> Load<'a> {
             self.stop_replaced(old).await;
         }
         // Whatever this load claims under the cache cap, it gives back when it ends.
-        let _claim = memory::Claim::of(self.sup, self.name);
+        let _claim = Claim::of(self.sup, self.name);
         let started = self.start(prior.running, &module, client, share).await?;
         self.review(&started).await?;
         // Validated: keep the native code for the next load of these bytes.
@@ -321,8 +322,16 @@ impl<'a> Load<'a> {
     /// if not, its controller stops and the load is refused.
     async fn review(&self, started: &Started) -> Result<(), Rejection> {
         let reloaded = started.reload.is_some();
-        let reviewed = (self.sup)
-            .review_access(self.name, &self.source, &started.controller, reloaded)
+        let sup = self.sup;
+        let reviewed = (sup.access)
+            .review_loaded(
+                &sup.factory,
+                sup.options.sync_timeout,
+                self.name,
+                &self.source,
+                &started.controller,
+                reloaded,
+            )
             .await;
         if let Err(e) = reviewed {
             started.controller.stop().await;
@@ -449,6 +458,74 @@ impl<'a> Load<'a> {
     /// ConfigMap.
     fn is_tenant(&self) -> bool {
         matches!(self.source, Source::ConfigMap { .. })
+    }
+}
+
+impl Supervisor {
+    /// Loads `bytes` as guest `name`: starts it, or reloads it if it runs. See the module docs
+    /// for the protocol. Never fails: a rejection is an outcome, recorded everywhere.
+    pub async fn apply(
+        &self,
+        name: &str,
+        source: Source,
+        settings: Settings,
+        bytes: Vec<u8>,
+    ) -> Applied {
+        self.apply_digested(name, source, settings, bytes, None)
+            .await
+    }
+
+    /// [`Supervisor::apply`] for bytes whose sha256 the source already computed (the dev
+    /// folder does, to skip unchanged files). The digest is trusted: it names the precompiled
+    /// artifact loaded for these bytes.
+    pub async fn apply_digested(
+        &self,
+        name: &str,
+        source: Source,
+        settings: Settings,
+        bytes: Vec<u8>,
+        digest: Option<String>,
+    ) -> Applied {
+        let lock = self.lock_for(name);
+        let _serial = lock.lock().await;
+        let mut load = Load::new(self, name, source, settings);
+        let bytes = load.digest(bytes, digest).await;
+        let Some(prior) = load.prior() else {
+            return Applied::Unchanged;
+        };
+        match load.run(bytes, prior).await {
+            Ok(applied) => applied,
+            Err(rejection) => load.reject(rejection),
+        }
+    }
+
+    /// Records a module that could not even be handed to the runtime (for example a
+    /// `.wasm.gz` that does not unpack). The guest's serving version, if any, stays.
+    pub async fn reject_unreadable(
+        &self,
+        name: &str,
+        source: Source,
+        settings: Settings,
+        digest: &str,
+        message: String,
+    ) -> Applied {
+        let lock = self.lock_for(name);
+        let _serial = lock.lock().await;
+        {
+            let guests = self.guests.lock().unwrap();
+            if guests
+                .get(name)
+                .is_some_and(|e| e.rejected_digest.as_deref() == Some(digest))
+            {
+                return Applied::Unchanged;
+            }
+        }
+        let rejection = Rejection {
+            reason: Reason::Unreadable,
+            message,
+            lasting: true,
+        };
+        Load::of_digest(self, name, source, settings, digest).reject(rejection)
     }
 }
 

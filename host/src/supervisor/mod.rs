@@ -33,6 +33,8 @@
 //!   retried on its own.
 
 mod access;
+mod cache_cap;
+mod intake;
 mod load;
 mod memory;
 mod metering;
@@ -41,6 +43,7 @@ mod outcome;
 mod placement;
 mod quota;
 mod report;
+mod seating;
 mod shadow;
 mod source;
 
@@ -49,8 +52,7 @@ pub use outcome::{Applied, Reason};
 pub use quota::TenantLimits;
 pub use source::Source;
 
-use load::{Load, Rejection};
-use report::post_event;
+use source::post_event;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -312,72 +314,6 @@ impl Supervisor {
             .entry(name.to_string())
             .or_default()
             .clone()
-    }
-
-    /// Loads `bytes` as guest `name`: starts it, or reloads it if it runs. See the module docs
-    /// for the protocol. Never fails: a rejection is an outcome, recorded everywhere.
-    pub async fn apply(
-        &self,
-        name: &str,
-        source: Source,
-        settings: Settings,
-        bytes: Vec<u8>,
-    ) -> Applied {
-        self.apply_digested(name, source, settings, bytes, None)
-            .await
-    }
-
-    /// [`Supervisor::apply`] for bytes whose sha256 the source already computed (the dev
-    /// folder does, to skip unchanged files). The digest is trusted: it names the precompiled
-    /// artifact loaded for these bytes.
-    pub async fn apply_digested(
-        &self,
-        name: &str,
-        source: Source,
-        settings: Settings,
-        bytes: Vec<u8>,
-        digest: Option<String>,
-    ) -> Applied {
-        let lock = self.lock_for(name);
-        let _serial = lock.lock().await;
-        let mut load = Load::new(self, name, source, settings);
-        let bytes = load.digest(bytes, digest).await;
-        let Some(prior) = load.prior() else {
-            return Applied::Unchanged;
-        };
-        match load.run(bytes, prior).await {
-            Ok(applied) => applied,
-            Err(rejection) => load.reject(rejection),
-        }
-    }
-
-    /// Records a module that could not even be handed to the runtime (for example a
-    /// `.wasm.gz` that does not unpack). The guest's serving version, if any, stays.
-    pub async fn reject_unreadable(
-        &self,
-        name: &str,
-        source: Source,
-        settings: Settings,
-        digest: &str,
-        message: String,
-    ) -> Applied {
-        let lock = self.lock_for(name);
-        let _serial = lock.lock().await;
-        {
-            let guests = self.guests.lock().unwrap();
-            if guests
-                .get(name)
-                .is_some_and(|e| e.rejected_digest.as_deref() == Some(digest))
-            {
-                return Applied::Unchanged;
-            }
-        }
-        let rejection = Rejection {
-            reason: Reason::Unreadable,
-            message,
-            lasting: true,
-        };
-        Load::of_digest(self, name, source, settings, digest).reject(rejection)
     }
 
     /// Unloads `name`: its workers stop (a reconcile in flight is cancelled at its next await)

@@ -1,19 +1,19 @@
 //! The tenants' guest quota: how many guests one namespace may have serving, who waits for a
 //! seat, and the limits a tenant source sets.
 //!
-//! A *seat* is held by a tenant's guest that serves, or whose load is under way; only a
-//! [`Offer::Load`] of a guest that holds none needs one. So rejected guests never count, a
-//! reload of a serving guest never waits, and a load is counted from the moment it is offered,
-//! so two ConfigMaps created at once cannot both take the last seat. A load refused for want
+//! A *seat* is held by a tenant's guest that serves, or whose load is under way; only an
+//! [`Offer::Load`](super::Offer::Load) of a guest that holds none needs one. So rejected guests
+//! never count, a reload of a serving guest never waits, and a load is counted from the moment
+//! it is offered, so two ConfigMaps created at once cannot both take the last seat. A load refused for want
 //! of a seat is a rejection like any other (log line, `/status`, Event on its ConfigMap), and
 //! its offer is kept: it is offered again, in name order, as soon as a seat frees up in its
 //! namespace (a guest there unloads, or a load there ends without serving), with no edit of its
 //! ConfigMap.
 //!
 //! Where it may surprise:
-//! - Seats are given and freed by the offer queue, so a guest unloaded by calling
-//!   [`Supervisor::remove`] directly, not through an [`Offer::Remove`], keeps its seat until its
-//!   name is offered again.
+//! - Seats are given and freed by the offer queue (see `seating`), so a guest unloaded by
+//!   calling [`Supervisor::remove`](super::Supervisor::remove) directly, not through an
+//!   [`Offer::Remove`](super::Offer::Remove), keeps its seat until its name is offered again.
 //! - A waiting offer keeps what its source handed over (for a ConfigMap, the packed module, at
 //!   most the API server's 1 MiB per ConfigMap; for a `.wasm.ref`, the pulled module, up to
 //!   `max_module_bytes`) until it loads or a newer offer replaces it.
@@ -21,12 +21,10 @@
 //!   guest's ConfigMap gets one per edit.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-
-use super::{Load, Offer, Reason, Rejection, Source, Supervisor};
 
 /// What tenant namespaces may use, over all their guests. Set by the tenants' source (see
-/// [`Supervisor::set_tenant_limits`]); the default limits nothing.
+/// [`Supervisor::set_tenant_limits`](super::Supervisor::set_tenant_limits)); the default
+/// limits nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TenantLimits {
     /// Guests one namespace may have serving (or loading) at once.
@@ -116,113 +114,6 @@ impl<T> Seats<T> {
     }
 }
 
-/// A refusal for quota, to record once the locks are released.
-struct Refusal {
-    source: Source,
-    settings: crate::controller::Settings,
-    message: String,
-}
-
-impl Supervisor {
-    /// Sets what tenant namespaces may use; see [`TenantLimits`]. The tenants' source calls it
-    /// when it starts, before its first offer.
-    pub fn set_tenant_limits(&self, limits: TenantLimits) {
-        *self.tenant_limits.lock().unwrap() = limits;
-    }
-
-    /// What tenant namespaces may use.
-    pub fn tenant_limits(&self) -> TenantLimits {
-        *self.tenant_limits.lock().unwrap()
-    }
-
-    /// Queues `offer` for `name` if it needs no seat or gets one; otherwise keeps it until a
-    /// seat frees up and records the refusal. Returns whether a drain task must be started.
-    ///
-    /// Lock order: offers, then seats; the guests' lock is taken before or after, never inside.
-    pub(super) fn submit_seated(&self, name: &str, offer: Offer) -> bool {
-        let serving = self.controller(name).is_some();
-        let max = self.tenant_limits().max_guests_per_namespace;
-        let mut refusal = None;
-        let start = {
-            let mut offers = self.offers.lock().unwrap();
-            let mut seats = self.seats.lock().unwrap();
-            // The newest offer for a guest wins, a waiting one included.
-            seats.unpark(name);
-            match (&offer, max) {
-                (
-                    Offer::Load {
-                        source: source @ Source::ConfigMap { namespace, .. },
-                        settings,
-                        ..
-                    },
-                    Some(max),
-                ) if !offers.is_closed() => {
-                    let seated = if serving {
-                        seats.hold(namespace, name);
-                        Ok(())
-                    } else {
-                        seats.take(namespace, name, max)
-                    };
-                    if let Err(held) = seated {
-                        refusal = Some(Refusal {
-                            source: source.clone(),
-                            settings: settings.clone(),
-                            message: format!(
-                                "namespace {namespace} already has {held} tenant guests serving or loading, the most the host allows (tenants.max_guests_per_namespace = {max}); guest {name} loads by itself once one of them is removed or rejected, or ask the host's operator to raise tenants.max_guests_per_namespace"
-                            ),
-                        });
-                        let namespace = namespace.clone();
-                        seats.park(&namespace, name, offer);
-                        offers.unsettle(name);
-                        false
-                    } else {
-                        offers.submit(name, offer)
-                    }
-                }
-                _ => offers.submit(name, offer),
-            }
-        };
-        if let Some(r) = refusal {
-            let refused = Rejection::passing(Reason::Quota, r.message);
-            Load::of_digest(self, name, r.source, r.settings, "").reject(refused);
-        }
-        start
-    }
-
-    /// After `name`'s offer was carried out: frees its seat if it does not serve and nothing
-    /// newer waits for it, and queues the waiting guests that now have room. Returns the names
-    /// whose drain tasks must be started.
-    pub(super) fn reseat(&self, name: &str) -> Vec<String> {
-        let serving = self.controller(name).is_some();
-        let Some(max) = self.tenant_limits().max_guests_per_namespace else {
-            return Vec::new();
-        };
-        let mut offers = self.offers.lock().unwrap();
-        let mut seats = self.seats.lock().unwrap();
-        if !serving && !offers.has_newer(name) {
-            seats.release(name);
-        }
-        if offers.is_closed() {
-            return Vec::new();
-        }
-        let mut start = Vec::new();
-        for (guest, offer) in seats.admit(max) {
-            tracing::info!(guest = %guest, "a seat freed up in its namespace: loading the guest refused for quota");
-            if offers.submit(&guest, offer) {
-                start.push(guest);
-            }
-        }
-        start
-    }
-
-    /// Starts a drain task for each of `names`.
-    pub(super) fn drain_all(self: &Arc<Self>, names: Vec<String>) {
-        for name in names {
-            tokio::spawn(self.clone().drain(name));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,70 +162,6 @@ mod tests {
         assert!(s.admit(1).is_empty(), "c still waits");
         s.release("b");
         assert_eq!(s.admit(1), vec![("c".to_string(), 3)]);
-    }
-
-    fn offline() -> Arc<Supervisor> {
-        Arc::new(crate::supervisor::load::tests::offline())
-    }
-
-    fn load(cm: &str, read: super::super::Read) -> Offer {
-        Offer::Load {
-            source: Source::ConfigMap {
-                namespace: "team-a".into(),
-                name: cm.into(),
-                key: "rec.wasm".into(),
-                uid: format!("uid-{cm}"),
-            },
-            settings: crate::controller::Settings::new(&format!("team-a/{cm}/rec")),
-            read,
-            min_interval: std::time::Duration::ZERO,
-        }
-    }
-
-    #[tokio::test]
-    async fn a_guest_refused_for_quota_loads_by_itself_when_a_load_in_its_namespace_is_rejected() {
-        let sup = offline();
-        sup.set_tenant_limits(TenantLimits {
-            max_guests_per_namespace: Some(1),
-            max_cached_bytes_per_namespace: None,
-        });
-        let (release, wait) = std::sync::mpsc::channel::<()>();
-        // x holds the namespace's one seat for as long as its bytes are being read.
-        let slow = Box::new(move || {
-            let _ = wait.recv();
-            Ok((b"not a component".to_vec(), None))
-        });
-        sup.offer("team-a/x/rec", load("x", slow));
-        let y = "team-a/y/rec";
-        sup.offer(y, load("y", Box::new(|| Ok((b"nor this".to_vec(), None)))));
-        let refusal = sup.last_error(y).expect("refused at once");
-        assert!(
-            refusal.contains("tenants.max_guests_per_namespace = 1"),
-            "{refusal}"
-        );
-        release.send(()).unwrap();
-        // x is rejected for what it is, which frees its seat; y is then loaded with no new
-        // offer, and rejected for what it is too.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let invalid = |e: String| e.contains("not a valid wasm component");
-        while !(sup.last_error(y).is_some_and(invalid) && sup.offers_idle()) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{:?}",
-                sup.last_error(y)
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        assert_eq!(
-            sup.status().guest(y).unwrap().rejections,
-            2,
-            "quota, then invalid"
-        );
-        assert_eq!(
-            sup.seats.lock().unwrap().held_in("team-a"),
-            0,
-            "nobody serves"
-        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What the supervisor reports: the `/status` document, readiness, the `/metrics` scrape, and
 //! the Events a tenant's ConfigMap gets when its guest starts or stops failing.
 
+use super::source::post_event;
 use super::*;
 use crate::guest::Blame;
 use crate::informer::{self, Informer, Staleness};
@@ -199,55 +200,6 @@ impl crate::ops::http::Endpoints for Supervisor {
     fn readiness(&self) -> Result<(), Vec<String>> {
         Supervisor::readiness(self)
     }
-}
-
-/// Posts an Event about a ConfigMap source, in the background; other sources are ignored.
-pub(super) fn post_event(
-    client: &kube::Client,
-    source: &Source,
-    type_: Type,
-    reason: &str,
-    message: String,
-) {
-    let Source::ConfigMap {
-        namespace,
-        name,
-        uid,
-        ..
-    } = source
-    else {
-        return;
-    };
-    let event = crate::events::Event {
-        regarding: crate::events::Regarding {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            namespace: namespace.clone(),
-            name: name.clone(),
-            uid: Some(uid.clone()),
-        },
-        type_,
-        reason: reason.to_string(),
-        message,
-        component: "reconciled".into(),
-    };
-    let client = client.clone();
-    tokio::spawn(async move {
-        let req = http::Request::post(event.path())
-            .header("content-type", "application/json")
-            .body(event.body().to_string().into_bytes());
-        let result = match req {
-            Ok(req) => client
-                .request::<serde_json::Value>(req)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        if let Err(e) = result {
-            tracing::warn!("could not record an Event (the host needs create on events): {e}");
-        }
-    });
 }
 
 /// Least time between two failure Events of one guest: a guest flapping between failing and

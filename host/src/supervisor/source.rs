@@ -1,4 +1,7 @@
-//! Where a guest's module comes from, and whose tenant it is.
+//! Where a guest's module comes from, whose tenant it is, and the Events a ConfigMap source
+//! gets.
+
+use crate::events::Type;
 
 /// Where a guest's module comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,4 +52,53 @@ impl std::fmt::Display for Source {
             } => write!(f, "configmap {namespace}/{name} key {key}"),
         }
     }
+}
+
+/// Posts an Event about a ConfigMap source, in the background; other sources are ignored.
+pub(super) fn post_event(
+    client: &kube::Client,
+    source: &Source,
+    type_: Type,
+    reason: &str,
+    message: String,
+) {
+    let Source::ConfigMap {
+        namespace,
+        name,
+        uid,
+        ..
+    } = source
+    else {
+        return;
+    };
+    let event = crate::events::Event {
+        regarding: crate::events::Regarding {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+            uid: Some(uid.clone()),
+        },
+        type_,
+        reason: reason.to_string(),
+        message,
+        component: "reconciled".into(),
+    };
+    let client = client.clone();
+    tokio::spawn(async move {
+        let req = http::Request::post(event.path())
+            .header("content-type", "application/json")
+            .body(event.body().to_string().into_bytes());
+        let result = match req {
+            Ok(req) => client
+                .request::<serde_json::Value>(req)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = result {
+            tracing::warn!("could not record an Event (the host needs create on events): {e}");
+        }
+    });
 }
