@@ -14,79 +14,20 @@
 //! and nothing else, so declaring one for a guest never hands out the right to change what that
 //! guest, or any other, reads.
 
-use crate::informer::watermarks::Marks;
-use std::collections::{HashMap, HashSet};
+mod error;
+mod index;
+mod query;
+
+pub use error::{Error, Result};
+pub use query::Query;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use serde_json::Value;
-
 use crate::informer::delta_fifo::KnownObjects;
+use crate::informer::watermarks::Marks;
 use crate::object::ObjectRef;
-use crate::selector::{LabelSelector, Operator};
-
-/// Errors from declaring indexes and querying the store.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum Error {
-    /// A field match on a field that has no index.
-    #[error(
-        "no index for field {field:?}: declare the field index {field:?} for this kind (declared field indexes: {declared:?}); a full scan is never done silently"
-    )]
-    UnindexedField {
-        /// The field asked for.
-        field: String,
-        /// The field indexes that exist.
-        declared: Vec<String>,
-    },
-    /// An index with this name already exists.
-    #[error("field index {0:?} is already declared")]
-    DuplicateIndex(String),
-    /// The index path is empty or malformed.
-    #[error("field index path {0:?} is not a dotted JSON path like \"spec.nodeName\"")]
-    BadIndexPath(String),
-}
-
-/// Result with this module's [`Error`].
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Fields every store can match on without a declared index.
-const BUILTIN_FIELDS: [&str; 2] = ["metadata.name", "metadata.namespace"];
-
-/// What to list. Every condition narrows the result (they are ANDed).
-#[derive(Debug, Clone, Default)]
-pub struct Query {
-    /// Only objects in this namespace.
-    pub namespace: Option<String>,
-    /// Only objects whose labels match.
-    pub labels: LabelSelector,
-    /// Only objects whose field (a declared field index, or `metadata.name` /
-    /// `metadata.namespace`) has exactly this value.
-    pub fields: Vec<(String, String)>,
-    /// Only objects with an owner reference to this UID.
-    pub owner_uid: Option<String>,
-}
-
-type KeySet = HashSet<Arc<str>>;
-
-#[derive(Debug)]
-struct FieldIndex {
-    path: Vec<String>,
-    values: HashMap<Box<str>, KeySet>,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    items: HashMap<Arc<str>, ObjectRef>,
-    by_namespace: HashMap<Box<str>, KeySet>,
-    by_owner: HashMap<Box<str>, KeySet>,
-    /// label key → label value → keys. Two levels so `key`, `key in (...)` and `key=value` all
-    /// find their candidates without a scan.
-    by_label: HashMap<Box<str>, HashMap<Box<str>, KeySet>>,
-    fields: HashMap<String, FieldIndex>,
-    /// The sum of `items`' [`heap_bytes`](crate::object::Object::heap_bytes), kept as they
-    /// change so that reading it is not a walk over the store.
-    bytes: usize,
-}
+use index::Inner;
 
 #[derive(Debug, Default)]
 struct Shared {
@@ -143,175 +84,9 @@ pub struct Indexes {
     shared: Arc<Shared>,
 }
 
-fn insert_key<K: std::hash::Hash + Eq>(map: &mut HashMap<K, KeySet>, value: K, key: &Arc<str>) {
-    map.entry(value).or_default().insert(key.clone());
-}
-
-/// Removes `key` from `map[value]`, pruning the set once empty so that indexes do not grow
-/// with every value ever seen.
-fn remove_key(map: &mut HashMap<Box<str>, KeySet>, value: &str, key: &str) {
-    if let Some(set) = map.get_mut(value) {
-        set.remove(key);
-        if set.is_empty() {
-            map.remove(value);
-        }
-    }
-}
-
-/// The values at a dotted path, fanning out through arrays (so `spec.containers.image` yields
-/// every container's image). Scalars index as their JSON text without quotes; a path that ends
-/// on an object or on an array of objects cannot be indexed.
-/// A field index path that ends on an object or an array of objects, which has no value to
-/// index under.
-#[derive(Debug, thiserror::Error)]
-#[error("the value at {0:?} is not a scalar")]
-struct NotScalar(String);
-
-fn values_at(value: &Value, path: &[String]) -> Result<Vec<String>, NotScalar> {
-    let mut current = vec![value];
-    for part in path {
-        let mut next = Vec::new();
-        for v in current {
-            match v {
-                Value::Object(m) => next.extend(m.get(part)),
-                Value::Array(items) => {
-                    next.extend(items.iter().filter_map(|i| i.as_object()?.get(part)))
-                }
-                _ => {}
-            }
-        }
-        current = next;
-    }
-    let mut out = Vec::new();
-    for v in current {
-        let scalars: Vec<&Value> = match v {
-            Value::Array(items) => items.iter().collect(),
-            other => vec![other],
-        };
-        for s in scalars {
-            match s {
-                Value::String(s) => out.push(s.clone()),
-                Value::Number(n) => out.push(n.to_string()),
-                Value::Bool(b) => out.push(b.to_string()),
-                Value::Null => {}
-                Value::Object(_) | Value::Array(_) => {
-                    return Err(NotScalar(path.join(".")));
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-impl Inner {
-    fn field_values(&self, obj: &ObjectRef, failures: &AtomicU64) -> Vec<(String, Vec<String>)> {
-        if self.fields.is_empty() {
-            return Vec::new();
-        }
-        let value = obj.to_value();
-        self.fields
-            .iter()
-            .map(|(name, idx)| {
-                let values = values_at(&value, &idx.path).unwrap_or_else(|reason| {
-                    // client-go panics here and takes the process down; one bad object must not.
-                    failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(index = %name, key = obj.key(), %reason, "field index failed; object indexed under no value");
-                    Vec::new()
-                });
-                (name.clone(), values)
-            })
-            .collect()
-    }
-
-    fn index(&mut self, obj: &ObjectRef, failures: &AtomicU64) {
-        let key = obj.key_arc();
-        if let Some(ns) = obj.namespace() {
-            insert_key(&mut self.by_namespace, ns.into(), key);
-        }
-        for owner in obj.owners() {
-            insert_key(&mut self.by_owner, owner.uid.clone(), key);
-        }
-        for (k, v) in obj.labels() {
-            insert_key(self.by_label.entry(k.into()).or_default(), v.into(), key);
-        }
-        for (name, values) in self.field_values(obj, failures) {
-            let idx = self.fields.get_mut(&name).expect("index exists");
-            for v in values {
-                insert_key(&mut idx.values, v.into_boxed_str(), key);
-            }
-        }
-    }
-
-    fn unindex(&mut self, obj: &ObjectRef, failures: &AtomicU64) {
-        let key = obj.key();
-        if let Some(ns) = obj.namespace() {
-            remove_key(&mut self.by_namespace, ns, key);
-        }
-        for owner in obj.owners() {
-            remove_key(&mut self.by_owner, &owner.uid, key);
-        }
-        for (k, v) in obj.labels() {
-            if let Some(values) = self.by_label.get_mut(k) {
-                remove_key(values, v, key);
-                if values.is_empty() {
-                    self.by_label.remove(k);
-                }
-            }
-        }
-        for (name, values) in self.field_values(obj, failures) {
-            let idx = self.fields.get_mut(&name).expect("index exists");
-            for v in values {
-                remove_key(&mut idx.values, &v, key);
-            }
-        }
-    }
-
-    /// Candidate keys from one label requirement, if the index can narrow it.
-    fn label_candidates(&self, key: &str, op: Operator, values: &[String]) -> Option<Vec<&KeySet>> {
-        let by_value = self.by_label.get(key);
-        match op {
-            Operator::Equals | Operator::In => Some(
-                values
-                    .iter()
-                    .filter_map(|v| by_value?.get(v.as_str()))
-                    .collect(),
-            ),
-            Operator::Exists => Some(by_value.map(|m| m.values().collect()).unwrap_or_default()),
-            // Negations match objects *without* the label too, so no index can narrow them.
-            Operator::NotEquals | Operator::NotIn | Operator::DoesNotExist => None,
-        }
-    }
-}
-
 impl Shared {
     fn add_field_index(&self, path: &str) -> Result<()> {
-        let parts: Vec<String> = path.split('.').map(str::to_string).collect();
-        if path.is_empty() || parts.iter().any(String::is_empty) {
-            return Err(Error::BadIndexPath(path.to_string()));
-        }
-        let mut inner = self.inner.write().unwrap();
-        if inner.fields.contains_key(path) || BUILTIN_FIELDS.contains(&path) {
-            return Err(Error::DuplicateIndex(path.to_string()));
-        }
-        let mut idx = FieldIndex {
-            path: parts,
-            values: HashMap::new(),
-        };
-        for (key, obj) in &inner.items {
-            match values_at(&obj.to_value(), &idx.path) {
-                Ok(values) => {
-                    for v in values {
-                        insert_key(&mut idx.values, v.into_boxed_str(), key);
-                    }
-                }
-                Err(reason) => {
-                    self.index_failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(index = path, key = %key, %reason, "field index failed; object indexed under no value");
-                }
-            }
-        }
-        inner.fields.insert(path.to_string(), idx);
-        Ok(())
+        (self.inner.write().unwrap()).add_field_index(path, &self.index_failures)
     }
 }
 
@@ -417,22 +192,7 @@ impl Writer {
     pub fn replace(&self, items: Vec<ObjectRef>, resource_version: u64) {
         let mut marks = Marks::at(resource_version);
         let mut inner = self.shared.inner.write().unwrap();
-        let fields = std::mem::take(&mut inner.fields)
-            .into_iter()
-            .map(|(name, idx)| {
-                (
-                    name,
-                    FieldIndex {
-                        path: idx.path,
-                        values: HashMap::new(),
-                    },
-                )
-            })
-            .collect();
-        *inner = Inner {
-            fields,
-            ..Inner::default()
-        };
+        inner.clear();
         for obj in items {
             marks.observe(&obj);
             inner.index(&obj, &self.shared.index_failures);
@@ -522,91 +282,7 @@ impl Store {
     /// without an index is an [`Error::UnindexedField`], never a scan.
     pub fn list(&self, query: &Query) -> Result<Vec<ObjectRef>> {
         let inner = self.shared.inner.read().unwrap();
-        let mut name_filter = None;
-        let mut namespace = query.namespace.as_deref();
-        let mut field_sets: Vec<&KeySet> = Vec::new();
-        let empty = KeySet::new();
-        for (field, value) in &query.fields {
-            match field.as_str() {
-                "metadata.name" => name_filter = Some(value.as_str()),
-                // Two different namespaces in one query match nothing.
-                "metadata.namespace" => match namespace {
-                    Some(ns) if ns != value => return Ok(Vec::new()),
-                    _ => namespace = Some(value.as_str()),
-                },
-                _ => {
-                    let Some(idx) = inner.fields.get(field) else {
-                        let mut declared: Vec<String> = inner.fields.keys().cloned().collect();
-                        declared.sort();
-                        return Err(Error::UnindexedField {
-                            field: field.clone(),
-                            declared,
-                        });
-                    };
-                    field_sets.push(idx.values.get(value.as_str()).unwrap_or(&empty));
-                }
-            }
-        }
-
-        // Each entry is a union of key sets that every match must belong to.
-        let mut narrowing: Vec<Vec<&KeySet>> = field_sets.iter().map(|s| vec![*s]).collect();
-        if let Some(ns) = namespace {
-            narrowing.push(vec![inner.by_namespace.get(ns).unwrap_or(&empty)]);
-        }
-        if let Some(uid) = &query.owner_uid {
-            narrowing.push(vec![inner.by_owner.get(uid.as_str()).unwrap_or(&empty)]);
-        }
-        for req in query.labels.requirements() {
-            if let Some(sets) = inner.label_candidates(req.key(), req.operator(), req.values()) {
-                narrowing.push(sets);
-            }
-        }
-
-        let matches = |obj: &ObjectRef| {
-            namespace.is_none_or(|ns| obj.namespace() == Some(ns))
-                && name_filter.is_none_or(|n| obj.name() == n)
-                && query
-                    .owner_uid
-                    .as_deref()
-                    .is_none_or(|u| obj.owners().iter().any(|o| &*o.uid == u))
-                && field_sets.iter().all(|s| s.contains(obj.key()))
-                && query.labels.matches(|k| obj.label(k))
-        };
-
-        let mut out: Vec<ObjectRef> = Vec::new();
-        let mut touched = 0u64;
-        if let (Some(name), Some(ns)) = (name_filter, namespace) {
-            // namespace + name is a key lookup.
-            let key = crate::object::object_key(Some(ns), name);
-            if let Some(obj) = inner.items.get(key.as_str()) {
-                touched += 1;
-                if matches(obj) {
-                    out.push(obj.clone());
-                }
-            }
-        } else if let Some(smallest) = narrowing
-            .iter()
-            .min_by_key(|sets| sets.iter().map(|s| s.len()).sum::<usize>())
-        {
-            let mut seen: HashSet<&str> = HashSet::new();
-            for key in smallest.iter().flat_map(|s| s.iter()) {
-                if smallest.len() > 1 && !seen.insert(key) {
-                    continue;
-                }
-                touched += 1;
-                let obj = &inner.items[key];
-                if matches(obj) {
-                    out.push(obj.clone());
-                }
-            }
-        } else {
-            for obj in inner.items.values() {
-                touched += 1;
-                if matches(obj) {
-                    out.push(obj.clone());
-                }
-            }
-        }
+        let (mut out, touched) = inner.select(query)?;
         drop(inner);
         self.shared.touched.fetch_add(touched, Ordering::Relaxed);
         out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
@@ -675,6 +351,8 @@ impl KnownObjects for Store {
 mod tests {
     use super::*;
     use crate::object::{Object, Transform};
+    use crate::selector::LabelSelector;
+    use serde_json::Value;
     use serde_json::json;
 
     fn obj(ns: &str, name: &str, labels: Value, spec: Value) -> ObjectRef {
