@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::guest::bindings::reconciled::runtime::api::Host;
 use crate::guest::bindings::reconciled::runtime::cache::{ListOptions, ListPage};
 use crate::guest::bindings::{GuestError, Gvk};
+use crate::guest::imports::notes::Asked;
 use crate::guest::imports::{Access, GuestContext, HostState, Metrics, request};
 use crate::names;
 use crate::selector::LabelSelector;
@@ -148,16 +149,9 @@ impl Host for HostState {
         namespace: String,
         name: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        let ctx = self.enter()?;
-        let copy = self
-            .recording()
-            .then(|| (kind.clone(), namespace.clone(), name.clone()));
+        let (ctx, call) = self.enter_noted(|| Asked::get("api.get", &kind, &namespace, &name))?;
         let answer = get(self, &ctx, kind, namespace, name).await;
-        if let Some((k, ns, n)) = copy {
-            let objects = answer.as_ref().map(std::iter::once);
-            self.note_read("api.get", &k, &ns, &n, String::new(), objects);
-        }
-        Ok(answer)
+        Ok(call.answered(self, answer))
     }
 
     async fn list(
@@ -165,13 +159,9 @@ impl Host for HostState {
         kind: Gvk,
         options: ListOptions,
     ) -> wasmtime::Result<Result<ListPage, GuestError>> {
-        let ctx = self.enter()?;
-        let copy = self.recording().then(|| (kind.clone(), options.clone()));
+        let (ctx, call) = self.enter_noted(|| Asked::list("api.list", &kind, &options))?;
         let answer = list(self, &ctx, kind, options).await;
-        if let Some((kind, options)) = copy {
-            self.note_list("api.list", &kind, &options, answer.as_ref());
-        }
-        Ok(answer)
+        Ok(call.answered(self, answer))
     }
 }
 

@@ -6,6 +6,7 @@
 
 use crate::guest::bindings::reconciled::runtime::cache::{Host, ListOptions, ListPage};
 use crate::guest::bindings::{GuestError, Gvk};
+use crate::guest::imports::notes::Asked;
 use crate::guest::imports::{Access, Declared, GuestContext, HostState};
 use crate::informer::State;
 use crate::informer::store::{self, Query};
@@ -162,17 +163,9 @@ impl Host for HostState {
         namespace: String,
         name: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        let ctx = self.enter()?;
+        let (ctx, call) = self.enter_noted(|| Asked::get("cache.get", &kind, &namespace, &name))?;
         let answer = cached_get(self, &ctx, &kind, &namespace, &name).await;
-        self.note_read(
-            "cache.get",
-            &kind,
-            &namespace,
-            &name,
-            String::new(),
-            answer.as_ref().map(std::iter::once),
-        );
-        Ok(answer)
+        Ok(call.answered(self, answer))
     }
 
     async fn list(
@@ -180,10 +173,9 @@ impl Host for HostState {
         kind: Gvk,
         options: ListOptions,
     ) -> wasmtime::Result<Result<ListPage, GuestError>> {
-        let ctx = self.enter()?;
+        let (ctx, call) = self.enter_noted(|| Asked::list("cache.list", &kind, &options))?;
         let answer = cached_list(self, &ctx, &kind, &options).await;
-        self.note_list("cache.list", &kind, &options, answer.as_ref());
-        Ok(answer)
+        Ok(call.answered(self, answer))
     }
 }
 

@@ -5,9 +5,8 @@ use serde_json::Value;
 
 use crate::guest::bindings::reconciled::runtime::client::{EventType, Host, PatchBody as Patch};
 use crate::guest::bindings::{GuestError, Gvk};
-use crate::guest::imports::notes::WriteNote;
+use crate::guest::imports::notes::Asked;
 use crate::guest::imports::{Access, Declared, GuestContext, HostState, Metrics, request};
-use crate::guest::tape::Event;
 use crate::informer::Namespaces;
 use crate::informer::discovery::Resource;
 use crate::names;
@@ -407,12 +406,10 @@ impl Host for HostState {
         namespace: String,
         object: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        let ctx = self.enter()?;
-        let copy = self.recording().then(|| object.clone());
-        let answer = create(self, &ctx, kind.clone(), namespace.clone(), object).await;
-        let note = WriteNote::new("create", &kind, &namespace, "", copy.as_deref());
-        self.note_write(note, &answer);
-        Ok(answer)
+        let asked = || Asked::write("create", &kind, &namespace, &object, false);
+        let (ctx, call) = self.enter_noted(asked)?;
+        let answer = create(self, &ctx, kind, namespace, object).await;
+        Ok(call.answered(self, answer))
     }
 
     async fn update(
@@ -421,12 +418,10 @@ impl Host for HostState {
         namespace: String,
         object: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        let ctx = self.enter()?;
-        let copy = self.recording().then(|| object.clone());
-        let answer = update(self, &ctx, kind.clone(), namespace.clone(), object, false).await;
-        let note = WriteNote::new("update", &kind, &namespace, "", copy.as_deref());
-        self.note_write(note, &answer);
-        Ok(answer)
+        let asked = || Asked::write("update", &kind, &namespace, &object, false);
+        let (ctx, call) = self.enter_noted(asked)?;
+        let answer = update(self, &ctx, kind, namespace, object, false).await;
+        Ok(call.answered(self, answer))
     }
 
     async fn patch(
@@ -436,24 +431,10 @@ impl Host for HostState {
         name: String,
         p: Patch,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        let ctx = self.enter()?;
-        let copy = self.recording().then(|| p.clone());
-        let answer = patch(self, &ctx, kind.clone(), namespace.clone(), name.clone(), p).await;
-        if let Some(p) = copy {
-            let mut note = WriteNote::new("merge-patch", &kind, &namespace, &name, None);
-            match &p {
-                Patch::Merge(b) => note.body = Some(b.as_str()),
-                Patch::Json(b) => (note.verb, note.body) = ("json-patch", Some(b.as_str())),
-                Patch::Apply(a) => {
-                    note.verb = "apply";
-                    note.body = Some(&a.body);
-                    note.field_manager = Some(&a.field_manager);
-                    note.force = Some(a.force);
-                }
-            }
-            self.note_write(note, &answer);
-        }
-        Ok(answer)
+        let asked = || Asked::patch(&kind, &namespace, &name, &p);
+        let (ctx, call) = self.enter_noted(asked)?;
+        let answer = patch(self, &ctx, kind, namespace, name, p).await;
+        Ok(call.answered(self, answer))
     }
 
     async fn delete(
@@ -462,11 +443,10 @@ impl Host for HostState {
         namespace: String,
         name: String,
     ) -> wasmtime::Result<Result<(), GuestError>> {
-        let ctx = self.enter()?;
-        let answer = delete(self, &ctx, kind.clone(), namespace.clone(), name.clone()).await;
-        let note = WriteNote::new("delete", &kind, &namespace, &name, None);
-        self.note_write(note, &answer);
-        Ok(answer)
+        let asked = || Asked::delete(&kind, &namespace, &name);
+        let (ctx, call) = self.enter_noted(asked)?;
+        let answer = delete(self, &ctx, kind, namespace, name).await;
+        Ok(call.answered(self, answer))
     }
 
     async fn update_status(
@@ -475,13 +455,10 @@ impl Host for HostState {
         namespace: String,
         object: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        let ctx = self.enter()?;
-        let copy = self.recording().then(|| object.clone());
-        let answer = update(self, &ctx, kind.clone(), namespace.clone(), object, true).await;
-        let mut note = WriteNote::new("update", &kind, &namespace, "", copy.as_deref());
-        note.status = true;
-        self.note_write(note, &answer);
-        Ok(answer)
+        let asked = || Asked::write("update", &kind, &namespace, &object, true);
+        let (ctx, call) = self.enter_noted(asked)?;
+        let answer = update(self, &ctx, kind, namespace, object, true).await;
+        Ok(call.answered(self, answer))
     }
 
     async fn record_event(
@@ -493,20 +470,8 @@ impl Host for HostState {
         reason: String,
         message: String,
     ) -> wasmtime::Result<Result<(), GuestError>> {
-        let ctx = self.enter()?;
-        let note = self.recording().then(|| Event {
-            type_: match event_type {
-                EventType::Normal => "Normal".into(),
-                EventType::Warning => "Warning".into(),
-            },
-            reason: reason.clone(),
-            regarding: if namespace.is_empty() {
-                format!("{} {name}", regarding.kind)
-            } else {
-                format!("{} {namespace}/{name}", regarding.kind)
-            },
-            message: crate::events::truncate_message(&message).into_owned(),
-        });
+        let asked = || Asked::event(&regarding, &namespace, &name, event_type, &reason, &message);
+        let (ctx, call) = self.enter_noted(asked)?;
         let args = EventArgs {
             regarding,
             namespace,
@@ -516,10 +481,7 @@ impl Host for HostState {
             message,
         };
         let answer = record_event(self, &ctx, args).await;
-        if let (Some(event), Ok(())) = (note, &answer) {
-            self.note_event(event);
-        }
-        Ok(answer)
+        Ok(call.answered(self, answer))
     }
 }
 
