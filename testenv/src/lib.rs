@@ -313,15 +313,7 @@ impl ControlPlane {
     /// never skip, when there is no control plane.
     pub fn shared() -> &'static ControlPlane {
         static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
-        let cp = SHARED.get_or_init(|| {
-            ControlPlane::start()
-                .inspect(|cp| process::remove_at_exit(cp.dir.path()))
-                .map_err(|e| e.to_string())
-        });
-        match cp {
-            Ok(cp) => cp,
-            Err(reason) => panic!("testenv: control plane did not start: {reason}"),
-        }
+        Self::own(&SHARED, &[])
     }
 
     /// A control plane of one group of tests, apart from [`shared`](Self::shared): for tests

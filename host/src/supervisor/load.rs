@@ -105,6 +105,15 @@ struct Started {
     reload: Option<Reload>,
 }
 
+/// What [`Load::commit`] did.
+enum Committed {
+    /// The new controller is recorded as serving; `replaced` is the one it took the place of
+    /// in the record, if any (a restart for new settings), still to be dropped.
+    Serving { replaced: Option<Arc<Controller>> },
+    /// The host is stopping: nothing was recorded.
+    Stopping,
+}
+
 /// One load of guest `name`. Built with the guest's per-name lock held, and kept until the
 /// outcome is recorded.
 pub(super) struct Load<'a> {
@@ -213,7 +222,7 @@ impl<'a> Load<'a> {
         self.review(&started).await?;
         // Validated: keep the native code for the next load of these bytes.
         module.persist_artifact();
-        let Some(old) = self.commit(&started, &module) else {
+        let Committed::Serving { replaced } = self.commit(&started, &module) else {
             // The host is stopping and has already stopped its guests: this one must not start
             // reconciling behind its back.
             started.controller.stop().await;
@@ -223,7 +232,7 @@ impl<'a> Load<'a> {
             });
         };
         // A replaced controller (new settings) stops when its last reconcile returns.
-        drop(old);
+        drop(replaced);
         if started.reload.is_none() {
             self.start_reporters(&started.controller);
         }
@@ -342,9 +351,8 @@ impl<'a> Load<'a> {
     }
 
     /// Phase 8: the controller recorded as serving, with the load's timing, and a
-    /// `ModuleLoaded` Event. Returns the controller it replaced in the record (if any), or
-    /// `None` when the host is stopping and nothing was recorded.
-    fn commit(&self, started: &Started, module: &Module) -> Option<Option<Arc<Controller>>> {
+    /// `ModuleLoaded` Event, unless the host is stopping.
+    fn commit(&self, started: &Started, module: &Module) -> Committed {
         let (name, digest, source) = (self.name, &self.digest, &self.source);
         let timing = LoadTiming {
             compile: module.compile_time(),
@@ -367,7 +375,7 @@ impl<'a> Load<'a> {
         // Lock order: the guests, then the offers (see `Supervisor`).
         let mut guests = self.sup.guests.lock().unwrap();
         if self.sup.offers.lock().unwrap().is_closed() {
-            return None;
+            return Committed::Stopping;
         }
         self.sup
             .event(source, Type::Normal, "ModuleLoaded", message);
@@ -384,7 +392,7 @@ impl<'a> Load<'a> {
         entry.last_load = Some(timing);
         drop(guests);
         self.sup.publish_guests();
-        Some(old)
+        Committed::Serving { replaced: old }
     }
 
     /// After a start (not a reload) of a tenant's guest: Events on its ConfigMap when it keeps
