@@ -13,6 +13,7 @@ use super::decide::{self, Decision};
 use super::lease::{self, Observed, Seen};
 use super::snapshot::ShardView;
 use super::state::{Held, Inner};
+use crate::informer::store::Store;
 
 /// How often the watchdog looks at the deadlines, at the least: a deadline is kept to within
 /// this, which is small beside the margin between renew deadline and lease duration.
@@ -60,16 +61,36 @@ enum Write {
     Release { shard: u32, to: String },
 }
 
+/// What one round of the elector read from the Leases, at `now`.
+struct View {
+    now: Instant,
+    /// Whether the Lease informer holds the whole picture; unsynced, nothing is taken.
+    synced: bool,
+    /// Every Lease of the group by name, with when this replica saw its current version.
+    seen: HashMap<String, (Seen, Instant)>,
+    /// The replicas alive, this one included, sorted.
+    members: Vec<String>,
+    /// Each shard's live holder.
+    holders: Vec<Option<String>>,
+    /// Guests per shard.
+    weights: Vec<u32>,
+    /// Who the plan wants holding each shard.
+    plan: Vec<String>,
+}
+
+/// What one round decided.
+struct Round {
+    writes: Vec<Write>,
+    /// Shards another replica took, and who.
+    lost: Vec<(u32, Option<String>)>,
+    /// When to look again at the latest, unless something changes first.
+    wake: Instant,
+}
+
 /// The elector's loop: every change of a Lease, every change of the guests, and every due
-/// renewal or expiry wakes it.
-#[expect(
-    clippy::too_many_lines,
-    reason = "one round of the elector reads the Leases, decides per shard with `decide` and writes, under one view of time and state; splitting the round would pass that view through every part"
-)]
+/// renewal or expiry wakes it. Each round reads the Leases ([`look`]), decides per shard
+/// ([`decide_round`]), then makes the writes and announces this replica at once.
 pub(super) async fn elect(inner: Arc<Inner>) {
-    let config = &inner.config;
-    let me = config.identity.clone();
-    let member = config.member_lease();
     let mut observed = Observed::default();
     let mut membership: Option<(Lease, Instant)> = None;
     // Shards the plan wants elsewhere, since when, and to whom.
@@ -80,115 +101,10 @@ pub(super) async fn elect(inner: Arc<Inner>) {
         let changed = store.changed();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        let now = Instant::now();
-        let synced = inner.informer.status().state.is_synced();
-
-        // What the Leases say.
-        let mut seen: HashMap<String, (Seen, Instant)> = HashMap::new();
-        for o in store.all() {
-            if let Some(s) = Seen::from_json(o.json()) {
-                let at = observed.note(&s, now);
-                seen.insert(s.name().to_string(), (s, at));
-            }
-        }
-        observed.retain(&seen.keys().map(String::as_str).collect::<HashSet<_>>());
-        let live_holder = |name: &str| -> Option<String> {
-            let (s, at) = seen.get(name)?;
-            (now < lease::free_at(s, *at)).then(|| s.holder.clone())?
-        };
-        let mut members: Vec<String> = seen
-            .values()
-            .filter(|(s, _)| role(s) == "replica")
-            .filter_map(|(s, _)| live_holder(s.name()))
-            .collect();
-        members.push(me.clone());
-        members.sort();
-        members.dedup();
-        let shards = config.shards as usize;
-        let holders: Vec<Option<String>> = (0..config.shards)
-            .map(|s| live_holder(&config.shard_lease(s)))
-            .collect();
-        let mut weights = vec![0u32; shards];
-        for g in guests.borrow_and_update().iter() {
-            weights[super::shard::shard_of(g, config.shards) as usize] += 1;
-        }
-        let plan = assignment::plan(&assignment::Input {
-            members: &members,
-            weights: &weights,
-            holders: &holders,
-        });
-
-        // What to write this round.
-        let mut writes = Vec::new();
-        let mut lost = Vec::new();
-        let mut wake = now + config.retry_period;
-        {
-            let mut state = inner.state.lock().unwrap();
-            state.snapshot.members = members.clone();
-            state.snapshot.shards = (0..config.shards)
-                .map(|s| ShardView {
-                    shard: s,
-                    holder: holders[s as usize].clone(),
-                    planned: plan.get(s as usize).cloned(),
-                    guests: weights[s as usize],
-                })
-                .collect();
-            for s in 0..config.shards {
-                let name = config.shard_lease(s);
-                let planned = plan.get(s as usize).map_or("", String::as_str);
-                let held = state.held.get(&s);
-                let planned_alive = members.iter().any(|m| m == planned);
-                let elsewhere_since = match held {
-                    Some(_) if planned != me && planned_alive => Some(
-                        elsewhere
-                            .entry(s)
-                            .and_modify(|(to, at)| {
-                                if to != planned {
-                                    (*to, *at) = (planned.to_string(), now);
-                                }
-                            })
-                            .or_insert((planned.to_string(), now))
-                            .1,
-                    ),
-                    _ => {
-                        elsewhere.remove(&s);
-                        None
-                    }
-                };
-                let facts = decide::Facts {
-                    me: &me,
-                    now,
-                    next_renew: held.map(|h| h.next_renew),
-                    seen: seen.get(&name).map(|(l, at)| decide::Seen {
-                        holder: l.holder.as_deref(),
-                        free_at: lease::free_at(l, *at),
-                        newer_than_ours: held
-                            .is_some_and(|h| newer(l.resource_version(), &h.lease)),
-                    }),
-                    planned,
-                    planned_alive,
-                    elsewhere_since,
-                    synced,
-                    rebalance_after: config.rebalance_after,
-                    grace: config.retry_period * 2,
-                };
-                match decide::decide(&facts) {
-                    Decision::Lost { by } => lost.push((s, by)),
-                    Decision::Release { to } => writes.push(Write::Release { shard: s, to }),
-                    Decision::Renew => writes.push(Write::Renew {
-                        shard: s,
-                        lease: held.expect("renewed only when held").lease.clone(),
-                    }),
-                    Decision::Acquire => writes.push(Write::Acquire {
-                        shard: s,
-                        seen: seen.get(&name).map(|(l, _)| l.lease.clone()),
-                    }),
-                    Decision::Wait(Some(at)) => wake = wake.min(at),
-                    Decision::Wait(None) => {}
-                }
-            }
-        }
-        for (s, by) in lost {
+        let names = guests.borrow_and_update().clone();
+        let view = look(&inner, &store, &mut observed, &names);
+        let round = decide_round(&inner, &view, &mut elsewhere);
+        for (s, by) in round.lost {
             inner.drop_shard(
                 s,
                 format!(
@@ -198,52 +114,12 @@ pub(super) async fn elect(inner: Arc<Inner>) {
                 true,
             );
         }
-
-        // The replica's own Lease, so that the others count it in their plans.
-        let due = membership.as_ref().is_none_or(|(_, next)| now >= *next);
-        if due {
-            inner.state.lock().unwrap().snapshot.writes += 1;
-        }
-        let membership_write = due.then(|| {
-            let writer = inner.writer.clone();
-            let current = membership.as_ref().map(|(l, _)| l.clone());
-            let on_record = seen.get(&member).map(|(s, _)| s.lease.clone());
-            let member = member.clone();
-            async move {
-                let sent = Instant::now();
-                let r = match (current, on_record) {
-                    (Some(l), _) => writer.renew(&l).await,
-                    (None, seen) => writer.acquire(&member, "replica", seen.as_ref()).await,
-                };
-                (sent, r)
-            }
-        });
-        let results = futures::future::join_all(writes.into_iter().map(|w| {
+        let writes = futures::future::join_all(round.writes.into_iter().map(|w| {
             let inner = inner.clone();
             async move { perform(&inner, w).await }
         }));
-        let (member_result, _) = tokio::join!(
-            async {
-                match membership_write {
-                    Some(f) => Some(f.await),
-                    None => None,
-                }
-            },
-            results
-        );
-        match member_result {
-            Some((sent, Ok(l))) => {
-                inner.state.lock().unwrap().snapshot.forbidden = None;
-                membership = Some((l, sent + config.renew_every()));
-            }
-            Some((_, Err(e))) => {
-                note_forbidden(&inner, &e);
-                tracing::warn!("cannot announce this replica: {e}");
-                // A conflict means our copy is stale: read it afresh next round.
-                membership = None;
-            }
-            None => {}
-        }
+        tokio::join!(announce(&inner, &view, &mut membership), writes);
+        let mut wake = round.wake;
         if let Some((_, next)) = &membership {
             wake = wake.min(*next);
         }
@@ -258,6 +134,171 @@ pub(super) async fn elect(inner: Arc<Inner>) {
             () = &mut changed => {}
             _ = guests.changed() => {}
             () = tokio::time::sleep_until(wake.into()) => {}
+        }
+    }
+}
+
+/// What the Leases in `store` say now: who is alive, who holds each shard, and the plan for
+/// the guests `guests`. `observed` remembers when each Lease version was first seen, which is
+/// what expiry is measured from.
+fn look(inner: &Inner, store: &Store, observed: &mut Observed, guests: &[String]) -> View {
+    let config = &inner.config;
+    let now = Instant::now();
+    let synced = inner.informer.status().state.is_synced();
+    let mut seen: HashMap<String, (Seen, Instant)> = HashMap::new();
+    for o in store.all() {
+        if let Some(s) = Seen::from_json(o.json()) {
+            let at = observed.note(&s, now);
+            seen.insert(s.name().to_string(), (s, at));
+        }
+    }
+    observed.retain(&seen.keys().map(String::as_str).collect::<HashSet<_>>());
+    let live_holder = |name: &str| -> Option<String> {
+        let (s, at) = seen.get(name)?;
+        (now < lease::free_at(s, *at)).then(|| s.holder.clone())?
+    };
+    let mut members: Vec<String> = seen
+        .values()
+        .filter(|(s, _)| role(s) == "replica")
+        .filter_map(|(s, _)| live_holder(s.name()))
+        .collect();
+    members.push(config.identity.clone());
+    members.sort();
+    members.dedup();
+    let holders: Vec<Option<String>> = (0..config.shards)
+        .map(|s| live_holder(&config.shard_lease(s)))
+        .collect();
+    let mut weights = vec![0u32; config.shards as usize];
+    for g in guests {
+        weights[super::shard::shard_of(g, config.shards) as usize] += 1;
+    }
+    let plan = assignment::plan(&assignment::Input {
+        members: &members,
+        weights: &weights,
+        holders: &holders,
+    });
+    View {
+        now,
+        synced,
+        seen,
+        members,
+        holders,
+        weights,
+        plan,
+    }
+}
+
+/// Decides, for each shard, what this replica does this round ([`decide::decide`] on the facts
+/// of `view` and of what it holds), and shows the view in the snapshot. `elsewhere` remembers,
+/// across rounds, since when the plan has wanted a held shard elsewhere.
+fn decide_round(
+    inner: &Inner,
+    view: &View,
+    elsewhere: &mut HashMap<u32, (String, Instant)>,
+) -> Round {
+    let config = &inner.config;
+    let (me, now) = (config.identity.as_str(), view.now);
+    let mut round = Round {
+        writes: Vec::new(),
+        lost: Vec::new(),
+        wake: now + config.retry_period,
+    };
+    let mut state = inner.state.lock().unwrap();
+    state.snapshot.members = view.members.clone();
+    state.snapshot.shards = (0..config.shards)
+        .map(|s| ShardView {
+            shard: s,
+            holder: view.holders[s as usize].clone(),
+            planned: view.plan.get(s as usize).cloned(),
+            guests: view.weights[s as usize],
+        })
+        .collect();
+    for s in 0..config.shards {
+        let name = config.shard_lease(s);
+        let planned = view.plan.get(s as usize).map_or("", String::as_str);
+        let held = state.held.get(&s);
+        let planned_alive = view.members.iter().any(|m| m == planned);
+        let elsewhere_since = match held {
+            Some(_) if planned != me && planned_alive => Some(
+                elsewhere
+                    .entry(s)
+                    .and_modify(|(to, at)| {
+                        if to != planned {
+                            (*to, *at) = (planned.to_string(), now);
+                        }
+                    })
+                    .or_insert((planned.to_string(), now))
+                    .1,
+            ),
+            _ => {
+                elsewhere.remove(&s);
+                None
+            }
+        };
+        let seen = view.seen.get(&name);
+        let facts = decide::Facts {
+            me,
+            now,
+            next_renew: held.map(|h| h.next_renew),
+            seen: seen.map(|(l, at)| decide::Seen {
+                holder: l.holder.as_deref(),
+                free_at: lease::free_at(l, *at),
+                newer_than_ours: held.is_some_and(|h| newer(l.resource_version(), &h.lease)),
+            }),
+            planned,
+            planned_alive,
+            elsewhere_since,
+            synced: view.synced,
+            rebalance_after: config.rebalance_after,
+            grace: config.retry_period * 2,
+        };
+        match decide::decide(&facts) {
+            Decision::Lost { by } => round.lost.push((s, by)),
+            Decision::Release { to } => round.writes.push(Write::Release { shard: s, to }),
+            Decision::Renew => round.writes.push(Write::Renew {
+                shard: s,
+                lease: held.expect("renewed only when held").lease.clone(),
+            }),
+            Decision::Acquire => round.writes.push(Write::Acquire {
+                shard: s,
+                seen: seen.map(|(l, _)| l.lease.clone()),
+            }),
+            Decision::Wait(Some(at)) => round.wake = round.wake.min(at),
+            Decision::Wait(None) => {}
+        }
+    }
+    round
+}
+
+/// Writes this replica's own Lease when due, so that the others count it in their plans, and
+/// keeps in `membership` the Lease as written and when to renew it.
+async fn announce(inner: &Inner, view: &View, membership: &mut Option<(Lease, Instant)>) {
+    if membership
+        .as_ref()
+        .is_some_and(|(_, next)| view.now < *next)
+    {
+        return;
+    }
+    inner.state.lock().unwrap().snapshot.writes += 1;
+    let sent = Instant::now();
+    let written = match membership.as_ref() {
+        Some((l, _)) => inner.writer.renew(l).await,
+        None => {
+            let member = inner.config.member_lease();
+            let on_record = view.seen.get(&member).map(|(s, _)| &s.lease);
+            inner.writer.acquire(&member, "replica", on_record).await
+        }
+    };
+    match written {
+        Ok(l) => {
+            inner.state.lock().unwrap().snapshot.forbidden = None;
+            *membership = Some((l, sent + inner.config.renew_every()));
+        }
+        Err(e) => {
+            note_forbidden(inner, &e);
+            tracing::warn!("cannot announce this replica: {e}");
+            // A conflict means our copy is stale: read it afresh next round.
+            *membership = None;
         }
     }
 }
