@@ -84,6 +84,7 @@ use crate::controller::fair_share;
 use crate::guest::grant::Grant;
 use crate::guest::identity::ServiceAccount;
 use crate::guest::imports::Limits;
+use crate::guest::settings::GuestSettings;
 use crate::sources::oci::ModuleRef;
 
 /// Errors reading the config file.
@@ -260,6 +261,10 @@ pub struct GuestConfig {
     /// `module` and drop this line.
     #[serde(default)]
     pub shadow: Option<PathBuf>,
+    /// What the guest reads through the `settings` import: a table, handed over as a JSON
+    /// object \[`{}`\]. A change of these alone reloads the guest without a compile.
+    #[serde(default)]
+    pub settings: GuestSettings,
 }
 
 fn one() -> usize {
@@ -285,6 +290,7 @@ impl GuestConfig {
             recorder: None,
             shadow: None,
             environment: Vec::new(),
+            guest_settings: self.settings.clone(),
         }
     }
 }
@@ -401,6 +407,31 @@ mod tests {
         .unwrap();
         let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains("unknown field `namespace`"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_guests_settings_are_a_table_handed_over_as_a_json_object() {
+        let dir = std::env::temp_dir().join(format!("reconciled-config-st-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.toml");
+        let guests = "[[guest]]\nname = \"a\"\nmodule = \"a.wasm\"\n[guest.settings]\nprefix = \"blue\"\nreplicas = 2\n[[guest]]\nname = \"b\"\nmodule = \"b.wasm\"\n";
+        std::fs::write(&path, guests).unwrap();
+        let c = Config::load(&path).unwrap();
+        let a = c.guests[0].settings().guest_settings;
+        assert_eq!(a.as_str(), r#"{"prefix":"blue","replicas":2}"#);
+        assert!(
+            c.guests[1].settings().guest_settings.is_empty(),
+            "none given: {{}}"
+        );
+
+        let not_a_table = "[[guest]]\nname = \"a\"\nmodule = \"a.wasm\"\nsettings = [1, 2]\n";
+        std::fs::write(&path, not_a_table).unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("not a JSON object") && err.contains("line 4"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

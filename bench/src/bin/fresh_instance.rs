@@ -44,6 +44,7 @@ fn main() -> anyhow::Result<()> {
             limits: Limits::default(),
             metrics: Default::default(),
             world: Default::default(),
+            settings: Default::default(),
             recorder: None,
             taped: false,
         });

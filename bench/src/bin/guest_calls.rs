@@ -129,6 +129,7 @@ async fn run(cp: &testenv::ControlPlane, wasm: &Path, n: usize) -> anyhow::Resul
         limits,
         metrics: Default::default(),
         world: Default::default(),
+        settings: Default::default(),
         recorder: None,
         taped: false,
     });

@@ -112,6 +112,7 @@ async fn run(
         limits: Limits::default(),
         metrics: Default::default(),
         world: Default::default(),
+        settings: Default::default(),
         recorder: None,
         taped: false,
     });

@@ -11,19 +11,20 @@
 //   `reconcile` and `map`.
 // - Each call runs in a fresh instance: nothing a call leaves in a global survives to the next.
 
-import * as rawApi from 'reconciled:runtime/api@0.1.0';
-import * as rawCache from 'reconciled:runtime/cache@0.1.0';
-import * as rawClient from 'reconciled:runtime/client@0.1.0';
+import * as rawApi from 'reconciled:runtime/api@0.1.1';
+import * as rawCache from 'reconciled:runtime/cache@0.1.1';
+import * as rawClient from 'reconciled:runtime/client@0.1.1';
 import type {
   Consistency,
   Description,
   FieldIndex,
   Mapping,
   Watch,
-} from 'reconciled:runtime/declaration@0.1.0';
-import { log as rawLog } from 'reconciled:runtime/log@0.1.0';
-import type * as World from 'reconciled:runtime/reconciler@0.1.0';
-import type { Error as WitError, Gvk, Request } from 'reconciled:runtime/types@0.1.0';
+} from 'reconciled:runtime/declaration@0.1.1';
+import { log as rawLog } from 'reconciled:runtime/log@0.1.1';
+import { get as rawSettings } from 'reconciled:runtime/settings@0.1.1';
+import type * as World from 'reconciled:runtime/reconciler@0.1.1';
+import type { Error as WitError, Gvk, Request } from 'reconciled:runtime/types@0.1.1';
 
 export type { Description, Gvk, Request };
 
@@ -421,6 +422,18 @@ export const log = {
   warn: (message: string) => rawLog('warn', message),
   error: (message: string) => rawLog('error', message),
 };
+
+/**
+ * The settings whoever deployed this module gave it (a `[[guest]]`'s `settings` in the host
+ * config, or a `<stem>.settings.json` key beside a ConfigMap module): always an object, `{}`
+ * when none were given, so give every field a default. Fixed for the life of a version (new settings reload the guest), and not readable in
+ * `describe`.
+ *
+ * `T` is what the caller expects; nothing checks the object against it: check what matters.
+ */
+export function settings<T extends object = Record<string, unknown>>(): T {
+  return JSON.parse(rawSettings()) as T;
+}
 
 /** What a reconciler implements; `map` only if it watches a kind with a guest map. */
 export interface Reconciler {

@@ -23,6 +23,7 @@ from wit_world.imports import cache as _cache
 from wit_world.imports import client as _client
 from wit_world.imports import declaration as _decl
 from wit_world.imports import log as _log
+from wit_world.imports import settings as _settings
 from wit_world.imports import types as _types
 
 Gvk = _types.Gvk
@@ -333,6 +334,14 @@ class log:
     @staticmethod
     def error(message: str) -> None:
         _log.log(_log.Level.ERROR, message)
+
+
+def settings() -> Dict[str, Any]:
+    """The settings whoever deployed this module gave it (a ``[[guest]]``'s ``settings`` in the
+    host config, or a ``<stem>.settings.json`` key beside a ConfigMap module): always a
+    ``dict``, empty when none were given, so read each key with a default. Fixed for the life of a version (new settings reload the guest), and not readable
+    in ``describe``."""
+    return json.loads(_settings.get())
 
 
 class Reconciler:

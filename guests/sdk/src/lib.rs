@@ -39,6 +39,7 @@ mod error;
 mod kind;
 pub mod log;
 mod object;
+mod settings;
 
 /// The raw bindings generated from `wit/` (world `reconciler`).
 ///
@@ -59,13 +60,13 @@ pub mod bindings {
         default_bindings_module: "reconciled_guest::bindings",
         // Our own `Error`, with a useful `Display`; same shape as the WIT variant.
         with: {
-            "reconciled:runtime/types@0.1.0/error": crate::error::Error,
+            "reconciled:runtime/types@0.1.1/error": crate::error::Error,
         },
         generate_all,
         additional_derives: [PartialEq, Eq],
         additional_type_attributes: {
-            "reconciled:runtime/types@0.1.0/gvk": [#[derive(Hash, PartialOrd, Ord)]],
-            "reconciled:runtime/types@0.1.0/request": [#[derive(Hash, PartialOrd, Ord)]],
+            "reconciled:runtime/types@0.1.1/gvk": [#[derive(Hash, PartialOrd, Ord)]],
+            "reconciled:runtime/types@0.1.1/request": [#[derive(Hash, PartialOrd, Ord)]],
         },
     });
 }
@@ -77,6 +78,7 @@ pub use bindings::{Description, Gvk, Outcome, Request};
 pub use describe::{DescriptionBuilder, describe};
 pub use error::{Error, Result};
 pub use kind::Kind;
+pub use settings::{settings, settings_json};
 
 // Re-exported so that guests use the same versions as the SDK.
 pub use k8s_openapi;

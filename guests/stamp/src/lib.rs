@@ -3,7 +3,9 @@
 //!
 //! It reconciles v1 ConfigMaps labelled [`SELECTOR`] (read-your-writes, every granted
 //! namespace) and merge-patches the annotation [`SEEN`] to `<version>:<data.v>`, writing only
-//! when the value changes so that reconciles converge. A missing ConfigMap is nothing to do;
+//! when the value changes so that reconciles converge. The version is the build's (below), unless
+//! its settings say another: `{"version": "blue"}` stamps `blue:<data.v>`, so one build deployed
+//! twice with different settings stamps differently. A missing ConfigMap is nothing to do;
 //! any other host error is the reconcile's error (so the host retries). `map` maps nothing.
 //!
 //! Small on purpose (a reload test loads it many times): the ConfigMap is handled as raw JSON
@@ -44,6 +46,14 @@ const VERSION: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
 static BALLAST: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ballast.bin"));
 
 struct Stamp;
+
+/// What the settings may say.
+#[derive(reconciled_guest::serde::Deserialize, Default)]
+#[serde(crate = "reconciled_guest::serde", default)]
+struct Settings {
+    /// Stamped instead of the build's [`VERSION`].
+    version: Option<String>,
+}
 
 impl Reconciler for Stamp {
     fn describe() -> Description {
@@ -89,7 +99,9 @@ impl Reconciler for Stamp {
             return Ok(Outcome::Done);
         }
         let v = cm["data"]["v"].as_str().unwrap_or_default();
-        let desired = format!("{VERSION}:{v}");
+        let settings: Settings = reconciled_guest::settings()?;
+        let version = settings.version.as_deref().unwrap_or(VERSION);
+        let desired = format!("{version}:{v}");
         if cm["metadata"]["annotations"][SEEN].as_str() != Some(desired.as_str()) {
             let patch = json!({ "metadata": { "annotations": { SEEN: desired } } });
             raw_client::patch(

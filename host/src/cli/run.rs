@@ -138,6 +138,7 @@ fn guests(config: &Config, args: &RunArgs) -> anyhow::Result<Vec<GuestConfig>> {
             limits: s.limits,
             service_account: None,
             shadow: None,
+            settings: s.guest_settings,
         });
     }
     let mut seen = std::collections::BTreeSet::new();

@@ -39,6 +39,7 @@ use tokio::sync::watch;
 
 use crate::guest::Module;
 use crate::guest::imports::{GuestContext, Metrics};
+use crate::guest::settings::GuestSettings;
 use crate::informer::factory::InformerFactory;
 use crate::informer::{Informer, InformerKey, Subscription};
 use failures::Failures;
@@ -235,6 +236,11 @@ impl Controller {
     /// How the operator runs this guest.
     pub fn settings(&self) -> &Settings {
         &self.shared.settings
+    }
+
+    /// The settings the serving version reads (see [`Settings::guest_settings`]).
+    pub fn guest_settings(&self) -> GuestSettings {
+        self.shared.current().ctx.settings.clone()
     }
 
     /// sha256 of the module serving now.

@@ -13,6 +13,7 @@ use super::work_queue::Priority;
 use crate::guest::Module;
 use crate::guest::bindings::Gvk;
 use crate::guest::read_your_writes::Floors;
+use crate::guest::settings::GuestSettings;
 use crate::informer::factory::InformerFactory;
 use crate::informer::{Informer, InformerKey};
 
@@ -31,8 +32,9 @@ pub struct Reload {
 }
 
 impl Controller {
-    /// Swaps in `module` between reconciles, keeping the queue, the workers and every informer
-    /// both versions read. Reconciles already running finish on the old version.
+    /// Swaps in `module` with `guest_settings` between reconciles, keeping the queue, the
+    /// workers and every informer both versions read. Reconciles already running finish on the
+    /// old version. The module may be the one serving, for new settings alone.
     ///
     /// The new version is described and checked against the grant first, and informers only it
     /// reads are started and must sync within `sync_timeout` before the swap; if anything fails
@@ -47,6 +49,7 @@ impl Controller {
         self: &Arc<Self>,
         factory: &InformerFactory,
         module: Module,
+        guest_settings: &GuestSettings,
         sync_timeout: Duration,
         admit: impl FnOnce(&[Arc<Informer>]) -> Result<(), E>,
     ) -> Result<Reload, Error> {
@@ -105,6 +108,7 @@ impl Controller {
             .collect();
         let version = build_version_from(
             &self.shared.settings,
+            guest_settings,
             &self.shared.client,
             module,
             &plan,

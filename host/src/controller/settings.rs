@@ -3,6 +3,7 @@
 use crate::guest::grant::Grant;
 use crate::guest::identity::ServiceAccount;
 use crate::guest::imports::Limits;
+use crate::guest::settings::GuestSettings;
 
 use super::shadow;
 
@@ -33,6 +34,15 @@ pub struct Settings {
     /// Environment variables its calls see (the host's, such as `RECONCILED_REPLICA`); none
     /// by default.
     pub environment: Vec<(String, String)>,
+    /// The settings the guest reads through the `settings` import; none (`{}`) by default.
+    ///
+    /// Where it may surprise: unlike every other field here, a change of these alone does not
+    /// restart the guest: the supervisor reloads it with the new settings (see
+    /// [`Controller::reload`](super::Controller::reload)), keeping its queue and informers, and
+    /// [`Controller::settings`](super::Controller::settings) keeps showing the ones it started
+    /// with; [`Controller::guest_settings`](super::Controller::guest_settings) shows those
+    /// serving.
+    pub guest_settings: GuestSettings,
 }
 
 impl Settings {
@@ -48,6 +58,17 @@ impl Settings {
             recorder: None,
             shadow: None,
             environment: Vec::new(),
+            guest_settings: GuestSettings::default(),
         }
+    }
+
+    /// Whether `other` runs the guest the same way, its [`guest_settings`](Self::guest_settings)
+    /// aside: those alone change by a reload, everything else by a restart.
+    pub fn same_but_guest_settings(&self, other: &Settings) -> bool {
+        let plain = |s: &Settings| Settings {
+            guest_settings: GuestSettings::default(),
+            ..s.clone()
+        };
+        plain(self) == plain(other)
     }
 }

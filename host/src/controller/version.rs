@@ -13,6 +13,7 @@ use crate::guest::Module;
 use crate::guest::bindings::Gvk;
 use crate::guest::imports::{Declared, GuestContext, Metrics};
 use crate::guest::read_your_writes::Floors;
+use crate::guest::settings::GuestSettings;
 use crate::informer::Informer;
 
 /// One version of the guest: its module and everything built from its declaration. Swapped
@@ -45,14 +46,28 @@ pub(super) fn build_version(
 ) -> Version {
     let informers: Vec<Arc<Informer>> =
         subscriptions.iter().map(|s| s.informer().clone()).collect();
-    build_version_from(settings, client, module, plan, &informers, floors, metrics)
+    build_version_from(
+        settings,
+        &settings.guest_settings,
+        client,
+        module,
+        plan,
+        &informers,
+        floors,
+        metrics,
+    )
 }
 
 /// The version for `plan`, with `informers[i]` serving `plan.kinds[i]`. Read-your-writes
 /// floors of kinds both versions read carry over: a write the old version made must still be
 /// visible to the new one's reads.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "each is one input of a version, named at the call; a struct of them would be built once per call"
+)]
 pub(super) fn build_version_from(
     settings: &Settings,
+    guest_settings: &GuestSettings,
     client: &kube::Client,
     module: Module,
     plan: &Plan,
@@ -83,6 +98,7 @@ pub(super) fn build_version_from(
         limits: settings.limits,
         metrics,
         world: crate::guest::world::World::real(&settings.environment),
+        settings: guest_settings.clone(),
         recorder: settings.recorder.as_ref().map(|r| r.0.clone()),
         taped: settings.shadow.is_some(),
     });
@@ -170,6 +186,7 @@ async fn prepare_module(
         limits: settings.limits,
         metrics: Arc::default(),
         world: crate::guest::world::World::real(&settings.environment),
+        settings: live.ctx.settings.clone(),
         recorder: None,
         taped: true,
     });

@@ -16,7 +16,9 @@ pub mod grant;
 pub mod identity;
 pub mod imports;
 pub mod read_your_writes;
+pub mod settings;
 pub mod tape;
+pub mod wit_version;
 pub mod world;
 
 use std::sync::Arc;
@@ -53,15 +55,24 @@ pub enum LoadError {
         /// What wasmtime said.
         reason: String,
     },
-    /// A component, but not of the `reconciled:runtime/reconciler` world (or another version).
+    /// A component, but not of the `reconciled:runtime/reconciler` world.
     #[error(
-        "the component (sha256 {digest}) does not fit the reconciled:runtime@0.1.0 `reconciler` world: {reason}; build it against wit/runtime.wit"
+        "the component (sha256 {digest}) does not fit the reconciled:runtime@{} `reconciler` world: {reason}; build it against wit/runtime.wit",
+        wit_version::SERVED
     )]
     WrongWorld {
         /// Its sha256.
         digest: String,
         /// What is missing or mismatched.
         reason: String,
+    },
+    /// A component of the world, built against a version of it this host cannot serve.
+    #[error("the component (sha256 {digest}) cannot run here: {mismatch}")]
+    WitVersion {
+        /// Its sha256.
+        digest: String,
+        /// Which import, and why.
+        mismatch: wit_version::Mismatch,
     },
     /// The engine failed: it could not be set up, or a compile task died (a host problem, not
     /// the guest's).
@@ -181,6 +192,13 @@ impl Runtime {
             reason: format!("{e:#}"),
         })?;
         let compile_time = started.elapsed();
+        let ty = component.component_type();
+        wit_version::check(ty.imports(&self.engine).map(|(name, _)| name)).map_err(|mismatch| {
+            LoadError::WitVersion {
+                digest: digest.clone(),
+                mismatch,
+            }
+        })?;
         let pre = self
             .linker
             .instantiate_pre(&component)
@@ -409,6 +427,7 @@ impl Module {
                 reads: tape.reads,
                 writes: tape.writes,
                 events: tape.events,
+                settings: (!ctx.settings.is_empty()).then(|| ctx.settings.clone()),
             }
         });
         if let (Some(recorder), Some(recording)) = (&ctx.recorder, &recording) {

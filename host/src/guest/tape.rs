@@ -212,6 +212,9 @@ pub struct Recording {
     /// Events, in order.
     #[serde(default)]
     pub events: Vec<Event>,
+    /// The settings the guest read from, when it was given any: a replay hands it the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<crate::guest::settings::GuestSettings>,
 }
 
 /// `apiVersion/Kind` of a declared kind.
@@ -515,6 +518,7 @@ mod tests {
             reads: vec![],
             writes: vec![],
             events: vec![],
+            settings: None,
         };
         for _ in 0..20 {
             r.keep(rec.clone());

@@ -28,6 +28,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::guest::settings::GuestSettings;
 pub use crate::guest::tape::RequestKey;
 use crate::offline::server::{Event, Fault, Write};
 
@@ -94,6 +95,9 @@ pub struct Setup {
     /// Objects the cache holds one version behind the server.
     #[serde(default)]
     pub stale: Vec<ObjectName>,
+    /// What the guest's `settings` import returns: a map \[`{}`\].
+    #[serde(default)]
+    pub settings: Option<GuestSettings>,
 }
 
 /// What a reconcile came to: `expected.yaml`, and what a run is compared with it as.

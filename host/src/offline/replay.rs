@@ -165,6 +165,7 @@ pub fn case_of(name: &str, recording: &Recording) -> Case {
             seed: recording.seed,
             faults,
             stale: Vec::new(),
+            settings: recording.settings.clone(),
         },
         now,
         objects,
@@ -230,6 +231,7 @@ mod tests {
             reads,
             writes,
             events: vec![],
+            settings: None,
         }
     }
 

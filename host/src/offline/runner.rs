@@ -146,6 +146,7 @@ impl Subject {
             limits: self.limits,
             metrics: Arc::default(),
             world: World::fixed(SystemTime::UNIX_EPOCH + case.now, case.setup.seed),
+            settings: case.setup.settings.clone().unwrap_or_default(),
             recorder: None,
             taped: true,
         });

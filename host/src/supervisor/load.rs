@@ -7,7 +7,7 @@
 //! outcome ([`Applied::Rejected`]), and the guest's serving version, if any, stays.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::cache_cap::Claim;
 use super::{Applied, Entry, LoadTiming, Reason, Source, Supervisor, report};
@@ -46,7 +46,7 @@ impl From<LoadError> for Rejection {
     fn from(e: LoadError) -> Self {
         let reason = match e {
             LoadError::Invalid { .. } => Reason::Invalid,
-            LoadError::WrongWorld { .. } => Reason::WrongWorld,
+            LoadError::WrongWorld { .. } | LoadError::WitVersion { .. } => Reason::WrongWorld,
             LoadError::Engine(_) => Reason::Host,
         };
         Self {
@@ -187,11 +187,14 @@ impl<'a> Load<'a> {
     pub(super) fn prior(&self) -> Option<Prior> {
         let guests = self.sup.guests.lock().unwrap();
         let prior = match guests.get(self.name) {
-            Some(e) if e.settings == self.settings => {
-                let serving = e.controller.as_ref().map(|c| c.digest());
-                if serving.as_deref() == Some(self.digest.as_str())
-                    || e.rejected_digest.as_deref() == Some(self.digest.as_str())
-                {
+            // The same deployment, the guest's settings aside: those reload like a new module.
+            Some(e) if e.settings.same_but_guest_settings(&self.settings) => {
+                let serving = e.controller.as_ref().is_some_and(|c| {
+                    c.digest() == self.digest && c.guest_settings() == self.settings.guest_settings
+                });
+                let rejected = e.settings == self.settings
+                    && e.rejected_digest.as_deref() == Some(self.digest.as_str());
+                if serving || rejected {
                     return None;
                 }
                 Prior {
@@ -211,7 +214,12 @@ impl<'a> Load<'a> {
 
     /// Phases 3 to 8 and the reporters: from the bytes to a serving version.
     pub(super) async fn run(&self, bytes: Vec<u8>, prior: Prior) -> Result<Applied, Rejection> {
-        let module = self.compile(bytes).await?;
+        // New settings for the module serving: nothing to compile, nor to load from the cache.
+        let serving = (prior.running.as_ref()).filter(|c| c.digest() == self.digest);
+        let (module, reused) = match serving {
+            Some(c) => (c.module(), true),
+            None => (self.compile(bytes).await?, false),
+        };
         let (client, share) = self.client_and_share(&module)?;
         if let Some(old) = &prior.replaced {
             self.stop_replaced(old).await;
@@ -222,7 +230,7 @@ impl<'a> Load<'a> {
         self.review(&started).await?;
         // Validated: keep the native code for the next load of these bytes.
         module.persist_artifact();
-        let Committed::Serving { replaced } = self.commit(&started, &module) else {
+        let Committed::Serving { replaced } = self.commit(&started, &module, reused) else {
             // The host is stopping and has already stopped its guests: this one must not start
             // reconciling behind its back.
             started.controller.stop().await;
@@ -292,7 +300,9 @@ impl<'a> Load<'a> {
                     sup.check_cache_cap(name, source, informers)
                 };
                 let timeout = sup.options.sync_timeout;
-                let reload = c.reload(&sup.factory, module.clone(), timeout, admit).await;
+                let settings = &self.settings.guest_settings;
+                let reload =
+                    (c.reload(&sup.factory, module.clone(), settings, timeout, admit)).await;
                 reload.map(|reload| Started {
                     controller: c,
                     reload: Some(reload),
@@ -352,24 +362,32 @@ impl<'a> Load<'a> {
 
     /// Phase 8: the controller recorded as serving, with the load's timing, and a
     /// `ModuleLoaded` Event, unless the host is stopping.
-    fn commit(&self, started: &Started, module: &Module) -> Committed {
+    fn commit(&self, started: &Started, module: &Module, reused: bool) -> Committed {
         let (name, digest, source) = (self.name, &self.digest, &self.source);
         let timing = LoadTiming {
-            compile: module.compile_time(),
+            // The module serving, with new settings: this load compiled nothing.
+            compile: if reused {
+                Duration::ZERO
+            } else {
+                module.compile_time()
+            },
             total: self.started.elapsed(),
-            origin: module.origin(),
+            origin: if reused {
+                Origin::Cache
+            } else {
+                module.origin()
+            },
         };
         let reloaded = started.reload.is_some();
         let from_cache = timing.origin == Origin::Cache;
-        tracing::info!(guest = %name, %digest, %source, compile = ?timing.compile, total = ?timing.total, from_cache, "{}", if reloaded { "new version serving" } else { "guest loaded" });
+        tracing::info!(guest = %name, %digest, %source, compile = ?timing.compile, total = ?timing.total, from_cache, reused, "{}", if reloaded { "new version serving" } else { "guest loaded" });
+        let how = match (reused, from_cache) {
+            (true, _) => "the module already serving, with new settings".to_string(),
+            (false, true) => format!("loaded precompiled in {} ms", timing.compile.as_millis()),
+            (false, false) => format!("compiled in {} ms", timing.compile.as_millis()),
+        };
         let message = format!(
-            "guest {name}: serving sha256 {digest} ({} in {} ms, {} ms end to end)",
-            if from_cache {
-                "loaded precompiled"
-            } else {
-                "compiled"
-            },
-            timing.compile.as_millis(),
+            "guest {name}: serving sha256 {digest} ({how}, {} ms end to end)",
             timing.total.as_millis()
         );
         // Lock order: the guests, then the offers (see `Supervisor`).

@@ -21,6 +21,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use reconciled::controller::Settings;
 use reconciled::guest::digest_of;
 use reconciled::guest::grant::Grant;
+use reconciled::guest::wit_version::SERVED;
 use reconciled::ops::status::GuestState;
 use reconciled::sources::configmap::{ConfigMapSource, LABEL, TenantPolicy};
 use reconciled::supervisor::{Applied, Reason, Source, Supervisor};
@@ -263,6 +264,7 @@ async fn bad_modules_are_rejected_and_the_old_version_keeps_serving() {
     assert!(matches!(good, Applied::Loaded { .. }), "{good:?}");
     wait_seen(&api, Duration::from_secs(30), |_| Some("v1:0".into())).await;
 
+    let world = format!("does not fit the reconciled:runtime@{SERVED} `reconciler` world");
     let cases: [(&str, Vec<u8>, Reason, &str); 4] = [
         (
             "not wasm",
@@ -274,7 +276,7 @@ async fn bad_modules_are_rejected_and_the_old_version_keeps_serving() {
             "wrong world",
             wasm("wrong_world"),
             Reason::WrongWorld,
-            "does not fit the reconciled:runtime@0.1.0 `reconciler` world",
+            &world,
         ),
         (
             "trap in describe",

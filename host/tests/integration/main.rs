@@ -33,9 +33,11 @@ mod reconnect;
 mod replay;
 mod replicas;
 mod scaffold;
+mod settings;
 mod shadow;
 mod tenant_kinds;
 mod tenants;
+mod versions;
 // A host worker panics on purpose here, which only the `fault-injection` feature allows.
 #[cfg(feature = "fault-injection")]
 mod worker_faults;

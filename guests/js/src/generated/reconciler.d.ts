@@ -3,12 +3,13 @@
 /// <reference path="./interfaces/reconciled-runtime-client.d.ts" />
 /// <reference path="./interfaces/reconciled-runtime-declaration.d.ts" />
 /// <reference path="./interfaces/reconciled-runtime-log.d.ts" />
+/// <reference path="./interfaces/reconciled-runtime-settings.d.ts" />
 /// <reference path="./interfaces/reconciled-runtime-types.d.ts" />
-declare module 'reconciled:runtime/reconciler@0.1.0' {
-  export type Gvk = import('reconciled:runtime/types@0.1.0').Gvk;
-  export type Request = import('reconciled:runtime/types@0.1.0').Request;
-  export type Error = import('reconciled:runtime/types@0.1.0').Error;
-  export type Description = import('reconciled:runtime/declaration@0.1.0').Description;
+declare module 'reconciled:runtime/reconciler@0.1.1' {
+  export type Gvk = import('reconciled:runtime/types@0.1.1').Gvk;
+  export type Request = import('reconciled:runtime/types@0.1.1').Request;
+  export type Error = import('reconciled:runtime/types@0.1.1').Error;
+  export type Description = import('reconciled:runtime/declaration@0.1.1').Description;
   /**
   * What to do after a reconcile.
   */
@@ -29,12 +30,13 @@ declare module 'reconciled:runtime/reconciler@0.1.0' {
     tag: 'requeue-after',
     val: bigint,
   }
-  export type * as ReconciledRuntimeApi010 from 'reconciled:runtime/api@0.1.0'; // import reconciled:runtime/api@0.1.0
-  export type * as ReconciledRuntimeCache010 from 'reconciled:runtime/cache@0.1.0'; // import reconciled:runtime/cache@0.1.0
-  export type * as ReconciledRuntimeClient010 from 'reconciled:runtime/client@0.1.0'; // import reconciled:runtime/client@0.1.0
-  export type * as ReconciledRuntimeDeclaration010 from 'reconciled:runtime/declaration@0.1.0'; // import reconciled:runtime/declaration@0.1.0
-  export type * as ReconciledRuntimeLog010 from 'reconciled:runtime/log@0.1.0'; // import reconciled:runtime/log@0.1.0
-  export type * as ReconciledRuntimeTypes010 from 'reconciled:runtime/types@0.1.0'; // import reconciled:runtime/types@0.1.0
+  export type * as ReconciledRuntimeApi011 from 'reconciled:runtime/api@0.1.1'; // import reconciled:runtime/api@0.1.1
+  export type * as ReconciledRuntimeCache011 from 'reconciled:runtime/cache@0.1.1'; // import reconciled:runtime/cache@0.1.1
+  export type * as ReconciledRuntimeClient011 from 'reconciled:runtime/client@0.1.1'; // import reconciled:runtime/client@0.1.1
+  export type * as ReconciledRuntimeDeclaration011 from 'reconciled:runtime/declaration@0.1.1'; // import reconciled:runtime/declaration@0.1.1
+  export type * as ReconciledRuntimeLog011 from 'reconciled:runtime/log@0.1.1'; // import reconciled:runtime/log@0.1.1
+  export type * as ReconciledRuntimeSettings011 from 'reconciled:runtime/settings@0.1.1'; // import reconciled:runtime/settings@0.1.1
+  export type * as ReconciledRuntimeTypes011 from 'reconciled:runtime/types@0.1.1'; // import reconciled:runtime/types@0.1.1
   /**
   * Called once at load time, in a fresh instance: what this guest reconciles and needs.
   */

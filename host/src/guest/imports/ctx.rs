@@ -49,6 +49,8 @@ pub struct GuestContext {
     pub metrics: Arc<Metrics>,
     /// The guest's clocks and randomness: the host's, or fixed for a repeatable call.
     pub world: crate::guest::world::World,
+    /// The settings this version was given, which the `settings` import returns.
+    pub settings: crate::guest::settings::GuestSettings,
     /// Where this guest's reconciles are recorded, if they are (`reconciled run --record`).
     pub recorder: Option<Arc<crate::guest::tape::Recorder>>,
     /// Whether each reconcile returns its recording even without a recorder (a guest with a

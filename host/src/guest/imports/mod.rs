@@ -24,6 +24,7 @@ pub mod limits;
 pub mod log;
 pub mod metrics;
 mod notes;
+pub mod settings;
 pub mod view;
 
 pub use access::{Access, check_access};

@@ -326,6 +326,7 @@ mod tests {
             limits: Limits::default(),
             metrics: Arc::default(),
             world: Default::default(),
+            settings: Default::default(),
             recorder: None,
             taped,
         };

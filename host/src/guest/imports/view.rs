@@ -247,8 +247,9 @@ impl HostState {
         self.cluster_failed
     }
 
-    /// Counts `bytes` of an answer to a write that already happened: reported, never refused
-    /// (refusing would tell the guest a completed write failed).
+    /// Counts `bytes` of an answer that must not be refused: reported, never refused. The answer
+    /// to a write that already happened (refusing would tell the guest a completed write
+    /// failed), or the settings (bounded by their own limit, and with no error to answer).
     pub fn note_bytes(&mut self, bytes: usize) {
         self.bytes_out = self.bytes_out.saturating_add(bytes as u64);
     }
@@ -324,6 +325,7 @@ mod tests {
             limits: Limits::default(),
             metrics: Arc::default(),
             world: Default::default(),
+            settings: Default::default(),
             recorder: None,
             taped: false,
         };

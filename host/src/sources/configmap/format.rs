@@ -5,6 +5,9 @@ use base64::Engine as _;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 
+use crate::controller::Settings;
+use crate::guest::settings::GuestSettings;
+
 /// The label that makes a ConfigMap a module source (value `true`).
 pub const LABEL: &str = "reconciled.dev/reconciler";
 
@@ -91,12 +94,46 @@ pub(crate) struct Named {
     pub(crate) key: String,
     pub(crate) stem: String,
     pub(crate) reference: String,
+    pub(crate) settings: Option<SettingsKey>,
 }
 
 pub(crate) struct Packed {
     pub(crate) key: String,
     pub(crate) stem: String,
     pub(crate) bytes: Vec<u8>,
+    pub(crate) settings: Option<SettingsKey>,
+}
+
+/// How the `data` key that holds a module's settings ends: `<stem>.settings.json`.
+pub(crate) const SETTINGS_SUFFIX: &str = ".settings.json";
+
+/// A module's settings key: `data` key `<stem>.settings.json`, holding a JSON object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SettingsKey {
+    pub(crate) key: String,
+    pub(crate) text: String,
+}
+
+impl SettingsKey {
+    /// The settings, or why the key does not hold any, naming the key.
+    pub(crate) fn parse(&self) -> Result<GuestSettings, String> {
+        GuestSettings::parse(&self.text).map_err(|e| format!("key {:?}: {e}", self.key))
+    }
+}
+
+/// `settings` with the guest settings of `key`, if the module has a settings key; the message
+/// to refuse the module with, if that key holds no settings.
+pub(crate) fn with_guest_settings(
+    settings: Settings,
+    key: Option<&SettingsKey>,
+) -> Result<Settings, String> {
+    let Some(key) = key else {
+        return Ok(settings);
+    };
+    Ok(Settings {
+        guest_settings: key.parse()?,
+        ..settings
+    })
 }
 
 /// The module keys of a ConfigMap's JSON, base64-decoded, in key order.
@@ -118,16 +155,7 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, Error> {
     let mut keys: Vec<&String> = cm.binary_data.keys().collect();
     keys.sort();
     let mut by_stem: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
-    let mut refs: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-    let mut data_keys: Vec<&String> = cm.data.keys().collect();
-    data_keys.sort();
-    for key in data_keys {
-        if let Some(stem) = key.strip_suffix(".wasm.ref") {
-            refs.entry(stem.replace('_', "-").to_lowercase())
-                .or_default()
-                .push((key.clone(), cm.data[key].trim().to_string()));
-        }
-    }
+    let (refs, settings) = text_keys(&cm.data);
     for key in keys {
         let Some(stem) = key
             .strip_suffix(".wasm.gz")
@@ -155,6 +183,7 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, Error> {
                 let (key, reference) = found.remove(0);
                 named.push(Named {
                     key,
+                    settings: settings.get(&stem).cloned(),
                     stem,
                     reference,
                 });
@@ -170,7 +199,13 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, Error> {
     for (stem, mut found) in by_stem {
         if found.len() == 1 {
             let (key, bytes) = found.remove(0);
-            modules.push(Packed { key, stem, bytes });
+            let settings = settings.get(&stem).cloned();
+            modules.push(Packed {
+                key,
+                stem,
+                bytes,
+                settings,
+            });
         } else {
             duplicates.insert(stem, found.into_iter().map(|(k, _)| k).collect());
         }
@@ -189,6 +224,41 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, Error> {
         text_wasm_keys,
         refs: named,
     })
+}
+
+/// The `data` keys a ConfigMap's modules use, by normalised stem: `<stem>.wasm.ref` keys (a
+/// stem may have several, which are refused as duplicates), and `<stem>.settings.json` keys.
+#[expect(
+    clippy::type_complexity,
+    reason = "two maps by stem, each used once by the caller"
+)]
+fn text_keys(
+    data: &HashMap<String, String>,
+) -> (
+    BTreeMap<String, Vec<(String, String)>>,
+    BTreeMap<String, SettingsKey>,
+) {
+    let mut refs: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    let mut settings: BTreeMap<String, SettingsKey> = BTreeMap::new();
+    let mut keys: Vec<&String> = data.keys().collect();
+    keys.sort();
+    for key in keys {
+        if let Some(stem) = key.strip_suffix(".wasm.ref") {
+            refs.entry(stem.replace('_', "-").to_lowercase())
+                .or_default()
+                .push((key.clone(), data[key].trim().to_string()));
+        } else if let Some(stem) = key.strip_suffix(SETTINGS_SUFFIX) {
+            // Two keys for one stem (`a_b` and `a-b`): the first in key order; the module
+            // keys of such a pair are refused as duplicates anyway.
+            settings
+                .entry(stem.replace('_', "-").to_lowercase())
+                .or_insert_with(|| SettingsKey {
+                    key: key.clone(),
+                    text: data[key].clone(),
+                });
+        }
+    }
+    (refs, settings)
 }
 
 /// The module bytes of key `key`: as is, or gunzipped for `.wasm.gz`, refusing more than `max`

@@ -54,7 +54,7 @@ use policy::BadAccount;
 pub use policy::TenantPolicy;
 pub use references::PULL_SECRET;
 
-use format::{Modules, modules_of, unpack};
+use format::{Modules, SETTINGS_SUFFIX, modules_of, unpack, with_guest_settings};
 use references::{Refs, TenantRefs};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -311,12 +311,19 @@ fn offers_for(
             offers.push((name.clone(), refused(&name, &m.key, bad.to_string())));
             continue;
         }
+        let settings = match with_guest_settings(settings(&name), m.settings.as_ref()) {
+            Ok(s) => s,
+            Err(message) => {
+                offers.push((name.clone(), refused(&name, &m.key, message)));
+                continue;
+            }
+        };
         let (key, packed, max) = (m.key.clone(), m.bytes, policy.max_module_bytes);
         offers.push((
             name.clone(),
             Offer::Load {
                 source: source(&m.key),
-                settings: settings(&name),
+                settings,
                 read: Box::new(move || {
                     unpack(&key, packed, max)
                         .map(|bytes| (bytes, None))
@@ -543,7 +550,7 @@ fn same_modules(old: &ObjectRef, new: &ObjectRef) -> bool {
         let refs = cm
             .data
             .into_iter()
-            .filter(|(k, _)| k.ends_with(".wasm.ref"))
+            .filter(|(k, _)| k.ends_with(".wasm.ref") || k.ends_with(SETTINGS_SUFFIX))
             .collect();
         Some((cm.binary_data, refs))
     }

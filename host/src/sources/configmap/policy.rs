@@ -124,6 +124,8 @@ impl TenantPolicy {
             recorder: None,
             shadow: None,
             environment: Vec::new(),
+            // The module's `<stem>.settings.json` key, if it has one, sets them.
+            guest_settings: Default::default(),
         }
     }
 }

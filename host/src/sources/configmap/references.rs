@@ -26,7 +26,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::format::Named;
+use super::format::{Named, with_guest_settings};
 use super::policy::TenantPolicy;
 use crate::controller::Settings;
 use crate::guest::identity::ServiceAccount;
@@ -121,6 +121,14 @@ impl TenantRefs {
                 }
             };
             let settings = policy.settings_as(&name, refs.namespace, account.clone());
+            let settings = match with_guest_settings(settings.clone(), named.settings.as_ref()) {
+                Ok(s) => s,
+                Err(message) => {
+                    self.stop(&name);
+                    supervisor.offer(&name, refused(source, settings, message));
+                    continue;
+                }
+            };
             let reference = match allowed(&named, policy) {
                 Ok(r) => r,
                 Err(e) => {
@@ -129,7 +137,12 @@ impl TenantRefs {
                     continue;
                 }
             };
-            let spec = format!("{reference} {:?} {account}", refs.pull_secret);
+            // New settings start a new watch: its pulls offer them (the module serving is
+            // reloaded with them, not compiled again).
+            let spec = format!(
+                "{reference} {:?} {account} {}",
+                refs.pull_secret, settings.guest_settings
+            );
             let mut watches = self.watches.lock().unwrap();
             if let Some(e) = watches.get(&name)
                 && e.spec == spec
@@ -279,6 +292,7 @@ mod tests {
             key: "rec.wasm.ref".into(),
             stem: "rec".into(),
             reference: reference.into(),
+            settings: None,
         }
     }
 

@@ -1,4 +1,4 @@
-declare module 'reconciled:runtime/log@0.1.0' {
+declare module 'reconciled:runtime/log@0.1.1' {
   export function log(level: Level, message: string): void;
   /**
    * # Variants

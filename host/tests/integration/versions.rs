@@ -1,0 +1,119 @@
+//! A host upgrade never breaks a module: a guest built against the frozen
+//! `reconciled:runtime@0.1.0` WIT and SDK (`guests/frozen/0.1.0`) runs beside one built against
+//! the current WIT, on one host; a module built against a newer version than the host serves is
+//! refused, naming both.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::host::{seen_all, stamped, supervisor_with};
+use common::namespace;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::PostParams;
+use reconciled::controller::Settings;
+use reconciled::guest::grant::Grant;
+use reconciled::guest::wit_version::SERVED;
+use reconciled::guest::{LoadError, Runtime};
+use reconciled::supervisor::{Applied, Source};
+use testenv::ControlPlane;
+
+fn wasm(name: &str) -> Vec<u8> {
+    std::fs::read(common::guests::wasm(name)).unwrap()
+}
+
+fn settings(name: &str, ns: &str) -> Settings {
+    Settings {
+        grant: Grant::namespaces([ns]),
+        ..Settings::new(name)
+    }
+}
+
+/// Whether `bytes` name `text` (import names are plain strings in a component).
+fn names(bytes: &[u8], text: &str) -> bool {
+    bytes.windows(text.len()).any(|w| w == text.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_built_against_wit_0_1_0_runs_beside_one_built_against_the_current_wit() {
+    let cp = ControlPlane::shared();
+    let client = cp.admin_client();
+    let (old_ns, new_ns) = ("wit-0-1-0", "wit-current");
+    namespace(&client, old_ns).await;
+    namespace(&client, new_ns).await;
+    let (old, new) = (wasm("frozen_stamp"), wasm("stamp_v1"));
+    // The modules are what they claim: one imports only 0.1.0, the other the served version.
+    let current = format!("reconciled:runtime/cache@{SERVED}");
+    assert!(names(&old, "reconciled:runtime/cache@0.1.0") && !names(&old, &current));
+    assert!(names(&new, &current) && names(&new, "reconciled:runtime/settings@"));
+
+    let sup = supervisor_with(&cp.admin_config(), None);
+    let source = Source::File("frozen_stamp.wasm".into());
+    let applied = sup.apply("old", source, settings("old", old_ns), old).await;
+    assert!(matches!(applied, Applied::Loaded { .. }), "{applied:?}");
+    let source = Source::File("stamp_v1.wasm".into());
+    let applied = sup.apply("new", source, settings("new", new_ns), new).await;
+    assert!(matches!(applied, Applied::Loaded { .. }), "{applied:?}");
+
+    for ns in [old_ns, new_ns] {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        api.create(&PostParams::default(), &stamped("work", "1"))
+            .await
+            .unwrap();
+    }
+    let old_api: Api<ConfigMap> = Api::namespaced(client.clone(), old_ns);
+    let new_api: Api<ConfigMap> = Api::namespaced(client.clone(), new_ns);
+    let mut last = (None, None);
+    let stamped_both = async {
+        loop {
+            last = (
+                seen_all(&old_api).await.remove("work").flatten(),
+                seen_all(&new_api).await.remove("work").flatten(),
+            );
+            if last.0.as_deref() == Some("wit-0.1.0:1") && last.1.as_deref() == Some("v1:1") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let done = tokio::time::timeout(Duration::from_secs(30), stamped_both).await;
+    assert!(
+        done.is_ok(),
+        "both modules reconcile on one host; saw {last:?}"
+    );
+    sup.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_module_built_against_a_newer_wit_is_refused_naming_both_versions() {
+    // stamp_v1 with its cache import renamed to a later 0.1.x: a module from a newer SDK.
+    let served = format!("reconciled:runtime/cache@{SERVED}");
+    let newer = format!("reconciled:runtime/cache@0.1.{}", 9);
+    assert_eq!(
+        served.len(),
+        newer.len(),
+        "the rename keeps the binary's layout"
+    );
+    let mut bytes = wasm("stamp_v1");
+    let mut renamed = 0;
+    let mut at = 0;
+    while let Some(i) = (bytes[at..].windows(served.len())).position(|w| w == served.as_bytes()) {
+        let i = at + i;
+        bytes[i..i + newer.len()].copy_from_slice(newer.as_bytes());
+        renamed += 1;
+        at = i + newer.len();
+    }
+    assert!(renamed > 0, "stamp_v1 imports {served}");
+    let e = Runtime::new()
+        .unwrap()
+        .compile(bytes)
+        .await
+        .expect_err("a module for a newer host is refused");
+    assert!(matches!(e, LoadError::WitVersion { .. }), "{e:?}");
+    let message = e.to_string();
+    assert!(
+        message.contains("reconciled:runtime@0.1.9") && message.contains(SERVED),
+        "names both versions: {message}"
+    );
+}
