@@ -421,7 +421,7 @@ impl<'a> Load<'a> {
         }
         let host = self.sup.identities.host();
         tokio::spawn(report_failures(
-            Arc::downgrade(controller),
+            self.name.to_string(),
             controller.watch_failing(),
             host.clone(),
             self.source.clone(),

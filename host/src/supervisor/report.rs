@@ -211,16 +211,18 @@ const FAILURE_EVENT_INTERVAL: Duration = Duration::from_secs(10);
 /// a quiet spell the latest state is reported, so the last Event always tells the truth. Ends
 /// with the controller.
 pub(super) async fn report_failures(
-    controller: std::sync::Weak<Controller>,
+    guest: String,
     mut failing: tokio::sync::watch::Receiver<Option<controller::Failing>>,
     client: kube::Client,
     source: Source,
 ) {
+    // A guest may start failing between its first reconcile and this reporter's subscription
+    // (the load commits after the guest runs), and a failure that stays the same is not sent
+    // again: look at what is there first, not only at what changes.
+    failing.mark_changed();
     let mut reported_failing = false;
+    // Ends when the controller is gone: the sender is dropped with it.
     while failing.changed().await.is_ok() {
-        let Some(c) = controller.upgrade() else {
-            return;
-        };
         let now = failing.borrow_and_update().clone();
         match (now, reported_failing) {
             (Some(f), false) => {
@@ -231,8 +233,7 @@ pub(super) async fn report_failures(
                     Type::Warning,
                     "GuestFailing",
                     format!(
-                        "guest {}: failing for {} key(s) (blame: {}): {}",
-                        c.name(),
+                        "guest {guest}: failing for {} key(s) (blame: {}): {}",
                         f.keys,
                         f.blame,
                         // Guest-made text (a panic message, stderr) on one line.
@@ -247,12 +248,11 @@ pub(super) async fn report_failures(
                     &source,
                     Type::Normal,
                     "GuestRecovered",
-                    format!("guest {}: reconciling again", c.name()),
+                    format!("guest {guest}: reconciling again"),
                 );
             }
             _ => continue,
         }
-        drop(c);
         tokio::time::sleep(FAILURE_EVENT_INTERVAL).await;
     }
 }
@@ -414,8 +414,63 @@ fn informer_state(state: &informer::State) -> InformerState {
 
 #[cfg(test)]
 mod tests {
-    use super::tenant_grant_advice;
+    use std::time::{Duration, SystemTime};
+
+    use super::{Source, report_failures, tenant_grant_advice};
+    use crate::controller::Failing;
+    use crate::guest::Blame;
     use crate::guest::grant::Error;
+    use crate::offline::kinds::Kinds;
+    use crate::offline::server::Server;
+
+    // Paused time: the reporter's ten-second pause between Events passes at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_guest_failing_before_its_reporter_starts_still_gets_its_guest_failing_event() {
+        let server = Server::new(Kinds::builtin(), Duration::from_secs(1_767_225_600));
+        let failing = Failing {
+            reason: "a worker panicked reconciling ns/work".into(),
+            blame: Blame::Host,
+            keys: 1,
+            since: SystemTime::now(),
+        };
+        // Failing already, and staying so: no change will come after the reporter subscribes.
+        let (tx, rx) = tokio::sync::watch::channel(Some(failing));
+        let source = Source::ConfigMap {
+            namespace: "ns".into(),
+            name: "rec".into(),
+            key: "rec.wasm".into(),
+            uid: "uid-1".into(),
+        };
+        let reporter = tokio::spawn(report_failures(
+            "ns/rec/rec".into(),
+            rx,
+            server.client(),
+            source,
+        ));
+        let posted = tokio::time::timeout(Duration::from_secs(5), async {
+            while !server.events().iter().any(|e| e.reason == "GuestFailing") {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(posted.is_ok(), "events: {:?}", server.events());
+        let event = server
+            .events()
+            .into_iter()
+            .find(|e| e.reason == "GuestFailing")
+            .unwrap();
+        assert!(
+            event
+                .message
+                .contains("guest ns/rec/rec: failing for 1 key(s) (blame: host)"),
+            "{event:?}"
+        );
+        drop(tx);
+        tokio::time::timeout(Duration::from_secs(15), reporter)
+            .await
+            .expect("the reporter ends with its controller")
+            .unwrap();
+    }
 
     #[test]
     fn tenant_grant_advice_names_the_setting_that_grants_it() {
