@@ -29,6 +29,7 @@ mod lifecycle;
 mod metrics;
 mod oci;
 mod quota;
+mod reconciler_kind;
 mod reconnect;
 mod replay;
 mod replicas;
