@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::host::{ENABLED, TempDir, seen_all, stamped, supervisor_with};
+use common::host::{ENABLED, TempDir, seen_all, stamped, supervisor_with, tenant_host};
 use common::namespace;
 use common::wait::wait_until;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -387,20 +387,13 @@ async fn configmaps_deliver_reload_reject_and_unload_tenant_guests() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "team-a";
-    common::tenant_namespace(cp, ns).await;
+    let artifacts = TempDir::new("artifacts");
+    let (sup, _source) = tenant_host(cp, ns, &artifacts, common::tenants(&["*"])).await;
     let objects: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     objects
         .create(&PostParams::default(), &stamped("work", "1"))
         .await
         .unwrap();
-    let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
-    let _source = ConfigMapSource::start(
-        sup.factory(),
-        sup.clone(),
-        common::only(&[ns], common::tenants(&["*"])),
-    )
-    .unwrap();
     let guest = "team-a/my-rec/rec";
     let (v1, v2) = (wasm("stamp_v1"), wasm("stamp_v2"));
 

@@ -10,7 +10,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::host::{TempDir, seen_all, stamped, supervisor_with};
+use common::host::{TempDir, seen_all, stamped, supervisor_with, tenant_host};
 use common::wait::wait_until;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -18,7 +18,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use reconciled::controller::Settings;
 use reconciled::guest::grant::Grant;
 use reconciled::guest::settings::GuestSettings;
-use reconciled::sources::configmap::{ConfigMapSource, LABEL};
+use reconciled::sources::configmap::LABEL;
 use reconciled::supervisor::{Applied, Source};
 use serde_json::json;
 use testenv::ControlPlane;
@@ -110,19 +110,12 @@ async fn a_configmap_module_reads_its_settings_key_and_bad_settings_are_refused_
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "settings-tenant";
-    common::tenant_namespace(cp, ns).await;
+    let artifacts = TempDir::new("settings-artifacts");
+    let (sup, _source) = tenant_host(cp, ns, &artifacts, common::tenants(&["*"])).await;
     let work: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     work.create(&PostParams::default(), &stamped("work", "1"))
         .await
         .unwrap();
-    let artifacts = TempDir::new("settings-artifacts");
-    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
-    let _source = ConfigMapSource::start(
-        sup.factory(),
-        sup.clone(),
-        common::only(&[ns], common::tenants(&["*"])),
-    )
-    .unwrap();
     let guest = format!("{ns}/rec/stamp");
     let module = {
         use base64::Engine as _;

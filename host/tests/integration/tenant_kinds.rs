@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::host::{TempDir, supervisor_with};
+use common::host::{TempDir, supervisor_with, tenant_host};
 use common::wait::{wait_event, wait_until};
 use common::{tenant_namespace, wait_allowed};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -30,15 +30,8 @@ async fn by_default_a_tenant_guest_loads_nothing_and_is_told_which_setting_allow
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "deny-default";
-    tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
-    let _source = ConfigMapSource::start(
-        sup.factory(),
-        sup.clone(),
-        common::only(&[ns], TenantPolicy::default()),
-    )
-    .unwrap();
+    let (sup, _source) = tenant_host(cp, ns, &artifacts, TenantPolicy::default()).await;
     deliver(&client, ns, "writer", "stamp_v1").await;
     let says = r#"add it to `kinds` under [tenants] or [tenants.grants.deny-default]"#;
     wait_event(
@@ -69,15 +62,8 @@ async fn a_wildcard_does_not_let_a_tenant_guest_declare_pods() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     let ns = "deny-wildcard";
-    tenant_namespace(cp, ns).await;
     let artifacts = TempDir::new("artifacts");
-    let sup = supervisor_with(&cp.admin_config(), Some(&artifacts));
-    let _source = ConfigMapSource::start(
-        sup.factory(),
-        sup.clone(),
-        common::only(&[ns], common::tenants(&["*"])),
-    )
-    .unwrap();
+    let (sup, _source) = tenant_host(cp, ns, &artifacts, common::tenants(&["*"])).await;
     // probe watches Pods (and ServiceAccounts and ConfigMaps); stamp only ConfigMaps.
     deliver(&client, ns, "pods", "probe").await;
     deliver(&client, ns, "plain", "stamp_v1").await;

@@ -76,6 +76,28 @@ impl std::fmt::Debug for GuestContext {
 }
 
 impl GuestContext {
+    /// A context for unit tests: guest `g`, nothing declared, a full grant, and a client of a
+    /// server that is not there (loopback port 1, which refuses every connection). Must be
+    /// called inside a tokio runtime.
+    #[cfg(test)]
+    pub(crate) fn unconnected(taped: bool) -> Self {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        Self {
+            name: "g".into(),
+            client: kube::Client::try_from(config).unwrap(),
+            identity: None,
+            grant: Grant::default(),
+            declared: HashMap::new(),
+            read_your_writes: false,
+            limits: Limits::default(),
+            metrics: Arc::default(),
+            world: Default::default(),
+            settings: Default::default(),
+            recorder: None,
+            taped,
+        }
+    }
+
     /// The declared kind, or the `not-declared` error the guest should see.
     ///
     /// Every import calls this: it hashes the guest's `Gvk` as it is, building nothing.

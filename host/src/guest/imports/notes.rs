@@ -306,30 +306,13 @@ fn query_of(options: &ListOptions) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
     use crate::guest::bindings::reconciled::runtime::client::ApplyPatch;
-    use crate::guest::grant::Grant;
     use crate::guest::imports::Limits;
 
     /// The state of one call of a guest that is taped (`taped`) or not.
     fn state(taped: bool) -> HostState {
-        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let ctx = GuestContext {
-            name: "g".into(),
-            client: kube::Client::try_from(config).unwrap(),
-            identity: None,
-            grant: Grant::default(),
-            declared: HashMap::new(),
-            read_your_writes: false,
-            limits: Limits::default(),
-            metrics: Arc::default(),
-            world: Default::default(),
-            settings: Default::default(),
-            recorder: None,
-            taped,
-        };
+        let ctx = GuestContext::unconnected(taped);
         HostState::new(Some(Arc::new(ctx)), Limits::default())
     }
 

@@ -281,10 +281,7 @@ impl crate::guest::bindings::reconciled::runtime::declaration::Host for HostStat
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
-    use crate::guest::grant::Grant;
     use crate::guest::imports::api_error;
 
     fn state() -> HostState {
@@ -314,21 +311,7 @@ mod tests {
     async fn a_request_that_cannot_connect_is_the_clusters_failure() {
         let mut s = state();
         // Nothing listens on port 1 of loopback: the connection is refused.
-        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let ctx = GuestContext {
-            name: "g".into(),
-            client: kube::Client::try_from(config).unwrap(),
-            identity: None,
-            grant: Grant::default(),
-            declared: HashMap::new(),
-            read_your_writes: false,
-            limits: Limits::default(),
-            metrics: Arc::default(),
-            world: Default::default(),
-            settings: Default::default(),
-            recorder: None,
-            taped: false,
-        };
+        let ctx = GuestContext::unconnected(false);
         let req = request_to("/api/v1/namespaces");
         let err = s.send(&ctx, req).await.unwrap_err();
         assert!(matches!(err, GuestError::Other(_)), "{err:?}");

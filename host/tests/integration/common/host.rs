@@ -14,6 +14,7 @@ use reconciled::guest::Runtime;
 use reconciled::guest::identity::Identities;
 use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
+use reconciled::sources::configmap::{ConfigMapSource, TenantPolicy};
 use reconciled::supervisor::{self, Supervisor};
 
 /// The annotation `stamp` writes: `<version>:<data.v>`.
@@ -48,6 +49,27 @@ impl Drop for TempDir {
 /// there); with `artifacts`, its runtime keeps compiled modules there.
 pub fn supervisor_with(config: &kube::Config, artifacts: Option<&TempDir>) -> Arc<Supervisor> {
     supervisor_options(config, artifacts, supervisor::Options::default())
+}
+
+/// A host serving tenant namespace `ns`, set up as `deploy/tenant.yaml` sets one up (see
+/// [`crate::common::tenant_namespace`]): a supervisor with its precompile cache in `artifacts`,
+/// and a ConfigMap source over `ns` alone under `policy`. Keep the source: dropping it stops
+/// the deliveries.
+pub async fn tenant_host(
+    cp: &testenv::ControlPlane,
+    ns: &str,
+    artifacts: &TempDir,
+    policy: TenantPolicy,
+) -> (Arc<Supervisor>, ConfigMapSource) {
+    crate::common::tenant_namespace(cp, ns).await;
+    let sup = supervisor_with(&cp.admin_config(), Some(artifacts));
+    let source = ConfigMapSource::start(
+        sup.factory(),
+        sup.clone(),
+        crate::common::only(&[ns], policy),
+    )
+    .unwrap();
+    (sup, source)
 }
 
 /// [`supervisor_with`] and these options.
