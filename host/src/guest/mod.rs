@@ -66,7 +66,8 @@ pub enum LoadError {
         /// What is missing or mismatched.
         reason: String,
     },
-    /// A component of the world, built against a version of it this host cannot serve.
+    /// A component of the world that does not link here, built against a version of it this
+    /// host cannot serve (a newer one, whose additions it uses, or another major one).
     #[error("the component (sha256 {digest}) cannot run here: {mismatch}")]
     WitVersion {
         /// Its sha256.
@@ -192,20 +193,21 @@ impl Runtime {
             reason: format!("{e:#}"),
         })?;
         let compile_time = started.elapsed();
-        let ty = component.component_type();
-        wit_version::check(ty.imports(&self.engine).map(|(name, _)| name)).map_err(|mismatch| {
-            LoadError::WitVersion {
-                digest: digest.clone(),
-                mismatch,
+        // A module built against a newer 0.1.x that uses nothing this host lacks links and
+        // runs; one that does fail to link is told which versions are at stake.
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            let ty = component.component_type();
+            match wit_version::check(ty.imports(&self.engine).map(|(name, _)| name)) {
+                Err(mismatch) => LoadError::WitVersion {
+                    digest: digest.clone(),
+                    mismatch,
+                },
+                Ok(()) => LoadError::WrongWorld {
+                    digest: digest.clone(),
+                    reason: format!("{e:#}"),
+                },
             }
         })?;
-        let pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| LoadError::WrongWorld {
-                digest: digest.clone(),
-                reason: format!("{e:#}"),
-            })?;
         let pre = ReconcilerPre::new(pre).map_err(|e| LoadError::WrongWorld {
             digest: digest.clone(),
             reason: format!("{e:#}"),

@@ -1,7 +1,10 @@
-//! Which versions of the `reconciled:runtime` package a module may be built against: any
-//! version this host's WIT is compatible with and not newer than. Decided from the names of
-//! the component's imports, before it is linked, so a module built for a newer host is refused
-//! with both versions named instead of a linker error about a missing import.
+//! Why a module's imports name versions of the `reconciled:runtime` package this host cannot
+//! serve: a newer one, or an incompatible one. Asked when a module fails to link, so that its
+//! author reads both versions instead of a linker error about a missing import.
+//!
+//! Where it may surprise: it is not asked of a module that links. One built against a newer
+//! 0.1.x that uses nothing this host lacks (a new SDK, no new import called) links, through
+//! wasmtime's semver-aware linker, and runs.
 
 use semver::Version;
 
@@ -36,8 +39,8 @@ pub enum Mismatch {
 }
 
 /// Checks the import names of a component (`reconciled:runtime/cache@0.1.0`, `wasi:io/…`):
-/// every import from [`PACKAGE`] must be of a version semver-compatible with [`SERVED`] and not
-/// newer. Imports from other packages are not this check's business.
+/// whether every import from [`PACKAGE`] is of a version semver-compatible with [`SERVED`] and
+/// not newer. Imports from other packages are not this check's business.
 pub fn check<'a>(imports: impl IntoIterator<Item = &'a str>) -> Result<(), Mismatch> {
     let served = Version::parse(SERVED).expect("SERVED is a version");
     for import in imports {
