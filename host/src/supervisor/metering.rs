@@ -6,7 +6,7 @@ use std::sync::Weak;
 use tokio::sync::watch;
 
 use super::*;
-use crate::controller::fair_share::Spells;
+use crate::controller::fair_share::{Spell, Spells};
 use crate::ops::status::{GuestCpu, TenantStatus, Throttled};
 
 impl Supervisor {
@@ -64,11 +64,15 @@ pub(super) async fn report_throttling(
     source: Source,
 ) {
     let tenant = source.tenant().to_string();
-    // A spell under way when the guest loads is its predecessor's to report.
-    let mut seen = spells
-        .borrow_and_update()
-        .get(&tenant)
-        .map_or((0, true), |s| (s.number, s.ended));
+    let Some(c) = controller.upgrade() else {
+        return;
+    };
+    let guest = c.name().to_string();
+    drop(c);
+    let mut seen = already_reported(spells.borrow().get(&tenant), &guest);
+    // What is there now is looked at first: this guest's own compile may have started a spell
+    // before this reporter subscribed, and a spell that goes on sends no change.
+    spells.mark_changed();
     while spells.changed().await.is_ok() {
         let Some(c) = controller.upgrade() else {
             return;
@@ -104,5 +108,58 @@ pub(super) async fn report_throttling(
             );
         }
         seen = (spell.number, spell.ended);
+    }
+}
+
+/// The spell a reporter starting now counts as reported, as `(number, ended)`: a spell another
+/// guest started, or one already over, is not this reporter's to report; one this guest started
+/// and that goes on (its own compile, charged to the tenant, took it over the budget before the
+/// reporter subscribed) is, so nothing of it counts as reported yet.
+///
+/// Where it may surprise: a guest restarted for new settings during its own spell reports that
+/// spell again, on its new start.
+fn already_reported(spell: Option<&Spell>, guest: &str) -> (u64, bool) {
+    match spell {
+        Some(s) if s.guest == guest && !s.ended => (s.number.saturating_sub(1), true),
+        Some(s) => (s.number, s.ended),
+        None => (0, true),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    fn spell(guest: &str, number: u64, ended: bool) -> Spell {
+        Spell {
+            number,
+            guest: guest.into(),
+            budget: Duration::from_secs(6),
+            used: Duration::from_secs(7),
+            since: SystemTime::UNIX_EPOCH,
+            ended,
+        }
+    }
+
+    #[test]
+    fn a_spell_another_guest_started_is_that_guests_to_report() {
+        assert_eq!(
+            already_reported(Some(&spell("t/a/rec", 3, false)), "t/b/rec"),
+            (3, false)
+        );
+        assert_eq!(already_reported(None, "t/b/rec"), (0, true));
+    }
+
+    #[test]
+    fn a_spell_the_guests_own_compile_started_before_its_reporter_is_still_reported() {
+        let seen = already_reported(Some(&spell("t/b/rec", 3, false)), "t/b/rec");
+        assert!(seen.0 < 3, "spell 3 is new to this reporter: {seen:?}");
+        assert_eq!(
+            already_reported(Some(&spell("t/b/rec", 3, true)), "t/b/rec"),
+            (3, true),
+            "a spell already over is not reported late"
+        );
     }
 }
