@@ -228,8 +228,11 @@ impl<'a> Load<'a> {
         let _claim = Claim::of(self.sup, self.name);
         let started = self.start(prior.running, &module, client, share).await?;
         self.review(&started).await?;
-        // Validated: keep the native code for the next load of these bytes.
-        module.persist_artifact();
+        // Validated: keep the native code for the next load of these bytes (a module reused
+        // for new settings was kept when it first loaded).
+        if !reused {
+            module.persist_artifact();
+        }
         let Committed::Serving { replaced } = self.commit(&started, &module, reused) else {
             // The host is stopping and has already stopped its guests: this one must not start
             // reconciling behind its back.
