@@ -36,7 +36,8 @@ use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio::task::AbortHandle;
 
 use super::outcome::Reason;
-use super::source::{Source, post_event};
+use super::events::Poster;
+use super::source::Source;
 use crate::controller::Controller;
 use crate::events::Type;
 use crate::guest::identity::{Rule, ServiceAccount};
@@ -339,7 +340,7 @@ struct Shared {
     dirty: Mutex<BTreeSet<String>>,
     wake: Notify,
     period: Duration,
-    events: bool,
+    events: Poster,
     /// Passes run so far.
     passes: AtomicU64,
     /// Namespaces whose RBAC changed ("" for any), for sources to offer again what was refused
@@ -354,7 +355,7 @@ impl Drop for Access {
 }
 
 impl Access {
-    pub(super) fn new(client: kube::Client, period: Duration, events: bool) -> Self {
+    pub(super) fn new(client: kube::Client, period: Duration, events: Poster) -> Self {
         Self {
             shared: Arc::new(Shared {
                 reviewer: Reviewer::new(client),
@@ -559,22 +560,16 @@ async fn pass(shared: &Shared, only: Option<&BTreeSet<String>>) {
                         w.account
                     );
                     tracing::info!(guest = %name, "{message}");
-                    if shared.events {
-                        post_event(
-                            shared.reviewer.client(),
-                            &w.source,
-                            Type::Normal,
-                            "AccessRestored",
-                            message,
-                        );
-                    }
+                    shared
+                        .events
+                        .post(&name, &w.source, Type::Normal, "AccessRestored", message);
                 }
             }
             Err(e @ Error::Denied { .. }) => {
                 let why = e.to_string();
-                if controller.hold(Some(why.clone())) && shared.events {
-                    post_event(
-                        shared.reviewer.client(),
+                if controller.hold(Some(why.clone())) {
+                    shared.events.post(
+                        &name,
                         &w.source,
                         Type::Warning,
                         "AccessRevoked",
@@ -586,12 +581,6 @@ async fn pass(shared: &Shared, only: Option<&BTreeSet<String>>) {
                 tracing::warn!(guest = %name, "access review failed; nothing changed: {e}");
             }
         }
-    }
-}
-
-impl Reviewer {
-    fn client(&self) -> &kube::Client {
-        &self.client
     }
 }
 
@@ -622,9 +611,9 @@ impl Access {
             (Err(e), false) => return Err(e),
             (Err(e @ Error::Denied { .. }), true) => {
                 let why = e.to_string();
-                if controller.hold(Some(why.clone())) && self.shared.events {
-                    post_event(
-                        self.shared.reviewer.client(),
+                if controller.hold(Some(why.clone())) {
+                    self.shared.events.post(
+                        name,
                         source,
                         Type::Warning,
                         "AccessRevoked",

@@ -331,7 +331,7 @@ impl<'a> Load<'a> {
             let mut rejection = Rejection::from(&e);
             // Advice only where following it could work: an invalid declaration, or one no
             // grant can allow, is not helped by a wider grant.
-            if let (Source::ConfigMap { namespace, .. }, controller::Error::Grant(g)) = (source, &e)
+            if let (Some(namespace), controller::Error::Grant(g)) = (source.tenant_namespace(), &e)
                 && g.operator_can_grant()
             {
                 (rejection.message).push_str(&report::tenant_grant_advice(g, namespace));
@@ -399,7 +399,7 @@ impl<'a> Load<'a> {
             return Committed::Stopping;
         }
         self.sup
-            .event(source, Type::Normal, "ModuleLoaded", message);
+            .event(name, source, Type::Normal, "ModuleLoaded", message);
         let entry = guests
             .entry(name.to_string())
             .or_insert_with(|| Entry::new(source.clone(), self.settings.clone()));
@@ -419,20 +419,19 @@ impl<'a> Load<'a> {
     /// After a start (not a reload) of a tenant's guest: Events on its ConfigMap when it keeps
     /// failing or is throttled, for as long as it serves.
     fn start_reporters(&self, controller: &Arc<Controller>) {
-        if !self.sup.options.events || !self.is_tenant() {
+        if !self.sup.events.enabled() || !self.is_tenant() {
             return;
         }
-        let host = self.sup.identities.host();
         tokio::spawn(report_failures(
             self.name.to_string(),
             controller.watch_failing(),
-            host.clone(),
+            self.sup.events.clone(),
             self.source.clone(),
         ));
         tokio::spawn(report_throttling(
             Arc::downgrade(controller),
             self.sup.scheduler.watch_spells(),
-            host.clone(),
+            self.sup.events.clone(),
             self.source.clone(),
         ));
     }
@@ -472,6 +471,7 @@ impl<'a> Load<'a> {
         };
         // Reason and outcome first: Event messages are cut at 1 KiB (see `events`).
         self.sup.event(
+            name,
             source,
             Type::Warning,
             "ModuleRejected",
@@ -486,7 +486,7 @@ impl<'a> Load<'a> {
     /// A tenant's guest (from a ConfigMap) must sync before it serves, and reports on its
     /// ConfigMap.
     fn is_tenant(&self) -> bool {
-        matches!(self.source, Source::ConfigMap { .. })
+        self.source.tenant_namespace().is_some()
     }
 }
 

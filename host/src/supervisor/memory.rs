@@ -37,10 +37,7 @@ impl Reader {
     pub(super) fn new(guest: &str, source: &Source, informers: &[Arc<Informer>]) -> Self {
         Self {
             guest: guest.to_string(),
-            namespace: match source {
-                Source::ConfigMap { namespace, .. } => Some(namespace.clone()),
-                _ => None,
-            },
+            namespace: source.tenant_namespace().map(str::to_string),
             informers: informers
                 .iter()
                 .map(|i| (Arc::as_ptr(i) as usize, i.store().object_bytes() as u64))

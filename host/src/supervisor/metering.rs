@@ -60,7 +60,7 @@ impl Supervisor {
 pub(super) async fn report_throttling(
     controller: Weak<Controller>,
     mut spells: watch::Receiver<Spells>,
-    client: kube::Client,
+    events: Poster,
     source: Source,
 ) {
     let tenant = source.tenant().to_string();
@@ -85,8 +85,8 @@ pub(super) async fn report_throttling(
         }
         if spell.number > seen.0 {
             tracing::warn!(%tenant, guest = %c.name(), budget = ?spell.budget, used = ?spell.used, "tenant over its CPU budget: its reconciles are delayed until the budget refills");
-            post_event(
-                &client,
+            events.post(
+                c.name(),
                 &source,
                 Type::Warning,
                 "CPUThrottled",
@@ -99,8 +99,8 @@ pub(super) async fn report_throttling(
         }
         if spell.ended {
             tracing::info!(%tenant, guest = %c.name(), "tenant back under its CPU budget");
-            post_event(
-                &client,
+            events.post(
+                c.name(),
                 &source,
                 Type::Normal,
                 "CPUThrottleEnded",

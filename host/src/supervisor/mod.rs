@@ -34,6 +34,7 @@
 
 mod access;
 mod cache_cap;
+mod events;
 mod intake;
 mod load;
 mod memory;
@@ -50,9 +51,9 @@ mod source;
 pub use offers::{Offer, Read, Unreadable};
 pub use outcome::{Applied, Reason};
 pub use quota::TenantLimits;
-pub use source::Source;
+pub use source::{RECONCILER_API_VERSION, Source};
 
-use source::post_event;
+use events::Poster;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,7 +78,8 @@ use crate::replicas::Replicas;
 pub struct Options {
     /// How long a reload waits for informers only the new version reads [30 s].
     pub sync_timeout: Duration,
-    /// Post Kubernetes Events on ConfigMap sources [true].
+    /// Post Kubernetes Events on tenants' sources (ConfigMaps, Reconcilers) [true]; among
+    /// replicas, only the one holding a guest's shard posts about it.
     pub events: bool,
     /// How often a guest acting as a ServiceAccount has its cache reads reviewed again [60 s];
     /// Role and RoleBinding changes trigger a review sooner.
@@ -156,6 +158,8 @@ pub struct Supervisor {
     identities: Identities,
     /// Guests acting as a ServiceAccount, whose cache reads are reviewed again and again.
     access: access::Access,
+    /// Events on tenants' sources, posted by the shard's holder only.
+    events: Poster,
     options: Options,
     /// The one scheduler every guest's reconciles take turns in.
     scheduler: Arc<FairShare>,
@@ -195,14 +199,20 @@ impl Supervisor {
         identities: Identities,
         options: Options,
     ) -> Self {
+        let events = Poster::new(
+            identities.host().clone(),
+            options.events,
+            options.replicas.clone(),
+        );
         Self {
             runtime,
             factory,
             access: access::Access::new(
                 identities.host().clone(),
                 options.review_period,
-                options.events,
+                events.clone(),
             ),
+            events,
             identities,
             scheduler: Arc::new(FairShare::new(options.fair_share.clone())),
             options,
@@ -336,6 +346,7 @@ impl Supervisor {
         }
         tracing::info!(guest = %name, source = %entry.source, ?digest, "guest unloaded");
         self.event(
+            name,
             &entry.source,
             Type::Normal,
             "ModuleUnloaded",
@@ -344,12 +355,12 @@ impl Supervisor {
         true
     }
 
-    /// Posts an Event about a ConfigMap source, in the background: a slow or failing Event
-    /// never holds up a load. Other sources have no object to attach one to, and are ignored.
-    pub fn event(&self, source: &Source, type_: Type, reason: &str, message: String) {
-        if self.options.events {
-            post_event(self.identities.host(), source, type_, reason, message);
-        }
+    /// Posts an Event about guest `guest`'s source, in the background: a slow or failing Event
+    /// never holds up a load. Only a tenant's source (a ConfigMap, a Reconciler) has an object
+    /// to attach one to; others are ignored. Among replicas, only the holder of `guest`'s shard
+    /// posts it (a source delivering no guest passes its own name), waiting for one to hold it.
+    pub fn event(&self, guest: &str, source: &Source, type_: Type, reason: &str, message: String) {
+        self.events.post(guest, source, type_, reason, message);
     }
 
     /// Timing of the last successful load of `name`: compile (or cache load) time, end to end

@@ -1,7 +1,7 @@
 //! What the supervisor reports: the `/status` document, readiness, the `/metrics` scrape, and
 //! the Events a tenant's ConfigMap gets when its guest starts or stops failing.
 
-use super::source::post_event;
+use super::events::Poster;
 use super::*;
 use crate::guest::Blame;
 use crate::informer::{self, Informer, Staleness};
@@ -82,7 +82,7 @@ impl Supervisor {
             .unwrap()
             .values()
             .filter_map(|e| {
-                let tenant = matches!(e.source, Source::ConfigMap { .. });
+                let tenant = e.source.tenant_namespace().is_some();
                 e.controller.clone().map(|c| (c, tenant))
             })
             .collect();
@@ -213,7 +213,7 @@ const FAILURE_EVENT_INTERVAL: Duration = Duration::from_secs(10);
 pub(super) async fn report_failures(
     guest: String,
     mut failing: tokio::sync::watch::Receiver<Option<controller::Failing>>,
-    client: kube::Client,
+    events: Poster,
     source: Source,
 ) {
     // A guest may start failing between its first reconcile and this reporter's subscription
@@ -227,8 +227,8 @@ pub(super) async fn report_failures(
         match (now, reported_failing) {
             (Some(f), false) => {
                 reported_failing = true;
-                post_event(
-                    &client,
+                events.post(
+                    &guest,
                     &source,
                     Type::Warning,
                     "GuestFailing",
@@ -243,8 +243,8 @@ pub(super) async fn report_failures(
             }
             (None, true) => {
                 reported_failing = false;
-                post_event(
-                    &client,
+                events.post(
+                    &guest,
                     &source,
                     Type::Normal,
                     "GuestRecovered",
@@ -444,7 +444,7 @@ mod tests {
         let reporter = tokio::spawn(report_failures(
             "ns/rec/rec".into(),
             rx,
-            server.client(),
+            super::Poster::new(server.client(), true, None),
             source,
         ));
         let posted = tokio::time::timeout(Duration::from_secs(5), async {

@@ -40,22 +40,26 @@ impl Supervisor {
             let mut seats = self.seats.lock().unwrap();
             // The newest offer for a guest wins, a waiting one included.
             seats.unpark(name);
-            match (&offer, max) {
+            let tenant = match &offer {
+                Offer::Load { source, .. } => source.tenant_namespace().map(str::to_string),
+                _ => None,
+            };
+            match (&offer, tenant, max) {
                 (
                     Offer::Load {
-                        source: source @ Source::ConfigMap { namespace, .. },
-                        settings,
-                        ..
+                        source, settings, ..
                     },
+                    Some(namespace),
                     Some(max),
                 ) if !offers.is_closed() => {
                     let seated = if serving {
-                        seats.hold(namespace, name);
+                        seats.hold(&namespace, name);
                         Ok(())
                     } else {
-                        seats.take(namespace, name, max)
+                        seats.take(&namespace, name, max)
                     };
                     if let Err(held) = seated {
+                        let namespace = namespace.as_str();
                         refusal = Some(Refusal {
                             source: source.clone(),
                             settings: settings.clone(),
@@ -63,8 +67,7 @@ impl Supervisor {
                                 "namespace {namespace} already has {held} tenant guests serving or loading, the most the host allows (tenants.max_guests_per_namespace = {max}); guest {name} loads by itself once one of them is removed or rejected, or ask the host's operator to raise tenants.max_guests_per_namespace"
                             ),
                         });
-                        let namespace = namespace.clone();
-                        seats.park(&namespace, name, offer);
+                        seats.park(namespace, name, offer);
                         offers.unsettle(name);
                         false
                     } else {

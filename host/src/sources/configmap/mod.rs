@@ -423,6 +423,7 @@ async fn sync(dispatch: &Dispatch, seen: &mut Seen, o: &ObjectRef) -> usize {
                 .supervisor
                 .set_source_problem(&source_id(&id), Some(message.clone()));
             dispatch.supervisor.event(
+                &source_id(&id),
                 &source(""),
                 crate::events::Type::Warning,
                 "NoModule",
