@@ -11,6 +11,7 @@ use reconciled::sources::configmap::{self, ConfigMapSource, TenantPolicy};
 use reconciled::sources::oci::watch::{LoginSource, Target, Watch};
 use reconciled::sources::oci::{ModuleRef, Registry};
 use reconciled::sources::offer::offer_of;
+use reconciled::sources::reconciler::{self, ReconcilerSource};
 use reconciled::supervisor::{Source, Supervisor};
 
 use crate::cli::host::{ClusterArgs, Host, Wiring, stopped};
@@ -100,18 +101,33 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     host.serve(&args.cluster).await?;
     let sup = &host.supervisor;
     let pulls = load(sup, &registry, &guests).await?;
-    let configmaps = match tenants {
+    let (configmaps, reconcilers) = match tenants {
         Some(policy) => {
             tracing::info!(label = %format!("{}=true", configmap::LABEL), "loading tenants' guests from labelled ConfigMaps");
+            let reconcilers = match policy.reconcilers {
+                true => {
+                    tracing::info!(
+                        "loading tenants' guests from Reconcilers (reconciled.dev/v1alpha1)"
+                    );
+                    Some(ReconcilerSource::start(
+                        sup.factory(),
+                        sup.clone(),
+                        policy.clone(),
+                        registry.clone(),
+                        reconciler::Options::default(),
+                    )?)
+                }
+                false => None,
+            };
             let source = ConfigMapSource::start_with(sup.factory(), sup.clone(), policy, registry);
-            Some(source?)
+            (Some(source?), reconcilers)
         }
-        None => None,
+        None => (None, None),
     };
     tracing::info!(guests = ?sup.names(), "host running; Ctrl-C or SIGTERM stops");
     stopped().await?;
     tracing::info!("stopping");
-    drop((configmaps, pulls));
+    drop((configmaps, reconcilers, pulls));
     host.stop().await;
     Ok(())
 }

@@ -1,9 +1,10 @@
 //! Where guest modules come from: a folder watched during development (`reconciled dev`), a
-//! guest crate rebuilt on change, ConfigMaps that tenants drop into the cluster, and OCI
-//! registries that either of them may name.
+//! guest crate rebuilt on change, ConfigMaps and `Reconciler` objects that tenants put in the
+//! cluster, and OCI registries that any of them may name.
 
 pub mod cargo_build;
 pub mod configmap;
 pub mod dir;
 pub mod oci;
 pub mod offer;
+pub mod reconciler;

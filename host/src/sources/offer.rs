@@ -18,7 +18,7 @@ pub fn offer_of(
 ) -> Offer {
     match outcome {
         Ok(p) => Offer::Load {
-            source,
+            source: pinned(source, &p.manifest),
             settings,
             read: Box::new(move || {
                 let bytes = Arc::try_unwrap(p.bytes).unwrap_or_else(|shared| (*shared).clone());
@@ -27,6 +27,26 @@ pub fn offer_of(
             min_interval,
         },
         Err(e) => refused(source, settings, e.to_string()),
+    }
+}
+
+/// `source` as pinned to manifest `manifest`: a Reconciler's names `oci://registry/repository`
+/// as it follows a reference, and each version it offers names the manifest it was pulled by,
+/// which is what a revision records. Other sources are as they were.
+fn pinned(source: Source, manifest: &str) -> Source {
+    match source {
+        Source::Reconciler {
+            namespace,
+            name,
+            uid,
+            module,
+        } => Source::Reconciler {
+            namespace,
+            name,
+            uid,
+            module: format!("{module}@{manifest}"),
+        },
+        other => other,
     }
 }
 

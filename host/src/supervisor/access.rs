@@ -35,8 +35,8 @@ use kube::api::PostParams;
 use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio::task::AbortHandle;
 
-use super::outcome::Reason;
 use super::events::Poster;
+use super::outcome::Reason;
 use super::source::Source;
 use crate::controller::Controller;
 use crate::events::Type;
@@ -684,7 +684,11 @@ mod tests {
         let client =
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
                 .unwrap();
-        let access = Access::new(client, Duration::from_secs(60), false);
+        let access = Access::new(
+            client.clone(),
+            Duration::from_secs(60),
+            super::super::events::Poster::new(client, false, None),
+        );
         let shared = access.shared.clone();
         let passes = || shared.passes.load(Ordering::Relaxed);
         let task = tokio::spawn(run(shared.clone(), Vec::new()));

@@ -57,7 +57,11 @@ impl std::fmt::Debug for Poster {
 }
 
 impl Poster {
-    pub(super) fn new(client: kube::Client, enabled: bool, replicas: Option<Arc<Replicas>>) -> Self {
+    pub(super) fn new(
+        client: kube::Client,
+        enabled: bool,
+        replicas: Option<Arc<Replicas>>,
+    ) -> Self {
         Self {
             client,
             enabled,
@@ -73,7 +77,14 @@ impl Poster {
     /// Posts an Event about `source` of guest `guest`, in the background: a slow or failing
     /// Event never holds anything up. Sources without an object (an operator's file or
     /// reference) are ignored.
-    pub(super) fn post(&self, guest: &str, source: &Source, type_: Type, reason: &str, message: String) {
+    pub(super) fn post(
+        &self,
+        guest: &str,
+        source: &Source,
+        type_: Type,
+        reason: &str,
+        message: String,
+    ) {
         if !self.enabled {
             return;
         }
@@ -87,7 +98,11 @@ impl Poster {
             message,
             component: "reconciled".into(),
         };
-        let (client, replicas, guest) = (self.client.clone(), self.replicas.clone(), guest.to_string());
+        let (client, replicas, guest) = (
+            self.client.clone(),
+            self.replicas.clone(),
+            guest.to_string(),
+        );
         tokio::spawn(async move {
             if !mine(replicas.as_deref(), &guest).await {
                 return;

@@ -184,9 +184,12 @@ impl<'a> Load<'a> {
 
     /// Phase 2: what serves now, or `None` when these bytes with these settings already serve
     /// or were already rejected for good (one load, and one Event, per change).
+    ///
+    /// Where it may surprise: asking again for exactly what serves clears the last rejection,
+    /// since the source no longer asks for the version that was rejected.
     pub(super) fn prior(&self) -> Option<Prior> {
-        let guests = self.sup.guests.lock().unwrap();
-        let prior = match guests.get(self.name) {
+        let mut guests = self.sup.guests.lock().unwrap();
+        let prior = match guests.get_mut(self.name) {
             // The same deployment, the guest's settings aside: those reload like a new module.
             Some(e) if e.settings.same_but_guest_settings(&self.settings) => {
                 let serving = e.controller.as_ref().is_some_and(|c| {
@@ -194,6 +197,10 @@ impl<'a> Load<'a> {
                 });
                 let rejected = e.settings == self.settings
                     && e.rejected_digest.as_deref() == Some(self.digest.as_str());
+                if serving {
+                    e.last_error = None;
+                    e.rejected_digest = None;
+                }
                 if serving || rejected {
                     return None;
                 }

@@ -308,6 +308,16 @@ impl Supervisor {
             .and_then(|e| e.controller.clone())
     }
 
+    /// Where the version of `name` that serves (or was last offered, while none serves) came
+    /// from.
+    pub fn source_of(&self, name: &str) -> Option<Source> {
+        self.guests
+            .lock()
+            .unwrap()
+            .get(name)
+            .map(|e| e.source.clone())
+    }
+
     /// The last error of `name` (a rejection), if any.
     pub fn last_error(&self, name: &str) -> Option<String> {
         self.guests

@@ -72,6 +72,16 @@ impl Supervisor {
         }
     }
 
+    /// The status of guest `name` alone, as [`Supervisor::status`] shows it but without its
+    /// share of the cache (`memory.cache_bytes` is 0).
+    pub fn guest_status(&self, name: &str) -> Option<GuestStatus> {
+        let placement = self.options.replicas.as_ref().map(|r| r.placement(name));
+        let guests = self.guests.lock().unwrap();
+        guests
+            .get(name)
+            .map(|e| guest_status(name, e, None, placement))
+    }
+
     /// Why the host is not ready: one line per serving operator guest (from the config or the
     /// dev folder; tenants' guests do not count) whose informers have not synced, and one per
     /// other informer of the host (the ConfigMap source's) that has not.

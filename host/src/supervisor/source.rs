@@ -1,7 +1,6 @@
 //! Where a guest's module comes from, whose tenant it is, and the Events a tenant's source (a
 //! ConfigMap or a Reconciler) gets.
 
-
 /// Where a guest's module comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -110,4 +109,3 @@ impl std::fmt::Display for Source {
         }
     }
 }
-

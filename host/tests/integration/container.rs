@@ -33,6 +33,8 @@ async fn the_image_runs_as_the_deployment_runs_it() {
     static CP: std::sync::OnceLock<Result<ControlPlane, String>> = std::sync::OnceLock::new();
     let cp = ControlPlane::own(&CP, &[]);
     let admin = cp.admin_client();
+    // The deployed host loads Reconcilers too, and is ready only once their kinds are served.
+    common::reconciler_crds(cp);
     common::apply_deploy(cp, "reconciled.yaml", None);
     // The pod as the API server has it, and what the kubelet would mount for it.
     let pod = Pod::new(

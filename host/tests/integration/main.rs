@@ -30,6 +30,7 @@ mod metrics;
 mod oci;
 mod quota;
 mod reconciler_kind;
+mod reconcilers;
 mod reconnect;
 mod replay;
 mod replicas;

@@ -16,21 +16,7 @@ const NS: &str = "reconciler-kind";
 async fn install(cp: &ControlPlane) {
     static CRDS: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     CRDS.get_or_init(|| async {
-        common::apply_deploy(cp, "reconcilers.yaml", None);
-        for crd in [
-            "crd/reconcilers.reconciled.dev",
-            "crd/reconcilerrevisions.reconciled.dev",
-        ] {
-            let out = (cp.kubectl())
-                .args(["wait", "--for=condition=established", "--timeout=30s", crd])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{crd} not established: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        common::reconciler_crds(cp);
         common::namespace(&cp.admin_client(), NS).await;
     })
     .await;

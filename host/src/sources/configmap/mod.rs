@@ -47,7 +47,7 @@
 
 pub mod format;
 mod policy;
-mod references;
+pub(crate) mod references;
 
 pub use format::{CONFIGMAP_LIMIT, LABEL, pack};
 use policy::BadAccount;

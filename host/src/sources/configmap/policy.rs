@@ -60,6 +60,10 @@ pub struct TenantPolicy {
     /// keys may pull from \[none\]. The host makes those requests from inside the cluster, so
     /// this list is what keeps a tenant from pointing it at any address it can reach.
     pub registries: BTreeSet<String>,
+    /// Load tenants' `Reconciler` objects (reconciled.dev/v1alpha1) as well as their labelled
+    /// ConfigMaps \[true\]. Needs the CRDs of `deploy/reconcilers.yaml`: without them the
+    /// host stays unready, naming the kind it cannot watch.
+    pub reconcilers: bool,
     /// Each tenant namespace's share of the host's CPU when tenants compete [1 each];
     /// `[tenants.weights]` with `team-a = 2` gives team-a twice the share of a tenant of weight 1.
     pub weights: BTreeMap<String, u32>,
@@ -81,6 +85,7 @@ impl Default for TenantPolicy {
             cpu_budget_ms_per_minute: None,
             weights: BTreeMap::new(),
             registries: BTreeSet::new(),
+            reconcilers: true,
         }
     }
 }

@@ -91,10 +91,6 @@ impl TenantRefs {
 
     /// Starts, keeps or replaces the watch of each reference of one ConfigMap; refusals go to
     /// the supervisor at once. Returns the guests named.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "keep, restart or refuse each reference under the watches' lock, so that a stopped watch never offers; the refusals are each a few lines"
-    )]
     pub(crate) fn sync(
         &self,
         supervisor: &Arc<Supervisor>,
@@ -129,137 +125,188 @@ impl TenantRefs {
                     continue;
                 }
             };
-            let reference = match allowed(&named, policy) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.stop(&name);
-                    supervisor.offer(&name, refused(source, settings, e.to_string()));
-                    continue;
-                }
-            };
-            // New settings start a new watch: its pulls offer them (the module serving is
-            // reloaded with them, not compiled again).
-            let spec = format!(
-                "{reference} {:?} {account} {}",
-                refs.pull_secret, settings.guest_settings
-            );
-            let mut watches = self.watches.lock().unwrap();
-            if let Some(e) = watches.get(&name)
-                && e.spec == spec
-            {
-                // Offered again while not settled from it: see the module docs.
-                if let Some((p, source, settings, interval)) = &e.last
-                    && !supervisor.offers_settled(&[name.clone()].into())
-                {
-                    let offer =
-                        offer_of(Ok(p.clone()), source.clone(), settings.clone(), *interval);
-                    supervisor.offer(&name, offer);
-                }
-                continue;
-            }
-            // A reference is pulled before the supervisor's quota sees it: bound the pulls, and
-            // the bytes they hold, by the same number per namespace.
-            let prefix = format!("{}/", refs.namespace);
-            let others = watches
-                .keys()
-                .filter(|n| n.starts_with(&prefix) && **n != name)
-                .count();
-            if others >= policy.max_guests_per_namespace {
-                watches.remove(&name);
-                let message = format!(
-                    "namespace {} already names {others} modules by reference, the most it may (max_guests_per_namespace under [tenants]); remove one, and this one is pulled at the ConfigMap's next edit or resync",
-                    refs.namespace
-                );
-                supervisor.offer(&name, refused(source, settings, message));
-                continue;
-            }
-            let login = match &refs.pull_secret {
-                None => LoginSource::Anonymous,
-                Some(secret) => match supervisor.identities().client(Some(&account)) {
-                    Ok(client) => LoginSource::Secret {
-                        client,
-                        namespace: refs.namespace.to_string(),
-                        name: secret.clone(),
-                    },
-                    Err(e) => {
-                        watches.remove(&name);
-                        let message =
-                            format!("cannot act as {account} to read pull secret {secret}: {e}");
-                        supervisor.offer(&name, refused(source, settings, message));
-                        continue;
-                    }
-                },
-            };
-            let target = Target {
-                registry: self.registry.clone(),
-                reference,
-                login,
-                max_bytes: policy.max_module_bytes,
-            };
-            let generation = self
-                .generations
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            // In place before the task starts, so that its first outcome finds it; replacing an
-            // older entry drops (stops) its watch.
-            watches.insert(
-                name.clone(),
-                Entry {
-                    spec,
-                    generation,
-                    last: None,
-                    watch: None,
+            self.follow(
+                supervisor,
+                policy,
+                Followed {
+                    name,
+                    source,
+                    settings,
+                    account,
+                    what: format!("key {:?}", named.key),
+                    reference: named.reference,
+                    pull_secret: refs.pull_secret.clone(),
                 },
             );
-            let (sup, map, guest) = (
-                Arc::downgrade(supervisor),
-                Arc::downgrade(&self.watches),
-                name.clone(),
-            );
-            let min_interval = Duration::from_millis(policy.min_reload_interval_ms);
-            let watch = Watch::start(target, move |outcome| {
-                let (Some(sup), Some(map)) = (sup.upgrade(), map.upgrade()) else {
-                    return;
-                };
-                let mut map = map.lock().unwrap();
-                let Some(entry) = map.get_mut(&guest).filter(|e| e.generation == generation) else {
-                    return;
-                };
-                if let Ok(p) = &outcome {
-                    entry.last = Some((p.clone(), source.clone(), settings.clone(), min_interval));
-                }
-                // Under the lock that `stop` takes: never after the guest's removal.
-                sup.offer(
-                    &guest,
-                    offer_of(outcome, source.clone(), settings.clone(), min_interval),
-                );
-            });
-            if let Some(e) = watches.get_mut(&name) {
-                e.watch = Some(watch);
-            }
         }
         names
     }
+
+    /// Starts, keeps or replaces the watch of one guest's reference; a refusal goes to the
+    /// supervisor at once.
+    ///
+    /// Where it may surprise: for a Reconciler's guest the offers' source names the manifest
+    /// each pull resolved to (see [`offer_of`]), so that a revision can be pinned to it.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "keep, restart or refuse the reference under the watches' lock, so that a stopped watch never offers; the refusals are each a few lines"
+    )]
+    pub(crate) fn follow(&self, supervisor: &Arc<Supervisor>, policy: &TenantPolicy, f: Followed) {
+        let Followed {
+            name,
+            source,
+            settings,
+            account,
+            what,
+            reference,
+            pull_secret,
+        } = f;
+        let namespace = account.namespace.clone();
+        let reference = match allowed(&what, &reference, policy) {
+            Ok(r) => r,
+            Err(e) => {
+                self.stop(&name);
+                supervisor.offer(&name, refused(source, settings, e.to_string()));
+                return;
+            }
+        };
+        // New settings start a new watch: its pulls offer them (the module serving is reloaded
+        // with them, not compiled again).
+        let spec = format!(
+            "{reference} {pull_secret:?} {account} {} {} {:?}",
+            settings.guest_settings, settings.workers, settings.limits
+        );
+        let mut watches = self.watches.lock().unwrap();
+        if let Some(e) = watches.get(&name)
+            && e.spec == spec
+        {
+            // Offered again while not settled from it: see the module docs.
+            if let Some((p, source, settings, interval)) = &e.last
+                && !supervisor.offers_settled(&[name.clone()].into())
+            {
+                let offer = offer_of(Ok(p.clone()), source.clone(), settings.clone(), *interval);
+                supervisor.offer(&name, offer);
+            }
+            return;
+        }
+        // A reference is pulled before the supervisor's quota sees it: bound the pulls, and the
+        // bytes they hold, by the same number per namespace.
+        let prefix = format!("{namespace}/");
+        let others = watches
+            .keys()
+            .filter(|n| n.starts_with(&prefix) && **n != name)
+            .count();
+        if others >= policy.max_guests_per_namespace {
+            watches.remove(&name);
+            let message = format!(
+                "namespace {namespace} already names {others} modules by reference, the most it may (max_guests_per_namespace under [tenants]); remove one, and this one is pulled at its source's next edit or resync"
+            );
+            supervisor.offer(&name, refused(source, settings, message));
+            return;
+        }
+        let login = match &pull_secret {
+            None => LoginSource::Anonymous,
+            Some(secret) => match supervisor.identities().client(Some(&account)) {
+                Ok(client) => LoginSource::Secret {
+                    client,
+                    namespace: namespace.clone(),
+                    name: secret.clone(),
+                },
+                Err(e) => {
+                    watches.remove(&name);
+                    let message =
+                        format!("cannot act as {account} to read pull secret {secret}: {e}");
+                    supervisor.offer(&name, refused(source, settings, message));
+                    return;
+                }
+            },
+        };
+        let target = Target {
+            registry: self.registry.clone(),
+            reference,
+            login,
+            max_bytes: policy.max_module_bytes,
+        };
+        let generation = self
+            .generations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // In place before the task starts, so that its first outcome finds it; replacing an
+        // older entry drops (stops) its watch.
+        watches.insert(
+            name.clone(),
+            Entry {
+                spec,
+                generation,
+                last: None,
+                watch: None,
+            },
+        );
+        let (sup, map, guest) = (
+            Arc::downgrade(supervisor),
+            Arc::downgrade(&self.watches),
+            name.clone(),
+        );
+        let min_interval = Duration::from_millis(policy.min_reload_interval_ms);
+        let watch = Watch::start(target, move |outcome| {
+            let (Some(sup), Some(map)) = (sup.upgrade(), map.upgrade()) else {
+                return;
+            };
+            let mut map = map.lock().unwrap();
+            let Some(entry) = map.get_mut(&guest).filter(|e| e.generation == generation) else {
+                return;
+            };
+            if let Ok(p) = &outcome {
+                entry.last = Some((p.clone(), source.clone(), settings.clone(), min_interval));
+            }
+            // Under the lock that `stop` takes: never after the guest's removal.
+            sup.offer(
+                &guest,
+                offer_of(outcome, source.clone(), settings.clone(), min_interval),
+            );
+        });
+        if let Some(e) = watches.get_mut(&name) {
+            e.watch = Some(watch);
+        }
+    }
+}
+
+/// One guest's module named by reference, and what it runs as.
+pub(crate) struct Followed {
+    /// The guest.
+    pub(crate) name: String,
+    /// Where its offers say the module comes from.
+    pub(crate) source: Source,
+    /// How it runs, guest settings included.
+    pub(crate) settings: Settings,
+    /// Whom it acts as; its namespace is the tenant's.
+    pub(crate) account: ServiceAccount,
+    /// Where the reference is written, for messages: `key "rec.wasm.ref"`, `spec.module.image`.
+    pub(crate) what: String,
+    /// The reference as written.
+    pub(crate) reference: String,
+    /// The pull secret of the tenant's namespace, if any.
+    pub(crate) pull_secret: Option<String>,
 }
 
 /// Why a tenant's reference is refused before anything is pulled.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
-    /// The key's value is not a module reference.
-    #[error("key {key:?}: {source}")]
+    /// The value is not a module reference.
+    #[error("{what}: {source}")]
     Reference {
-        /// The ConfigMap key.
-        key: String,
+        /// Where it is written: `key "rec.wasm.ref"`, `spec.module.image`.
+        what: String,
         /// Why it does not parse.
         #[source]
         source: crate::sources::oci::reference::Error,
     },
     /// It names a registry the operator does not let tenants pull from.
     #[error(
-        "key {key:?}: registry {registry} is not one tenants may pull from; the operator lists them in `registries` under [tenants] (now {allowed:?})"
+        "{what}: registry {registry} is not one tenants may pull from; the operator lists them in `registries` under [tenants] (now {allowed:?})"
     )]
     Registry {
-        /// The ConfigMap key.
-        key: String,
+        /// Where it is written.
+        what: String,
         /// The registry it names.
         registry: String,
         /// The registries tenants may use.
@@ -267,15 +314,19 @@ pub(crate) enum Error {
     },
 }
 
-/// The reference `named` holds, if it parses and names a registry tenants may use.
-fn allowed(named: &Named, policy: &TenantPolicy) -> Result<ModuleRef, Error> {
-    let reference: ModuleRef = (named.reference.parse()).map_err(|source| Error::Reference {
-        key: named.key.clone(),
+/// `reference` (written at `what`), if it parses and names a registry tenants may use.
+pub(crate) fn allowed(
+    what: &str,
+    reference: &str,
+    policy: &TenantPolicy,
+) -> Result<ModuleRef, Error> {
+    let reference: ModuleRef = reference.parse().map_err(|source| Error::Reference {
+        what: what.to_string(),
         source,
     })?;
     if !policy.registries.contains(reference.registry()) {
         return Err(Error::Registry {
-            key: named.key.clone(),
+            what: what.to_string(),
             registry: reference.registry().to_string(),
             allowed: policy.registries.clone(),
         });
@@ -287,19 +338,14 @@ fn allowed(named: &Named, policy: &TenantPolicy) -> Result<ModuleRef, Error> {
 mod tests {
     use super::*;
 
-    fn named(reference: &str) -> Named {
-        Named {
-            key: "rec.wasm.ref".into(),
-            stem: "rec".into(),
-            reference: reference.into(),
-            settings: None,
-        }
+    fn allowed(reference: &str, policy: &TenantPolicy) -> Result<ModuleRef, Error> {
+        super::allowed("key \"rec.wasm.ref\"", reference, policy)
     }
 
     #[test]
     fn a_tenant_pulls_only_from_registries_the_operator_lists() {
         let mut policy = TenantPolicy::default();
-        let e = allowed(&named("r.example/team-a/rec:1"), &policy)
+        let e = allowed("r.example/team-a/rec:1", &policy)
             .unwrap_err()
             .to_string();
         assert!(
@@ -307,16 +353,16 @@ mod tests {
             "{e}"
         );
         policy.registries.insert("r.example".into());
-        let r = allowed(&named("oci://r.example/team-a/rec:1"), &policy).unwrap();
+        let r = allowed("oci://r.example/team-a/rec:1", &policy).unwrap();
         assert_eq!(r.repository(), "team-a/rec");
-        let e = allowed(&named("r.example:443/team-a/rec:1"), &policy)
+        let e = allowed("r.example:443/team-a/rec:1", &policy)
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("r.example:443"),
             "host and port name a registry: {e}"
         );
-        let e = allowed(&named("rec:1"), &policy).unwrap_err().to_string();
+        let e = allowed("rec:1", &policy).unwrap_err().to_string();
         assert!(
             e.contains("key \"rec.wasm.ref\"") && e.contains("names no registry"),
             "{e}"

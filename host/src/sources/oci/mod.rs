@@ -418,6 +418,17 @@ impl Registry {
         Ok(bytes)
     }
 
+    /// The module `registry/repository@sha256:<hex>` this process pulled before, if the layer
+    /// cache still holds it. Nothing is asked of the registry.
+    ///
+    /// Where it may surprise: a pull checks the requester's right to the repository at every
+    /// call, and this does not; call it only for a module the same requester was already shown
+    /// to read (a revision the host recorded for the same Reconciler).
+    pub fn cached(&self, registry: &str, repository: &str, hex: &str) -> Option<Arc<Vec<u8>>> {
+        let key = format!("{registry}/{repository}@{hex}");
+        self.cache.lock().unwrap().by_digest.get(&key).cloned()
+    }
+
     fn remember(&self, hex: &str, bytes: Arc<Vec<u8>>) {
         let mut cache = self.cache.lock().unwrap();
         let LayerCache { by_digest, order } = &mut *cache;

@@ -54,6 +54,26 @@ pub async fn tenant_namespace(cp: &testenv::ControlPlane, name: &str) {
     .await;
 }
 
+/// Installs the `Reconciler` and `ReconcilerRevision` CRDs of `deploy/reconcilers.yaml` and
+/// waits until the API server serves both.
+pub fn reconciler_crds(cp: &testenv::ControlPlane) {
+    apply_deploy(cp, "reconcilers.yaml", None);
+    for crd in [
+        "crd/reconcilers.reconciled.dev",
+        "crd/reconcilerrevisions.reconciled.dev",
+    ] {
+        let out = (cp.kubectl())
+            .args(["wait", "--for=condition=established", "--timeout=30s", crd])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{crd} not established: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// `kubectl apply --server-side` of `deploy/<file>`, into namespace `ns` if given.
 pub fn apply_deploy(cp: &testenv::ControlPlane, file: &str, ns: Option<&str>) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,0 +1,264 @@
+//! The source's loop: Reconcilers, their revisions, labelled ConfigMaps of the same names and the
+//! ConfigMaps they read modules from come and go; each change has the Reconcilers it touches
+//! judged again (`spec::decide`) and handed to `dispatch`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use super::dispatch::Dispatch;
+use super::revisions;
+use super::spec::{self, From, Module, Reconciler, Wanted};
+use crate::informer::factory::InformerFactory;
+use crate::informer::store::Store;
+use crate::informer::{Event, InformerKey, Scope, Subscription};
+use crate::object::{ObjectRef, Transform};
+use crate::selector::FieldSelector;
+use crate::supervisor::Offer;
+
+/// The loop and what it keeps between events.
+pub(super) struct Loop {
+    pub(super) dispatch: Dispatch,
+    /// The supervisor's informer factory, where the named ConfigMaps are watched.
+    pub(super) factory: Arc<InformerFactory>,
+    /// Metadata-only watches of the ConfigMaps Reconcilers name, by (namespace, name).
+    pub(super) watched: HashMap<(String, String), AbortHandle>,
+    pub(super) changed_tx: mpsc::UnboundedSender<(String, String)>,
+}
+
+impl Loop {
+    pub(super) async fn run(
+        mut self,
+        mut reconcilers: Subscription,
+        mut revisions: Subscription,
+        mut labelled: Subscription,
+        mut changed: mpsc::UnboundedReceiver<(String, String)>,
+    ) {
+        let store = reconcilers.informer().store().clone();
+        let mut access = self.dispatch.supervisor.access_changes();
+        loop {
+            tokio::select! {
+                n = reconcilers.recv() => {
+                    let Some(n) = n else { return };
+                    match n.event {
+                        Event::Added(o) | Event::Updated { new: o, .. } => self.sync(&o, false),
+                        Event::Deleted { last_known, .. } => self.remove(&last_known),
+                        Event::Resync => {
+                            let all = store.all();
+                            for o in &all {
+                                self.sync(o, false);
+                            }
+                            let live: std::collections::BTreeSet<String> =
+                                all.iter().map(guest_of).collect();
+                            let gone: Vec<Reconciler> = (self.dispatch.table.lock().unwrap())
+                                .iter()
+                                .filter(|(g, _)| !live.contains(*g))
+                                .map(|(_, t)| t.reconciler.clone())
+                                .collect();
+                            for r in gone {
+                                self.forget(&r);
+                            }
+                        }
+                    }
+                }
+                n = labelled.recv() => {
+                    let Some(n) = n else { return };
+                    // A labelled ConfigMap came or went: the Reconciler of its name, if any, is
+                    // judged again.
+                    let names = match &n.event {
+                        Event::Added(o) | Event::Updated { new: o, .. } | Event::Deleted { last_known: o, .. } => vec![guest_of(o)],
+                        Event::Resync => self.dispatch.table.lock().unwrap().keys().cloned().collect(),
+                    };
+                    self.sync_guests(&store, &names, false);
+                }
+                n = revisions.recv() => {
+                    let Some(n) = n else { return };
+                    // A pinned revision may exist now (or be gone).
+                    let namespace = match &n.event {
+                        Event::Added(o) | Event::Updated { new: o, .. } | Event::Deleted { last_known: o, .. } => o.namespace().map(str::to_string),
+                        Event::Resync => None,
+                    };
+                    let names: Vec<String> = (self.dispatch.table.lock().unwrap())
+                        .iter()
+                        .filter(|(_, t)| t.pinned.is_some() || t.verdict.as_ref().is_err_and(|r| r.reason == "NoSuchRevision"))
+                        .filter(|(_, t)| namespace.as_ref().is_none_or(|ns| *ns == t.reconciler.namespace))
+                        .map(|(g, _)| g.clone())
+                        .collect();
+                    self.sync_guests(&store, &names, false);
+                }
+                Some((ns, cm)) = changed.recv() => {
+                    let names: Vec<String> = (self.dispatch.table.lock().unwrap())
+                        .iter()
+                        .filter(|(_, t)| t.reconciler.namespace == ns && names_configmap(&t.reconciler, &cm))
+                        .map(|(g, _)| g.clone())
+                        .collect();
+                    self.sync_guests(&store, &names, true);
+                }
+                ns = access.recv() => {
+                    let only = match ns {
+                        Ok(ns) if !ns.is_empty() => Some(ns),
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    };
+                    // A guest refused for access may load now; a settled one costs a comparison.
+                    let names: Vec<String> = (self.dispatch.table.lock().unwrap())
+                        .iter()
+                        .filter(|(_, t)| only.as_ref().is_none_or(|ns| *ns == t.reconciler.namespace))
+                        .map(|(g, _)| g.clone())
+                        .collect();
+                    self.sync_guests(&store, &names, false);
+                }
+            }
+        }
+    }
+
+    fn sync_guests(&mut self, store: &Store, names: &[String], force: bool) {
+        for guest in names {
+            if let Some(o) = store.get(guest) {
+                self.sync(&o, force);
+            }
+        }
+    }
+
+    /// Judges Reconciler `o` again and offers what it asks for, unless that was offered already
+    /// and has settled (`force`: its ConfigMap changed, so read it again).
+    fn sync(&mut self, o: &ObjectRef, force: bool) {
+        let Some(r) = spec::read(o.json()) else {
+            tracing::warn!(object = %o.name(), "ignoring a Reconciler without a name");
+            return;
+        };
+        let d = &self.dispatch;
+        let guest = r.guest();
+        let taken_by = d.labelled.get(&guest).map(|cm| cm.name().to_string());
+        let revisions = revisions_of(&d.revisions, &r.namespace, &r.uid);
+        let decision = match &r.spec {
+            Err(e) => Err(e.clone()),
+            Ok(spec) => spec::decide(&r, spec, &d.policy, taken_by.as_deref(), &revisions),
+        };
+        let configmap = match (&decision, &r.spec) {
+            (
+                Ok(Wanted::Run {
+                    from: From::Spec(Module::ConfigMap { name, .. }),
+                    ..
+                }),
+                _,
+            ) => Some(name.clone()),
+            (
+                Ok(Wanted::Run {
+                    from: From::Revision { module, .. },
+                    ..
+                }),
+                _,
+            ) => module
+                .strip_prefix("configmap/")
+                .and_then(|m| m.split('/').next())
+                .map(str::to_string),
+            _ => None,
+        };
+        d.apply(&r, decision, force);
+        self.watch_configmaps(configmap.map(|cm| (r.namespace.clone(), cm)));
+    }
+
+    /// Keeps a metadata-only watch of each ConfigMap some Reconciler reads its module from
+    /// (`wanted`, just judged, among them), and of no other.
+    fn watch_configmaps(&mut self, wanted: Option<(String, String)>) {
+        let mut needed: std::collections::HashSet<(String, String)> =
+            (self.dispatch.table.lock().unwrap())
+                .values()
+                .filter_map(|t| match (&t.verdict, &t.reconciler.spec, t.suspended) {
+                    (
+                        Ok(_),
+                        Ok(spec::Spec {
+                            module: Module::ConfigMap { name, .. },
+                            ..
+                        }),
+                        false,
+                    ) => Some((t.reconciler.namespace.clone(), name.clone())),
+                    _ => None,
+                })
+                .collect();
+        needed.extend(wanted);
+        self.watched.retain(|k, task| {
+            let keep = needed.contains(k);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (ns, name) in needed {
+            if self.watched.contains_key(&(ns.clone(), name.clone())) {
+                continue;
+            }
+            let Ok(fields) = FieldSelector::parse(&format!("metadata.name={name}")) else {
+                continue;
+            };
+            let key = InformerKey::new(
+                "",
+                "v1",
+                "ConfigMap",
+                Scope {
+                    fields,
+                    transform: Transform {
+                        metadata_only: true,
+                        ..Transform::default()
+                    },
+                    ..Scope::namespace(&ns)
+                },
+            );
+            let Ok(mut sub) = self.factory.subscribe(key, &[]) else {
+                continue;
+            };
+            let tx = self.changed_tx.clone();
+            let id = (ns.clone(), name.clone());
+            let task = tokio::spawn(async move {
+                // Every change, the first list's Added included: that costs one more read of
+                // the ConfigMap, whose module the supervisor then finds unchanged.
+                while sub.recv().await.is_some() {
+                    if tx.send(id.clone()).is_err() {
+                        return;
+                    }
+                }
+            })
+            .abort_handle();
+            self.watched.insert((ns, name), task);
+        }
+    }
+
+    /// Reconciler `o` is gone: its guest is unloaded.
+    fn remove(&mut self, o: &ObjectRef) {
+        if let Some(r) = spec::read(o.json()) {
+            self.forget(&r);
+        }
+    }
+
+    fn forget(&mut self, r: &Reconciler) {
+        let guest = r.guest();
+        self.dispatch.table.lock().unwrap().remove(&guest);
+        self.dispatch.stop(&guest);
+        self.dispatch.supervisor.offer(&guest, Offer::Remove);
+        self.watch_configmaps(None);
+    }
+}
+
+/// Whether `r` reads its module from ConfigMap `cm` of its namespace.
+fn names_configmap(r: &Reconciler, cm: &str) -> bool {
+    matches!(&r.spec, Ok(spec::Spec { module: Module::ConfigMap { name, .. }, .. }) if name == cm)
+}
+
+/// The guest name of the object `o` (a Reconciler, or a labelled ConfigMap of the same name).
+fn guest_of(o: &ObjectRef) -> String {
+    format!("{}/{}", o.namespace().unwrap_or(""), o.name())
+}
+
+/// The revisions of the Reconciler of uid `uid` in `namespace`.
+pub(crate) fn revisions_of(store: &Store, namespace: &str, uid: &str) -> Vec<revisions::Revision> {
+    store
+        .all()
+        .iter()
+        .filter(|o| o.namespace() == Some(namespace))
+        .filter_map(|o| revisions::read(o.json()))
+        .filter(|r| r.owner == uid)
+        .collect()
+}
