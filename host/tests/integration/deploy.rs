@@ -1,7 +1,9 @@
 //! `deploy/reconciled.yaml` and `deploy/tenant.yaml` against the real apiserver: they apply
 //! cleanly, and a host running as the host's ServiceAccount with its `host.toml` is ready and
 //! serves a tenant's reconciler, acting as the tenant's ServiceAccount, with exactly those RBAC
-//! rules; without one of the tenant's rules, the reconciler is refused, naming it.
+//! rules; without one of the tenant's rules, the reconciler is refused, naming it. A `Reconciler`
+//! the team creates (with tenant.yaml's `reconciled-tenant` Role, which may not write revisions)
+//! is run too, its status written and its revision recorded with the host's rules alone.
 
 use crate::common;
 
@@ -20,6 +22,7 @@ use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
 use reconciled::replicas::Replicas;
 use reconciled::sources::configmap::ConfigMapSource;
+use reconciled::sources::reconciler::ReconcilerSource;
 use reconciled::supervisor::{self, Supervisor};
 use testenv::ControlPlane;
 
@@ -28,6 +31,7 @@ const SA: &str = "system:serviceaccount:reconciled-system:reconciled";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler() {
     let cp = ControlPlane::shared();
+    common::reconciler_crds(cp);
     common::apply_deploy(cp, "reconciled.yaml", None);
 
     // The host's config, as the Deployment mounts it.
@@ -84,6 +88,14 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
             ..supervisor::Options::default()
         },
     ));
+    let _reconcilers = ReconcilerSource::start(
+        sup.factory(),
+        sup.clone(),
+        policy.clone(),
+        Arc::new(reconciled::sources::oci::Registry::default()),
+        reconciled::sources::reconciler::Options::default(),
+    )
+    .unwrap();
     let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
     while let Err(reasons) = sup.readiness() {
@@ -154,6 +166,7 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         assert!(Instant::now() < deadline, "no ModuleLoaded Event");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    reconciler_as_the_team(cp, &admin, ns, &module).await;
 
     // Without one of tenant.yaml's verbs (patch, which stamp writes with), the next write is
     // refused: the reconcile error names the ServiceAccount and the rule to add, and nothing
@@ -253,6 +266,109 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         "the host writes Leases only in its own namespace: {err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A developer of the team, bound to tenant.yaml's `reconciled-tenant` Role, creates a
+/// Reconciler reading its module from a ConfigMap key: the host (with the manifest's rules only)
+/// runs it, writes its status and records its revision, which the developer may read but not
+/// write.
+async fn reconciler_as_the_team(cp: &ControlPlane, admin: &kube::Client, ns: &str, module: &[u8]) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    cms.create(
+        &PostParams::default(),
+        &ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("modules".into()),
+                ..Default::default()
+            },
+            binary_data: Some(
+                [(
+                    "stamp.wasm".to_string(),
+                    k8s_openapi::ByteString(module.to_vec()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let developer = cp.user("team-deploy-dev", &[]).unwrap();
+    let out = cp
+        .kubectl()
+        .args([
+            "create",
+            "rolebinding",
+            "dev",
+            "-n",
+            ns,
+            "--role=reconciled-tenant",
+            "--user=team-deploy-dev",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dev = kube::Client::try_from(developer.config.clone()).unwrap();
+    let kind = |k: &str| {
+        let gvk = GroupVersionKind::gvk("reconciled.dev", "v1alpha1", k);
+        (
+            Api::<DynamicObject>::namespaced_with(dev.clone(), ns, &ApiResource::from_gvk(&gvk)),
+            gvk,
+        )
+    };
+    let (reconcilers, _) = kind("Reconciler");
+    let object: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "reconciled.dev/v1alpha1",
+        "kind": "Reconciler",
+        "metadata": { "name": "stamp" },
+        "spec": { "module": { "configMapRef": { "name": "modules", "key": "stamp.wasm" } } },
+    }))
+    .unwrap();
+    // The RBAC authorizer reads the new RoleBinding through its own cache.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(e) = reconcilers.create(&PostParams::default(), &object).await {
+        assert!(
+            Instant::now() < deadline,
+            "the team may not create a Reconciler: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let status = reconcilers.get("stamp").await.unwrap().data["status"].clone();
+        let ready = status["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+        if ready && status["currentRevision"] == 1 {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Reconciler did not become Ready with revision 1: {status:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(status["owner"], "reconciled-0", "{status:#}");
+    let (revisions, _) = kind("ReconcilerRevision");
+    let revision = revisions.get("stamp-1").await.unwrap();
+    let err = revisions
+        .delete("stamp-1", &kube::api::DeleteParams::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        "a revision is the host's to write: {err}"
+    );
+    assert_eq!(
+        revision.data["spec"]["source"],
+        "configmap/modules/stamp.wasm"
+    );
 }
 
 fn holder(lease: &Lease) -> Option<&str> {
