@@ -1,11 +1,14 @@
-//! `reconciled dev`: every `.wasm` in a folder runs, and reloads the moment it changes; with
-//! `--build`, a guest crate is rebuilt into the folder on every edit.
+//! `reconciled dev`: every `.wasm` in a folder runs, and reloads the moment it changes (or its
+//! `<name>.settings.json` does); with `--build`, a guest crate is rebuilt into the folder on
+//! every edit.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use reconciled::controller::Settings;
+use reconciled::guest::settings::GuestSettings;
 use reconciled::sources::dir::{Change, DirSource, Settle};
+use reconciled::sources::offer::refused;
 use reconciled::supervisor::{Offer, Source};
 
 use crate::cli::host::{ClusterArgs, Host, Wiring};
@@ -46,11 +49,26 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<()> {
                     path,
                     bytes,
                     digest,
+                    settings: text,
                     ..
                 } => {
+                    let mut settings = Settings::new(&name);
+                    if let Some(text) = text {
+                        match GuestSettings::parse(&text) {
+                            Ok(s) => settings.guest_settings = s,
+                            Err(e) => {
+                                let file = path.with_extension("settings.json");
+                                let message = format!("{}: {e}", file.display());
+                                tracing::warn!(guest = %name, "settings refused; the version serving keeps serving: {message}");
+                                let offer = refused(Source::DevFolder(path), settings, message);
+                                sup.offer(&name, offer);
+                                continue;
+                            }
+                        }
+                    }
                     let offer = Offer::Load {
                         source: Source::DevFolder(path),
-                        settings: Settings::new(&name),
+                        settings,
                         read: Box::new(move || Ok((bytes, Some(digest)))),
                         // A developer's rebuild loads at once.
                         min_interval: std::time::Duration::ZERO,

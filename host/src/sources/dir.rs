@@ -5,6 +5,10 @@
 //! events are debounced: a close after writing (or a rename into place) settles in
 //! milliseconds, anything else waits for the writer to go quiet.
 //!
+//! A `<name>.settings.json` beside `<name>.wasm` holds the guest's settings (a JSON object, see
+//! [`crate::guest::settings`]): editing it reports the module again, with the new text, and the
+//! host reloads the guest with them and compiles nothing.
+//!
 //! Where it may surprise:
 //! - Only the folder itself is watched, not subfolders, and only names ending in `.wasm` that
 //!   do not start with `.`: editor and build temp files (`x.wasm.tmp`, `.x.wasm.swp`) are
@@ -103,6 +107,9 @@ pub enum Change {
         bytes: Vec<u8>,
         /// sha256 of `bytes`, lowercase hex (the same as [`crate::guest::digest_of`]).
         digest: String,
+        /// The text of `<name>.settings.json` beside it, if there is one: unchecked, for the
+        /// consumer to parse and refuse with the file's name.
+        settings: Option<String>,
         /// When the first filesystem event of this burst arrived (for the initial scan, when
         /// the scan ran): the start of the write-to-serving latency.
         changed_at: std::time::Instant,
@@ -125,6 +132,7 @@ impl std::fmt::Debug for Change {
                 path,
                 bytes,
                 digest,
+                settings,
                 changed_at,
             } => f
                 .debug_struct("Upsert")
@@ -132,6 +140,7 @@ impl std::fmt::Debug for Change {
                 .field("path", path)
                 .field("len", &bytes.len())
                 .field("digest", digest)
+                .field("settings", settings)
                 .field("changed_at", changed_at)
                 .finish(),
             Change::Remove { name, path } => f
@@ -305,6 +314,35 @@ pub fn guest_name(path: &Path) -> String {
     file.strip_suffix(".wasm")
         .unwrap_or(&file)
         .replace('_', "-")
+}
+
+/// How a settings file's name ends: `<name>.settings.json` beside `<name>.wasm`.
+pub const SETTINGS_SUFFIX: &str = ".settings.json";
+
+/// The module `path` is the settings file of, if it is one directly in `dir`.
+fn module_of_settings(dir: &Path, path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?.to_str()?;
+    let stem = name.strip_suffix(SETTINGS_SUFFIX)?;
+    (path.parent() == Some(dir) && !stem.is_empty() && !name.starts_with('.'))
+        .then(|| dir.join(format!("{stem}.wasm")))
+}
+
+/// Reads the settings file of module `name` (`x.wasm` → `x.settings.json`) in `folder`: `None`
+/// when there is none. Read as the module is, beneath the folder's handle.
+fn read_settings(folder: &Dir, name: &OsStr) -> std::io::Result<Option<String>> {
+    let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".wasm")) else {
+        return Ok(None);
+    };
+    let file = OsStr::new(&format!("{stem}{SETTINGS_SUFFIX}")).to_owned();
+    match read_module(folder, &file)? {
+        None => Ok(None),
+        Some((bytes, _)) => String::from_utf8(bytes).map(Some).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{stem}{SETTINGS_SUFFIX} is not UTF-8 text; write a JSON object"),
+            )
+        }),
+    }
 }
 
 /// Whether `path` is a module file directly in `dir`.
@@ -505,9 +543,13 @@ impl Watch {
                 }
                 continue;
             }
-            if !is_module(&self.dir, path) {
-                continue;
-            }
+            // A settings file stands for its module: the module is read again, with it.
+            let module = module_of_settings(&self.dir, path);
+            let path = match &module {
+                Some(module) => module,
+                None if is_module(&self.dir, path) => path,
+                None => continue,
+            };
             let quiet = match event.kind {
                 // A rename reported as one event: from, then to.
                 EventKind::Modify(ModifyKind::Name(RenameMode::Both)) if i == 0 => {
@@ -565,14 +607,22 @@ impl Watch {
             let (folder, name) = (self.folder.clone(), path.file_name().map(OsStr::to_owned));
             // Off the runtime: a module is megabytes, and hashing it takes milliseconds.
             let read = tokio::task::spawn_blocking(move || match name {
-                Some(name) => read_module(&folder, &name),
+                Some(name) => std::io::Result::Ok(match read_module(&folder, &name)? {
+                    Some((bytes, digest)) => Some((bytes, digest, read_settings(&folder, &name)?)),
+                    None => None,
+                }),
                 // `is_module` admitted it, so it has one.
                 None => Ok(None),
             })
             .await;
             let change = match read {
-                Ok(Ok(Some((bytes, digest)))) => {
-                    if self.emitted.get(&path) == Some(&digest) {
+                Ok(Ok(Some((bytes, digest, settings)))) => {
+                    // What was reported: the module and its settings together.
+                    let seen = match &settings {
+                        Some(text) => format!("{digest}+{}", digest_of(text.as_bytes())),
+                        None => digest.clone(),
+                    };
+                    if self.emitted.get(&path) == Some(&seen) {
                         continue;
                     }
                     let name = guest_name(&path);
@@ -583,12 +633,13 @@ impl Watch {
                     {
                         tracing::warn!(guest = %name, file = %path.display(), other = %other.display(), "two module files map to the same guest; the last one written wins (rename one of them)");
                     }
-                    self.emitted.insert(path.clone(), digest.clone());
+                    self.emitted.insert(path.clone(), seen);
                     Change::Upsert {
                         name,
                         path,
                         bytes,
                         digest,
+                        settings,
                         changed_at: pending.first.into_std(),
                     }
                 }
@@ -916,6 +967,65 @@ mod tests {
         let mut seen: Vec<_> = got.iter().map(upsert).collect();
         seen.sort();
         assert_eq!(seen, [("a", &b"aaa"[..]), ("b", &b"bbb"[..])]);
+    }
+
+    fn settings_of(change: &Change) -> Option<&str> {
+        match change {
+            Change::Upsert { settings, .. } => settings.as_deref(),
+            Change::Remove { .. } => panic!("expected an Upsert, got {change:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_settings_file_comes_with_its_module_and_an_edit_of_it_reports_the_module_again() {
+        let dir = TempDir::new("settings");
+        std::fs::write(dir.path("m.wasm"), b"mmm").unwrap();
+        std::fs::write(dir.path("m.settings.json"), br#"{"v":1}"#).unwrap();
+        let (_source, mut rx) = DirSource::start(&dir.0, Settle::default()).unwrap();
+        let got = changes_within(&mut rx, WINDOW).await;
+        assert_eq!(
+            got.len(),
+            1,
+            "the settings file is no guest of its own: {got:?}"
+        );
+        assert_eq!(upsert(&got[0]), ("m", &b"mmm"[..]));
+        assert_eq!(settings_of(&got[0]), Some(r#"{"v":1}"#));
+
+        std::fs::write(dir.path("m.settings.json"), br#"{"v":2}"#).unwrap();
+        let got = changes_within(&mut rx, WINDOW).await;
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(settings_of(&got[0]), Some(r#"{"v":2}"#));
+
+        std::fs::remove_file(dir.path("m.settings.json")).unwrap();
+        let got = changes_within(&mut rx, WINDOW).await;
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(settings_of(&got[0]), None, "back to no settings");
+
+        // Settings of a module that is not there report nothing.
+        std::fs::write(dir.path("absent.settings.json"), b"{}").unwrap();
+        assert!(changes_within(&mut rx, WINDOW).await.is_empty());
+    }
+
+    #[test]
+    fn only_a_plain_name_ending_in_settings_json_is_a_modules_settings_file() {
+        let dir = Path::new("/m");
+        assert_eq!(
+            module_of_settings(dir, Path::new("/m/a.settings.json")),
+            Some(PathBuf::from("/m/a.wasm"))
+        );
+        assert_eq!(
+            module_of_settings(dir, Path::new("/m/.a.settings.json")),
+            None
+        );
+        assert_eq!(
+            module_of_settings(dir, Path::new("/m/.settings.json")),
+            None
+        );
+        assert_eq!(
+            module_of_settings(dir, Path::new("/m/sub/a.settings.json")),
+            None
+        );
+        assert_eq!(module_of_settings(dir, Path::new("/m/a.json")), None);
     }
 
     #[tokio::test]

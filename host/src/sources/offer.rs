@@ -51,7 +51,7 @@ fn pinned(source: Source, manifest: &str) -> Source {
 }
 
 /// An offer for a module that cannot be loaded, with `message` saying why.
-pub(crate) fn refused(source: Source, settings: Settings, message: String) -> Offer {
+pub fn refused(source: Source, settings: Settings, message: String) -> Offer {
     Offer::Unreadable {
         source,
         settings,

@@ -201,6 +201,37 @@ async fn rewriting_a_module_reloads_it_once_and_the_endpoints_report_it() {
         "{table}"
     );
 
+    // v2 written whole again: nothing to load, and the half file's rejection no longer
+    // stands, since the folder asks for what serves.
+    std::fs::write(&module, &v2).unwrap();
+    let g = wait_guest(addr, "stamp", Duration::from_secs(10), |g| {
+        g.last_error.is_none()
+    })
+    .await;
+    assert_eq!(g.loads, 2, "{g:#?}");
+
+    // Settings beside the module: a reload with them, and a bad file refused by its name.
+    let settings = dev.dir.join("modules/stamp.settings.json");
+    std::fs::write(&settings, br#"{"version": "dev"}"#).unwrap();
+    let g = wait_guest(addr, "stamp", Duration::from_secs(10), |g| g.loads == 3).await;
+    assert_eq!(
+        g.digest,
+        Some(digest_of(&v2)),
+        "the same module, new settings"
+    );
+    std::fs::write(&settings, b"[1]").unwrap();
+    let g = wait_guest(addr, "stamp", Duration::from_secs(10), |g| {
+        g.rejections == 2
+    })
+    .await;
+    assert!(
+        g.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("stamp.settings.json") && e.contains("not a JSON object")),
+        "{g:#?}"
+    );
+    assert_eq!(g.state, GuestState::Serving, "the settings serving stay");
+
     // Removing the file unloads the guest.
     std::fs::remove_file(&module).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
