@@ -606,6 +606,7 @@ async fn run(
                     bytes,
                     digest,
                     changed_at,
+                    ..
                 } => {
                     let received = Instant::now();
                     // As `reconciled dev` does: the folder's digest is passed on, not recomputed.

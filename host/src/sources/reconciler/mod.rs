@@ -16,10 +16,11 @@
 //! `ReconcilerRevision` (see `revisions`), and its status says what runs and what is wrong
 //! (see `status`).
 //!
-//! The pipeline: the Reconciler informer → [`spec::read`] → [`spec::decide`] (pure, under the
-//! policy) → an offer to the supervisor, through the registry watch a ConfigMap's `.wasm.ref` key
-//! uses, or a read of the ConfigMap key as the ServiceAccount (`module`) → the supervisor's load
-//! → `report`, which writes revisions and status from the replica that owns the guest.
+//! The pipeline: the Reconciler informer (`intake`) → `spec::read` → `spec::decide` (pure, under
+//! the policy) → `dispatch`, which offers the module to the supervisor through the registry watch
+//! a ConfigMap's `.wasm.ref` key uses, a read of the ConfigMap key as the ServiceAccount
+//! (`module`), or a pinned revision → the supervisor's load → `report`, which writes revisions
+//! and status from the replica that owns the guest.
 //!
 //! Where it may surprise:
 //! - A spec the host refuses (a registry not allowed, a revision that does not exist, a name a
@@ -138,6 +139,11 @@ impl ReconcilerSource {
                 ..Scope::default()
             },
         ))?;
+        // The same quotas as for ConfigMaps, whichever source starts first.
+        supervisor.set_tenant_limits(crate::supervisor::TenantLimits {
+            max_guests_per_namespace: Some(policy.max_guests_per_namespace),
+            max_cached_bytes_per_namespace: policy.max_cached_bytes_per_namespace,
+        });
         let table = Arc::new(Mutex::new(BTreeMap::new()));
         let supervisor_factory = supervisor.factory().clone();
         let report = tokio::spawn(report::run(report::Inputs {

@@ -180,12 +180,9 @@ async fn record(
         known.extend(created.iter().cloned());
     }
     known.retain(|k| !memory.deleted.contains(&k.name));
-    let status = status.filter(|s| {
-        matches!(
-            s.state,
-            GuestState::Serving | GuestState::Failing | GuestState::Standby | GuestState::Waiting
-        )
-    })?;
+    // Only a version that runs is a revision: one held back (informers not synced, access not
+    // granted) has not reconciled anything yet.
+    let status = status.filter(|s| matches!(s.state, GuestState::Serving | GuestState::Failing))?;
     let digest = status.digest.clone()?;
     // The version serving must be this Reconciler's (not a predecessor's of the same name).
     let Some(Source::Reconciler { uid, module, .. }) = supervisor.source_of(guest) else {
