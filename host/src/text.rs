@@ -1,4 +1,5 @@
-//! Text from outside the host (guests, tenants, the API server), made safe to show.
+//! Text the host shows: text from outside (guests, tenants, the API server) made safe, and
+//! times written as Kubernetes writes them.
 
 /// `text` with every control character (newlines included) replaced by a space: guest-made
 /// text goes into the host's log lines, Events and status one line each, never forging more.
@@ -6,6 +7,18 @@ pub fn one_line(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect()
+}
+
+/// `t` as RFC 3339 in UTC, to the second, as Kubernetes writes times (`2026-01-01T00:00:00Z`);
+/// empty for a time outside what a timestamp can hold.
+pub(crate) fn rfc3339(t: std::time::SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(t)
+        .map(|t| {
+            t.round(k8s_openapi::jiff::Unit::Second)
+                .unwrap_or(t)
+                .to_string()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ impl Supervisor {
                 let used_ms = t.used_last_minute.as_secs_f64() * 1000.0;
                 TenantStatus {
                     throttled: t.throttled_since.map(|since| Throttled {
-                        since: report::rfc3339(since),
+                        since: crate::text::rfc3339(since),
                         budget_ms_per_minute: budget_ms.unwrap_or_default(),
                         used_ms_last_minute: used_ms,
                     }),

@@ -58,7 +58,7 @@ use events::Poster;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use crate::controller::fair_share::{self, FairShare};
 use crate::controller::{self, Controller, Settings};

@@ -293,11 +293,11 @@ fn guest_status(
         state,
         reason,
         blame,
-        failing_since: failing.map(|f| rfc3339(f.since)),
+        failing_since: failing.map(|f| crate::text::rfc3339(f.since)),
         failing_keys: failing.map(|f| f.keys),
         digest: snap.as_ref().map(|s| s.digest.clone()),
         source: e.source.to_string(),
-        loaded_at: snap.as_ref().map(|s| rfc3339(s.loaded_at)),
+        loaded_at: snap.as_ref().map(|s| crate::text::rfc3339(s.loaded_at)),
         loads: e.loads,
         rejections: e.rejections.values().sum(),
         last_error: e.last_error.clone(),
@@ -327,16 +327,6 @@ fn memory(s: &controller::Snapshot, share: Option<&u64>) -> GuestMemory {
         peak_instance_bytes: s.peak_memory_bytes,
         compiled_bytes: s.compiled_bytes as u64,
     }
-}
-
-pub(super) fn rfc3339(t: SystemTime) -> String {
-    k8s_openapi::jiff::Timestamp::try_from(t)
-        .map(|t| {
-            t.round(k8s_openapi::jiff::Unit::Second)
-                .unwrap_or(t)
-                .to_string()
-        })
-        .unwrap_or_default()
 }
 
 /// What a tenant reads after a grant refusal its operator could lift: which setting of the

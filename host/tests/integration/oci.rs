@@ -253,25 +253,6 @@ async fn push_image(reg: &TestRegistry, path: &str, layer: Vec<u8>) -> ModuleRef
     at(reg, path)
 }
 
-/// A `kubernetes.io/dockerconfigjson` Secret `registry-login` holding `json`.
-fn dockerconfig(json: String) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some("registry-login".into()),
-            ..Default::default()
-        },
-        type_: Some("kubernetes.io/dockerconfigjson".into()),
-        data: Some(
-            [(
-                ".dockerconfigjson".to_string(),
-                k8s_openapi::ByteString(json.into_bytes()),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    }
-}
-
 /// Waits until guest `name` serves the module whose sha256 is `digest`.
 async fn serving(sup: &reconciled::supervisor::Supervisor, name: &str, digest: &str, what: &str) {
     wait_until(what, Duration::from_secs(180), || {
@@ -340,7 +321,7 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
     secrets
         .create(
             &PostParams::default(),
-            &dockerconfig(reg.dockerconfigjson()),
+            &common::registry_login(reg.dockerconfigjson()),
         )
         .await
         .unwrap();
@@ -463,7 +444,7 @@ async fn a_tenants_typescript_guest_named_by_reference_loads_reloads_and_survive
     // Bad credentials, a registry tenants may not use, an unreachable one.
     secrets
         .replace("registry-login", &PostParams::default(), &{
-            let mut s = dockerconfig(
+            let mut s = common::registry_login(
                 serde_json::json!({"auths": {host.clone(): {"username": reg.user(), "password": "wrong"}}})
                     .to_string(),
             );
@@ -539,7 +520,7 @@ async fn an_operators_guest_named_by_tag_in_the_host_config_follows_the_tag() {
     let ns = "oci-operator";
     common::namespace(&admin, ns).await;
     let reg = TestRegistry::start().unwrap();
-    let secret = dockerconfig(reg.dockerconfigjson());
+    let secret = common::registry_login(reg.dockerconfigjson());
     Api::<Secret>::namespaced(admin.clone(), ns)
         .create(&PostParams::default(), &secret)
         .await

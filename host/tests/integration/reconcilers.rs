@@ -143,6 +143,20 @@ fn policy(ns: &str, registries: &[&str]) -> TenantPolicy {
     common::only(&[ns], policy)
 }
 
+/// [`tenant`], with `stamp_v1` in the unlabelled ConfigMap `mods`, key `stamp.wasm`; returns
+/// the module too.
+async fn tenant_with_module(cp: &ControlPlane, ns: &str) -> (Api<ConfigMap>, Vec<u8>) {
+    let cms = tenant(cp, ns).await;
+    let stamp = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
+    cms.create(
+        &PostParams::default(),
+        &module_configmap("mods", "stamp.wasm", &stamp, false),
+    )
+    .await
+    .unwrap();
+    (cms, stamp)
+}
+
 /// A tenant namespace with the CRDs installed and a `work` ConfigMap for `stamp` to stamp.
 async fn tenant(cp: &ControlPlane, ns: &str) -> Api<ConfigMap> {
     common::reconciler_crds(cp);
@@ -162,7 +176,10 @@ async fn a_reconciler_serves_from_a_registry_records_its_revisions_and_rolls_bac
     let admin = cp.admin_client();
     let reg = TestRegistry::start().unwrap();
     Api::<Secret>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &registry_login(&reg))
+        .create(
+            &PostParams::default(),
+            &common::registry_login(reg.dockerconfigjson()),
+        )
         .await
         .unwrap();
     let client = Arc::new(
@@ -328,24 +345,6 @@ async fn a_reconciler_serves_from_a_registry_records_its_revisions_and_rolls_bac
     drop(source);
 }
 
-fn registry_login(reg: &TestRegistry) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some("registry-login".into()),
-            ..Default::default()
-        },
-        type_: Some("kubernetes.io/dockerconfigjson".into()),
-        data: Some(
-            [(
-                ".dockerconfigjson".to_string(),
-                k8s_openapi::ByteString(reg.dockerconfigjson().into_bytes()),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    }
-}
-
 /// A ConfigMap holding `module` under binaryData key `key`, labelled as a module source or not.
 fn module_configmap(name: &str, key: &str, module: &[u8], labelled: bool) -> ConfigMap {
     ConfigMap {
@@ -363,15 +362,8 @@ fn module_configmap(name: &str, key: &str, module: &[u8], labelled: bool) -> Con
 async fn bad_reconcilers_get_a_condition_and_one_event_and_change_nothing_that_serves() {
     let cp = ControlPlane::shared();
     let ns = "rec-refusals";
-    let cms = tenant(cp, ns).await;
+    let (cms, stamp) = tenant_with_module(cp, ns).await;
     let admin = cp.admin_client();
-    let stamp = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
-    cms.create(
-        &PostParams::default(),
-        &module_configmap("mods", "stamp.wasm", &stamp, false),
-    )
-    .await
-    .unwrap();
     cms.create(
         &PostParams::default(),
         &module_configmap("clash", "rec.wasm", &stamp, true),
@@ -568,15 +560,8 @@ async fn bad_reconcilers_get_a_condition_and_one_event_and_change_nothing_that_s
 async fn among_replicas_only_the_owner_writes_status_and_posts_events() {
     let cp = ControlPlane::shared();
     let ns = "rec-replicas";
-    let cms = tenant(cp, ns).await;
+    let (cms, _) = tenant_with_module(cp, ns).await;
     let admin = cp.admin_client();
-    let stamp = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
-    cms.create(
-        &PostParams::default(),
-        &module_configmap("mods", "stamp.wasm", &stamp, false),
-    )
-    .await
-    .unwrap();
     let leases = "rec-replicas-leases";
     common::namespace(&admin, leases).await;
     let mut hosts: Vec<(Arc<Supervisor>, ReconcilerSource, TempDir)> = Vec::new();

@@ -414,12 +414,13 @@ impl Status {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
 
-    pub(super) fn guest(name: &str, state: GuestState) -> GuestStatus {
+    /// A guest of `state` with nothing else to say, for tests to fill in.
+    pub(crate) fn guest(name: &str, state: GuestState) -> GuestStatus {
         GuestStatus {
             name: name.into(),
             state,

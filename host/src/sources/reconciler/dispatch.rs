@@ -32,11 +32,14 @@ pub(super) struct Dispatch {
     pub(super) revisions: Store,
 }
 
-/// A pinned revision's number, module and digest.
-struct Pinned {
-    number: u64,
-    module: String,
-    digest: String,
+/// What every fetch of a guest's module needs: whose it is, and how and as whom it runs.
+struct Job {
+    guest: String,
+    source: Source,
+    settings: Settings,
+    account: crate::guest::identity::ServiceAccount,
+    /// The pull secret `spec.module.pullSecret` names, for an image.
+    pull_secret: Option<String>,
 }
 
 /// `source` (a Reconciler's) naming `module` as where this version comes from.
@@ -138,7 +141,14 @@ impl Dispatch {
                     _ => None,
                 };
                 drop(table);
-                self.run(&guest, source, from, *settings, account, pull_secret);
+                let job = Job {
+                    guest,
+                    source,
+                    settings: *settings,
+                    account,
+                    pull_secret,
+                };
+                self.run(job, from);
             }
         }
     }
@@ -149,200 +159,140 @@ impl Dispatch {
         self.reads.lock().unwrap().remove(guest);
     }
 
-    /// Fetches the module `from` names and offers it as `guest`'s, with `settings`.
-    fn run(
-        &self,
-        guest: &str,
-        source: Source,
-        from: From,
-        settings: Settings,
-        account: crate::guest::identity::ServiceAccount,
-        pull_secret: Option<String>,
-    ) {
-        let with_module = |module: String| with_module(&source, module);
-        let min_interval = Duration::from_millis(self.policy.min_reload_interval_ms);
+    /// Fetches the module `from` names and offers it for `job`.
+    fn run(&self, job: Job, from: From) {
         match from {
             From::Spec(Module::Image { reference, .. }) => {
-                self.reads.lock().unwrap().remove(guest);
                 let Ok(parsed) = reference.parse::<ModuleRef>() else {
                     return; // `decide` refused it already.
                 };
-                self.refs.follow(
-                    &self.supervisor,
-                    &self.policy,
-                    Followed {
-                        name: guest.to_string(),
-                        source: with_module(format!(
-                            "oci://{}/{}",
-                            parsed.registry(),
-                            parsed.repository()
-                        )),
-                        settings,
-                        account,
-                        what: "spec.module.image".into(),
-                        reference,
-                        pull_secret,
-                    },
-                );
+                self.follow(job, &parsed, reference, "spec.module.image".into());
             }
             From::Spec(Module::ConfigMap { name, key }) => {
-                self.refs.stop(guest);
-                let source = with_module(format!("configmap/{name}/{key}"));
-                self.read_configmap(
-                    guest,
-                    source,
-                    settings,
-                    account,
-                    &name,
-                    &key,
-                    None,
-                    min_interval,
-                );
+                let job = Job {
+                    source: with_module(&job.source, format!("configmap/{name}/{key}")),
+                    ..job
+                };
+                self.read_configmap(job, &name, &key, None);
             }
             From::Revision {
                 number,
                 module,
                 digest,
-            } => {
-                let pinned = Pinned {
-                    number,
-                    module,
-                    digest,
-                };
-                self.run_revision(guest, source, pinned, settings, account, pull_secret);
-            }
+            } => self.run_revision(job, number, module, digest),
         }
     }
 
-    /// Offers the module of a pinned revision: from the registry client's cache when this
-    /// process pulled it before, else pulled again by its manifest digest, or read again from
-    /// its ConfigMap if it is still there.
-    fn run_revision(
-        &self,
-        guest: &str,
-        source: Source,
-        pinned: Pinned,
-        settings: Settings,
-        account: crate::guest::identity::ServiceAccount,
-        pull_secret: Option<String>,
-    ) {
-        let Pinned {
-            number,
-            module,
-            digest,
-        } = pinned;
-        let with_module = |module: String| with_module(&source, module);
-        let min_interval = Duration::from_millis(self.policy.min_reload_interval_ms);
+    /// Offers the module of pinned revision `number`: from the registry client's cache when
+    /// this process pulled it before, else pulled again by its manifest digest, or read again
+    /// from its ConfigMap if it still holds it.
+    fn run_revision(&self, job: Job, number: u64, module: String, digest: String) {
         if let Some(image) = module.strip_prefix("oci://") {
             let Ok(parsed) = image.parse::<ModuleRef>() else {
-                self.stop(guest);
                 let message = format!(
                     "revision {number} records module {module:?}, which is not an OCI reference; pick another revision"
                 );
-                self.supervisor.offer(
-                    guest,
-                    refused(with_module(module.clone()), settings, message),
-                );
-                return;
+                return self.refuse(job, message);
             };
-            if let Some(bytes) =
-                self.registry
-                    .cached(parsed.registry(), parsed.repository(), &digest)
+            match self
+                .registry
+                .cached(parsed.registry(), parsed.repository(), &digest)
             {
                 // The host pulled this very module for this Reconciler before.
-                self.stop(guest);
-                self.supervisor.offer(
-                    guest,
-                    Offer::Load {
-                        source: with_module(module.clone()),
-                        settings,
+                Some(bytes) => {
+                    self.stop(&job.guest);
+                    let offer = Offer::Load {
+                        source: with_module(&job.source, module.clone()),
+                        settings: job.settings,
                         read: Box::new(move || Ok((bytes.to_vec(), Some(digest)))),
-                        min_interval,
-                    },
-                );
-                return;
+                        min_interval: self.min_interval(),
+                    };
+                    self.supervisor.offer(&job.guest, offer);
+                }
+                None => self.follow(
+                    job,
+                    &parsed,
+                    image.to_string(),
+                    format!("revision {number}'s module"),
+                ),
             }
-            self.reads.lock().unwrap().remove(guest);
-            self.refs.follow(
-                &self.supervisor,
-                &self.policy,
-                Followed {
-                    name: guest.to_string(),
-                    source: with_module(format!(
-                        "oci://{}/{}",
-                        parsed.registry(),
-                        parsed.repository()
-                    )),
-                    settings,
-                    account,
-                    what: format!("revision {number}'s module"),
-                    reference: image.to_string(),
-                    pull_secret,
-                },
-            );
         } else if let Some((name, key)) = module
             .strip_prefix("configmap/")
             .and_then(|m| m.split_once('/'))
         {
-            self.refs.stop(guest);
-            let source = with_module(module.clone());
-            let pinned = Some((number, digest));
-            self.read_configmap(
-                guest,
-                source,
-                settings,
-                account,
-                name,
-                key,
-                pinned,
-                min_interval,
-            );
+            let job = Job {
+                source: with_module(&job.source, module.clone()),
+                ..job
+            };
+            self.read_configmap(job, name, key, Some((number, digest)));
         } else {
-            self.stop(guest);
             let message = format!(
                 "revision {number} records module {module:?}, which this host cannot read; pick another revision"
             );
-            self.supervisor
-                .offer(guest, refused(source, settings, message));
+            self.refuse(job, message);
         }
     }
 
-    /// Reads key `key` of ConfigMap `name` as `account` and offers it; with `pinned`, only if
-    /// it still holds that revision's module.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the guest, what it runs as, and where its module is: each a plain value"
-    )]
-    fn read_configmap(
-        &self,
-        guest: &str,
-        source: Source,
-        settings: Settings,
-        account: crate::guest::identity::ServiceAccount,
-        name: &str,
-        key: &str,
-        pinned: Option<(u64, String)>,
-        min_interval: Duration,
-    ) {
+    /// Refuses `job` with `message`: nothing fetches its module any more, and what serves stays.
+    fn refuse(&self, job: Job, message: String) {
+        self.stop(&job.guest);
+        self.supervisor
+            .offer(&job.guest, refused(job.source, job.settings, message));
+    }
+
+    fn min_interval(&self) -> Duration {
+        Duration::from_millis(self.policy.min_reload_interval_ms)
+    }
+
+    /// Follows `reference` (`parsed`, written at `what`) in its registry for `job`; its offers
+    /// name the manifest each pull resolved to.
+    fn follow(&self, job: Job, parsed: &ModuleRef, reference: String, what: String) {
+        self.reads.lock().unwrap().remove(&job.guest);
+        let module = format!("oci://{}/{}", parsed.registry(), parsed.repository());
+        self.refs.follow(
+            &self.supervisor,
+            &self.policy,
+            Followed {
+                source: with_module(&job.source, module),
+                name: job.guest,
+                settings: job.settings,
+                account: job.account,
+                what,
+                reference,
+                pull_secret: job.pull_secret,
+            },
+        );
+    }
+
+    /// Reads key `key` of ConfigMap `name` as `job`'s ServiceAccount and offers it; with
+    /// `pinned` (a revision's number and digest), only if it still holds that module.
+    fn read_configmap(&self, job: Job, name: &str, key: &str, pinned: Option<(u64, String)>) {
+        self.refs.stop(&job.guest);
         let generation = self
             .generations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.reads
             .lock()
             .unwrap()
-            .insert(guest.to_string(), generation);
-        let (sup, reads, guest, name, key) = (
+            .insert(job.guest.clone(), generation);
+        let (sup, reads, name, key) = (
             Arc::downgrade(&self.supervisor),
             Arc::downgrade(&self.reads),
-            guest.to_string(),
             name.to_string(),
             key.to_string(),
         );
-        let max = self.policy.max_module_bytes;
+        let (max, min_interval) = (self.policy.max_module_bytes, self.min_interval());
         tokio::spawn(async move {
             let Some(supervisor) = sup.upgrade() else {
                 return;
             };
+            let Job {
+                guest,
+                source,
+                settings,
+                account,
+                ..
+            } = job;
             let outcome = match supervisor.identities().client(Some(&account)) {
                 Ok(client) => module::fetch(client, &account, &name, &key, max).await,
                 Err(e) => Err(module::Error::Identity {

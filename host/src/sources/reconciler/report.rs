@@ -128,7 +128,7 @@ pub(super) async fn run(inputs: Inputs) {
                 owner: owner.as_deref(),
                 shard,
             };
-            let now = rfc3339(SystemTime::now());
+            let now = crate::text::rfc3339(SystemTime::now());
             let doc = status::document(&view, &previous, &now);
             if !status::due(memory.written.get(guest), &doc, Instant::now(), pace) {
                 continue;
@@ -199,7 +199,7 @@ async fn record(
             let served_from = status
                 .loaded_at
                 .clone()
-                .unwrap_or_else(|| rfc3339(SystemTime::now()));
+                .unwrap_or_else(|| crate::text::rfc3339(SystemTime::now()));
             let new = revisions::New {
                 namespace: &r.namespace,
                 reconciler: &r.name,
@@ -240,7 +240,7 @@ async fn record(
             client,
             &r.namespace,
             &before,
-            json!({ "servedUntil": rfc3339(SystemTime::now()) }),
+            json!({ "servedUntil": crate::text::rfc3339(SystemTime::now()) }),
         )
         .await
     {
@@ -285,14 +285,4 @@ async fn write_status(
     )
     .await
     .map(|_| ())
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    k8s_openapi::jiff::Timestamp::try_from(t)
-        .map(|t| {
-            t.round(k8s_openapi::jiff::Unit::Second)
-                .unwrap_or(t)
-                .to_string()
-        })
-        .unwrap_or_default()
 }

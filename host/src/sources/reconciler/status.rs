@@ -340,30 +340,11 @@ pub(crate) fn due(last: Option<&Written>, doc: &Value, now: Instant, pace: Pace)
 mod tests {
     use super::*;
     use crate::guest::Blame;
-    use crate::ops::status::Reconciles;
 
     fn guest(state: GuestState) -> GuestStatus {
         GuestStatus {
-            name: "team-a/rec".into(),
-            state,
-            reason: None,
-            blame: None,
-            failing_since: None,
-            failing_keys: None,
             digest: Some("ab".repeat(32)),
-            source: "reconciler team-a/rec".into(),
-            loaded_at: None,
-            loads: 1,
-            rejections: 0,
-            last_error: None,
-            last_load_ms: None,
-            reconciles: Reconciles::default(),
-            queued: 0,
-            informers: Vec::new(),
-            memory: None,
-            shard: None,
-            owner: None,
-            shadow: None,
+            ..crate::ops::status::tests::guest("team-a/rec", state)
         }
     }
 

@@ -294,3 +294,23 @@ pub fn tenants(kinds: &[&str]) -> reconciled::sources::configmap::TenantPolicy {
         ..Default::default()
     }
 }
+
+/// A `kubernetes.io/dockerconfigjson` Secret `registry-login` holding `json`: the pull secret
+/// `deploy/tenant.yaml` lets a tenant's ServiceAccount read.
+pub fn registry_login(json: String) -> k8s_openapi::api::core::v1::Secret {
+    k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("registry-login".into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/dockerconfigjson".into()),
+        data: Some(
+            [(
+                ".dockerconfigjson".to_string(),
+                k8s_openapi::ByteString(json.into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    }
+}
