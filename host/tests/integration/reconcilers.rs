@@ -60,6 +60,14 @@ fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// The message of condition `type_` of `status`.
+fn message_of(status: &Value, type_: &str) -> String {
+    condition(status, type_).unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// Waits until Reconciler `name`'s status satisfies `ok`; returns it.
 async fn wait_status(
     api: &Api<DynamicObject>,
@@ -303,10 +311,7 @@ async fn a_reconciler_serves_from_a_registry_records_its_revisions_and_rolls_bac
         is(s, "Accepted", "False", "NoSuchRevision")
     })
     .await;
-    let message = condition(&status, "Accepted").unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let message = message_of(&status, "Accepted");
     assert!(
         message.contains("it has [2, 3]") && message.ends_with("revision 2 keeps serving"),
         "{message}"
@@ -428,10 +433,7 @@ async fn bad_reconcilers_get_a_condition_and_one_event_and_change_nothing_that_s
             is(s, "Accepted", "False", reason)
         })
         .await;
-        let message = condition(&status, "Accepted").unwrap()["message"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let message = message_of(&status, "Accepted");
         assert!(message.contains(says), "{message}");
         assert!(
             is(&status, "Ready", "True", "Serving"),
@@ -461,10 +463,7 @@ async fn bad_reconcilers_get_a_condition_and_one_event_and_change_nothing_that_s
         |s| is(s, "Degraded", "True", "NewVersionRejected"),
     )
     .await;
-    let message = condition(&status, "Degraded").unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let message = message_of(&status, "Degraded");
     assert!(message.contains("someone-else"), "{message}");
     assert!(is(&status, "Ready", "True", "Serving"), "{status:#}");
     assert_eq!(
@@ -488,10 +487,7 @@ async fn bad_reconcilers_get_a_condition_and_one_event_and_change_nothing_that_s
         is(s, "Accepted", "False", "NameTaken")
     })
     .await;
-    let message = condition(&status, "Accepted").unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let message = message_of(&status, "Accepted");
     assert!(
         message.contains(&format!(
             "Reconciler {ns}/clash and the labelled ConfigMap {ns}/clash"
@@ -499,6 +495,15 @@ async fn bad_reconcilers_get_a_condition_and_one_event_and_change_nothing_that_s
         "{message}"
     );
     assert!(is(&status, "Ready", "False", "NotAccepted"), "{status:#}");
+    common::wait::wait_event(
+        &admin,
+        ns,
+        "clash",
+        "NameTaken",
+        "this ConfigMap's guests serve on",
+        Duration::from_secs(30),
+    )
+    .await;
     assert!(
         sup.controller(&format!("{ns}/clash/rec")).is_some(),
         "the ConfigMap's guest serves on"

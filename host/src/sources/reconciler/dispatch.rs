@@ -101,6 +101,22 @@ impl Dispatch {
                         refusal.reason,
                         format!("Reconciler {guest} not accepted: {}", refusal.message),
                     );
+                    // Both sides hear of a clash of names: the ConfigMap's guests serve on.
+                    if refusal.reason == "NameTaken"
+                        && let Some(cm) = self.labelled.get(&guest)
+                    {
+                        let on = Source::ConfigMap {
+                            namespace: r.namespace.clone(),
+                            name: cm.name().to_string(),
+                            key: String::new(),
+                            uid: cm.uid().to_string(),
+                        };
+                        let message = format!(
+                            "Reconciler {guest} was refused because this labelled ConfigMap already delivers reconcilers under its name; this ConfigMap's guests serve on"
+                        );
+                        self.supervisor
+                            .event(&guest, &on, Type::Warning, refusal.reason, message);
+                    }
                 }
                 t.verdict = Err(refusal);
             }
