@@ -155,7 +155,7 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, Error> {
     let mut keys: Vec<&String> = cm.binary_data.keys().collect();
     keys.sort();
     let mut by_stem: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
-    let (refs, settings) = text_keys(&cm.data);
+    let TextKeys { refs, settings } = text_keys(&cm.data);
     for key in keys {
         let Some(stem) = key
             .strip_suffix(".wasm.gz")
@@ -170,7 +170,7 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, Error> {
                 source,
             })?;
         by_stem
-            .entry(stem.replace('_', "-").to_lowercase())
+            .entry(stem_of(stem))
             .or_default()
             .push((key.clone(), bytes));
     }
@@ -226,39 +226,46 @@ pub(crate) fn modules_of(json: &[u8]) -> Result<Modules, Error> {
     })
 }
 
-/// The `data` keys a ConfigMap's modules use, by normalised stem: `<stem>.wasm.ref` keys (a
-/// stem may have several, which are refused as duplicates), and `<stem>.settings.json` keys.
-#[expect(
-    clippy::type_complexity,
-    reason = "two maps by stem, each used once by the caller"
-)]
-fn text_keys(
-    data: &HashMap<String, String>,
-) -> (
-    BTreeMap<String, Vec<(String, String)>>,
-    BTreeMap<String, SettingsKey>,
-) {
-    let mut refs: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-    let mut settings: BTreeMap<String, SettingsKey> = BTreeMap::new();
+/// The guest-name part of a key's stem: `My_Rec` and `my-rec` name one guest.
+fn stem_of(stem: &str) -> String {
+    stem.replace('_', "-").to_lowercase()
+}
+
+/// The `data` keys a ConfigMap's modules use, by normalised stem.
+#[derive(Debug, Default)]
+struct TextKeys {
+    /// `<stem>.wasm.ref` keys with their references: a stem may have several, which are
+    /// refused as duplicates.
+    refs: BTreeMap<String, Vec<(String, String)>>,
+    /// `<stem>.settings.json` keys.
+    settings: BTreeMap<String, SettingsKey>,
+}
+
+/// The module references and settings among `data`'s keys.
+fn text_keys(data: &HashMap<String, String>) -> TextKeys {
+    let mut found = TextKeys::default();
     let mut keys: Vec<&String> = data.keys().collect();
     keys.sort();
     for key in keys {
         if let Some(stem) = key.strip_suffix(".wasm.ref") {
-            refs.entry(stem.replace('_', "-").to_lowercase())
+            found
+                .refs
+                .entry(stem_of(stem))
                 .or_default()
                 .push((key.clone(), data[key].trim().to_string()));
         } else if let Some(stem) = key.strip_suffix(SETTINGS_SUFFIX) {
             // Two keys for one stem (`a_b` and `a-b`): the first in key order; the module
             // keys of such a pair are refused as duplicates anyway.
-            settings
-                .entry(stem.replace('_', "-").to_lowercase())
+            found
+                .settings
+                .entry(stem_of(stem))
                 .or_insert_with(|| SettingsKey {
                     key: key.clone(),
                     text: data[key].clone(),
                 });
         }
     }
-    (refs, settings)
+    found
 }
 
 /// The module bytes of key `key`: as is, or gunzipped for `.wasm.gz`, refusing more than `max`
@@ -331,4 +338,52 @@ pub fn pack(
         },
         "binaryData": { key: base64::engine::general_purpose::STANDARD.encode(bytes) },
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configmap(data: serde_json::Value, binary: &[&str]) -> Modules {
+        let binary: serde_json::Map<String, serde_json::Value> = binary
+            .iter()
+            .map(|k| {
+                let b64 = base64::engine::general_purpose::STANDARD.encode(b"module");
+                (k.to_string(), b64.into())
+            })
+            .collect();
+        let json = serde_json::json!({
+            "metadata": { "uid": "u-1" },
+            "data": data,
+            "binaryData": binary,
+        });
+        modules_of(json.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_settings_key_goes_with_the_module_of_its_stem_however_the_stem_is_spelt() {
+        let m = configmap(
+            serde_json::json!({
+                "My_Rec.settings.json": "{\"v\": 1}",
+                "other.wasm.ref": "r.example/a:1",
+                "other.settings.json": "[1]",
+            }),
+            &["my-rec.wasm", "lonely.wasm"],
+        );
+        let by_stem: BTreeMap<&str, Option<&SettingsKey>> = m
+            .modules
+            .iter()
+            .map(|p| (p.stem.as_str(), p.settings.as_ref()))
+            .collect();
+        let mine = by_stem["my-rec"].expect("My_Rec's settings are my-rec's");
+        assert_eq!(mine.key, "My_Rec.settings.json");
+        assert_eq!(mine.parse().unwrap().as_str(), r#"{"v":1}"#);
+        assert!(by_stem["lonely"].is_none(), "no settings key, no settings");
+        let named = &m.refs[0];
+        let e = named.settings.as_ref().unwrap().parse().unwrap_err();
+        assert!(
+            e.starts_with("key \"other.settings.json\": ") && e.contains("not a JSON object"),
+            "a bad key is named: {e}"
+        );
+    }
 }
