@@ -369,6 +369,46 @@ async fn reconciler_as_the_team(cp: &ControlPlane, admin: &kube::Client, ns: &st
         revision.data["spec"]["source"],
         "configmap/modules/stamp.wasm"
     );
+
+    // A ServiceAccount outside the host's impersonation rule: refused before any load, naming
+    // the rule to widen.
+    let stranger: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "reconciled.dev/v1alpha1",
+        "kind": "Reconciler",
+        "metadata": { "name": "stranger" },
+        "spec": {
+            "module": { "configMapRef": { "name": "modules", "key": "stamp.wasm" } },
+            "serviceAccountName": "someone-else",
+        },
+    }))
+    .unwrap();
+    reconcilers
+        .create(&PostParams::default(), &stranger)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let accepted = loop {
+        let status = reconcilers.get("stranger").await.unwrap().data["status"].clone();
+        let accepted = status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Accepted").cloned());
+        if let Some(a) = accepted.filter(|a| a["status"] == "False") {
+            break a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stranger's Reconciler was not refused: {status:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(accepted["reason"], "ServiceAccountNotAllowed", "{accepted}");
+    assert!(
+        accepted["message"]
+            .as_str()
+            .unwrap()
+            .contains("impersonate:serviceaccount rule of ClusterRole reconciled-host"),
+        "{accepted}"
+    );
 }
 
 fn holder(lease: &Lease) -> Option<&str> {

@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use super::dispatch::Dispatch;
+use super::impersonation;
 use super::revisions;
 use super::spec::{self, From, Module, Reconciler, Wanted};
 use crate::informer::factory::InformerFactory;
@@ -25,7 +26,10 @@ pub(super) struct Loop {
     pub(super) factory: Arc<InformerFactory>,
     /// Metadata-only watches of the ConfigMaps Reconcilers name, by (namespace, name).
     pub(super) watched: HashMap<(String, String), AbortHandle>,
-    pub(super) changed_tx: mpsc::UnboundedSender<(String, String)>,
+    /// Where the loop's own tasks tell it what changed.
+    pub(super) pokes: mpsc::UnboundedSender<Poke>,
+    /// What is known of the ServiceAccounts Reconcilers name.
+    pub(super) impersonation: impersonation::Shared,
 }
 
 impl Loop {
@@ -34,7 +38,7 @@ impl Loop {
         mut reconcilers: Subscription,
         mut revisions: Subscription,
         mut labelled: Subscription,
-        mut changed: mpsc::UnboundedReceiver<(String, String)>,
+        mut pokes: mpsc::UnboundedReceiver<Poke>,
     ) {
         let store = reconcilers.informer().store().clone();
         let mut access = self.dispatch.supervisor.access_changes();
@@ -88,14 +92,27 @@ impl Loop {
                         .collect();
                     self.sync_guests(&store, &names, false);
                 }
-                Some((ns, cm)) = changed.recv() => {
-                    let names: Vec<String> = (self.dispatch.table.lock().unwrap())
-                        .iter()
-                        .filter(|(_, t)| t.reconciler.namespace == ns && names_configmap(&t.reconciler, &cm))
-                        .map(|(g, _)| g.clone())
-                        .collect();
-                    self.sync_guests(&store, &names, true);
-                }
+                Some(poke) = pokes.recv() => match poke {
+                    Poke::ConfigMap(ns, cm) => {
+                        let names: Vec<String> = (self.dispatch.table.lock().unwrap())
+                            .iter()
+                            .filter(|(_, t)| t.reconciler.namespace == ns && names_configmap(&t.reconciler, &cm))
+                            .map(|(g, _)| g.clone())
+                            .collect();
+                        self.sync_guests(&store, &names, true);
+                    }
+                    Poke::Answered(ns) => {
+                        // Every Reconciler of the namespace: one waiting for this answer has no
+                        // entry in the table yet.
+                        let names: Vec<String> = store
+                            .all()
+                            .iter()
+                            .filter(|o| o.namespace() == Some(ns.as_str()))
+                            .map(guest_of)
+                            .collect();
+                        self.sync_guests(&store, &names, false);
+                    }
+                },
                 ns = access.recv() => {
                     let only = match ns {
                         Ok(ns) if !ns.is_empty() => Some(ns),
@@ -129,13 +146,32 @@ impl Loop {
             tracing::warn!(object = %o.name(), "ignoring a Reconciler without a name");
             return;
         };
+        let allowed = match &r.spec {
+            Ok(spec) => match self.may_act_as(&r.namespace, &spec.service_account) {
+                Some(allowed) => allowed,
+                // Judged again when the answer comes.
+                None => return,
+            },
+            Err(_) => Ok(()),
+        };
         let d = &self.dispatch;
         let guest = r.guest();
         let taken_by = d.labelled.get(&guest).map(|cm| cm.name().to_string());
         let revisions = revisions_of(&d.revisions, &r.namespace, &r.uid);
-        let decision = match &r.spec {
-            Err(e) => Err(e.clone()),
-            Ok(spec) => spec::decide(&r, spec, &d.policy, taken_by.as_deref(), &revisions),
+        let decision = match (&r.spec, allowed) {
+            (Err(e), _) => Err(e.clone()),
+            (Ok(spec), Ok(())) => {
+                spec::decide(&r, spec, &d.policy, taken_by.as_deref(), &revisions)
+            }
+            // The policy's own refusals (namespace, name) come first: they say more.
+            (Ok(spec), Err(refused)) => {
+                match spec::decide(&r, spec, &d.policy, taken_by.as_deref(), &revisions) {
+                    // Suspended needs no ServiceAccount: it unloads.
+                    Ok(Wanted::Suspended) => Ok(Wanted::Suspended),
+                    Ok(Wanted::Run { .. }) => Err(refused),
+                    Err(policy) => Err(policy),
+                }
+            }
         };
         let configmap = match (&decision, &r.spec) {
             (
@@ -159,6 +195,35 @@ impl Loop {
         };
         d.apply(&r, decision, force);
         self.watch_configmaps(configmap.map(|cm| (r.namespace.clone(), cm)));
+    }
+
+    /// Whether the host may act as `namespace/name`: `None` while the API server is being asked
+    /// (the loop hears when it has answered).
+    fn may_act_as(&self, namespace: &str, name: &str) -> Option<Result<(), spec::Refusal>> {
+        let now = std::time::Instant::now();
+        match self
+            .impersonation
+            .lock()
+            .unwrap()
+            .look(namespace, name, now)
+        {
+            impersonation::Known::Answer(answer) => return Some(answer),
+            impersonation::Known::Asking => return None,
+            impersonation::Known::Ask => {}
+        }
+        let client = self.dispatch.supervisor.identities().host().clone();
+        let (checks, pokes) = (self.impersonation.clone(), self.pokes.clone());
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        tokio::spawn(async move {
+            let answer = impersonation::ask(&client, &namespace, &name).await;
+            let now = std::time::Instant::now();
+            checks
+                .lock()
+                .unwrap()
+                .answer(&namespace, &name, answer, now);
+            let _ = pokes.send(Poke::Answered(namespace));
+        });
+        None
     }
 
     /// Keeps a metadata-only watch of each ConfigMap some Reconciler reads its module from
@@ -210,13 +275,16 @@ impl Loop {
             let Ok(mut sub) = self.factory.subscribe(key, &[]) else {
                 continue;
             };
-            let tx = self.changed_tx.clone();
-            let id = (ns.clone(), name.clone());
+            let tx = self.pokes.clone();
+            let (namespace, configmap) = (ns.clone(), name.clone());
             let task = tokio::spawn(async move {
                 // Every change, the first list's Added included: that costs one more read of
                 // the ConfigMap, whose module the supervisor then finds unchanged.
                 while sub.recv().await.is_some() {
-                    if tx.send(id.clone()).is_err() {
+                    if tx
+                        .send(Poke::ConfigMap(namespace.clone(), configmap.clone()))
+                        .is_err()
+                    {
                         return;
                     }
                 }
@@ -240,6 +308,14 @@ impl Loop {
         self.dispatch.supervisor.offer(&guest, Offer::Remove);
         self.watch_configmaps(None);
     }
+}
+
+/// What the loop's own tasks tell it.
+pub(super) enum Poke {
+    /// ConfigMap (namespace, name), which a Reconciler reads its module from, changed.
+    ConfigMap(String, String),
+    /// The API server answered whether the host may act as a ServiceAccount of this namespace.
+    Answered(String),
 }
 
 /// Whether `r` reads its module from ConfigMap `cm` of its namespace.

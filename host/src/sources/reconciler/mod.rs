@@ -23,8 +23,8 @@
 //! and status from the replica that owns the guest.
 //!
 //! Where it may surprise:
-//! - A spec the host refuses (a registry not allowed, a revision that does not exist, a name a
-//!   labelled ConfigMap already uses) changes nothing that serves: the revision serving keeps
+//! - A spec the host refuses (a registry not allowed, a ServiceAccount the host may not act as,
+//!   a revision that does not exist, a name a labelled ConfigMap already uses) changes nothing that serves: the revision serving keeps
 //!   serving, and the status and one Warning Event say why the new spec is not taken.
 //! - `spec.suspend` unloads the guest (its informers are released); revisions and status stay.
 //! - `spec.workers` and `spec.limits` are capped by the tenant policy's; `Accepted` says what
@@ -35,6 +35,7 @@
 //!   guest's shard writes its status and revisions, and posts its Events.
 
 mod dispatch;
+mod impersonation;
 mod intake;
 mod module;
 mod report;
@@ -154,7 +155,7 @@ impl ReconcilerSource {
             options,
         }))
         .abort_handle();
-        let (changed_tx, changed_rx) = mpsc::unbounded_channel();
+        let (pokes, poked) = mpsc::unbounded_channel();
         let source = Loop {
             dispatch: Dispatch {
                 supervisor,
@@ -169,10 +170,10 @@ impl ReconcilerSource {
             },
             factory: supervisor_factory,
             watched: HashMap::new(),
-            changed_tx,
+            pokes,
+            impersonation: Default::default(),
         };
-        let run =
-            tokio::spawn(source.run(reconcilers, revisions, labelled, changed_rx)).abort_handle();
+        let run = tokio::spawn(source.run(reconcilers, revisions, labelled, poked)).abort_handle();
         Ok(Self {
             tasks: vec![run, report],
         })
