@@ -86,6 +86,17 @@ impl Drop for Controller {
     }
 }
 
+/// What a version declared in `describe`, as a revision records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declaration {
+    /// The kind it reconciles, `group/version/Kind`.
+    pub for_kind: String,
+    /// Every kind it reads.
+    pub kinds: Vec<String>,
+    /// The namespaces its informers watch; `*` for every namespace (or a cluster-scoped kind).
+    pub namespaces: Vec<String>,
+}
+
 impl Controller {
     /// Describes the module, checks the grant, starts (or joins) informers, handlers and workers.
     /// Its reconciles run in slots of `share`'s scheduler ([`Share::alone`] for a guest that
@@ -272,6 +283,28 @@ impl Controller {
     /// the metrics inside are shared by all versions.
     pub fn context(&self) -> Arc<GuestContext> {
         self.shared.current().ctx.clone()
+    }
+
+    /// What the serving version declared: the kind it reconciles, each kind it reads (sorted),
+    /// and the namespaces its informers watch (sorted; `*` for every namespace).
+    pub fn declaration(&self) -> Declaration {
+        let current = self.shared.current();
+        let mut kinds: Vec<String> = current.ctx.declared.keys().map(|k| k.to_string()).collect();
+        kinds.sort();
+        let mut namespaces = std::collections::BTreeSet::new();
+        for d in current.ctx.declared.values() {
+            match &d.informer.key().scope.namespaces {
+                crate::informer::Namespaces::All => {
+                    namespaces.insert("*".to_string());
+                }
+                crate::informer::Namespaces::Only(set) => namespaces.extend(set.iter().cloned()),
+            }
+        }
+        Declaration {
+            for_kind: current.for_kind.to_string(),
+            kinds,
+            namespaces: namespaces.into_iter().collect(),
+        }
     }
 
     /// Informers the serving version reads.

@@ -357,6 +357,11 @@ async fn reconciler_as_the_team(cp: &ControlPlane, admin: &kube::Client, ns: &st
     assert_eq!(status["owner"], "reconciled-0", "{status:#}");
     let (revisions, _) = kind("ReconcilerRevision");
     let revision = revisions.get("stamp-1").await.unwrap();
+    assert_eq!(
+        revision.data["spec"]["declared"],
+        serde_json::json!({ "for": "v1/ConfigMap", "kinds": ["v1/ConfigMap"], "namespaces": [ns] }),
+        "what the module declared"
+    );
     let err = revisions
         .delete("stamp-1", &kube::api::DeleteParams::default())
         .await

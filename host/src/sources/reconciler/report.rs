@@ -191,11 +191,11 @@ async fn record(
     if uid != r.uid {
         return None;
     }
-    let settings = supervisor.controller(guest)?.guest_settings();
+    let controller = supervisor.controller(guest)?;
+    let settings = controller.guest_settings();
     let number = match revisions::number_for(&known, &digest, &settings) {
         Ok(n) => n,
         Err(n) => {
-            let kinds: Vec<String> = status.informers.iter().map(|i| i.kind.clone()).collect();
             let served_from = status
                 .loaded_at
                 .clone()
@@ -208,7 +208,7 @@ async fn record(
                 digest: &digest,
                 module: &module,
                 settings: &settings,
-                kinds,
+                declared: controller.declaration(),
                 served_from: &served_from,
             };
             if let Err(e) = revisions::create(client, new).await {

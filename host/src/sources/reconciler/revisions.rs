@@ -134,8 +134,8 @@ pub(crate) struct New<'a> {
     pub(crate) digest: &'a str,
     pub(crate) module: &'a str,
     pub(crate) settings: &'a GuestSettings,
-    /// The kinds the module reads, as `group/version/Kind`.
-    pub(crate) kinds: Vec<String>,
+    /// What the module declared.
+    pub(crate) declared: crate::controller::Declaration,
     /// When it started serving, RFC 3339.
     pub(crate) served_from: &'a str,
 }
@@ -170,7 +170,11 @@ pub(crate) async fn create(client: &kube::Client, new: New<'_>) -> Result<(), Er
             "digest": new.digest,
             "source": new.module,
             "settings": settings,
-            "declared": { "kinds": new.kinds },
+            "declared": {
+                "for": new.declared.for_kind,
+                "kinds": new.declared.kinds,
+                "namespaces": new.declared.namespaces,
+            },
         },
     }))
     .expect("a revision is a valid object");
