@@ -37,6 +37,7 @@
 // Shared nouns and helpers, used by every stage.
 pub mod backoff;
 pub mod events;
+pub mod fnv;
 pub mod names;
 pub mod object;
 pub mod selector;
@@ -47,6 +48,9 @@ pub mod informer;
 
 // The guest: runtime, bindings, grant, read-your-writes, and the imports it may call.
 pub mod guest;
+
+// Rollouts: what a progressive rollout asks for, which keys a share takes, and its step machine.
+pub mod rollout;
 
 // The controller: handlers, work queue, workers; one per loaded guest.
 pub mod controller;

@@ -18,10 +18,14 @@ use std::path::{Path, PathBuf};
 const STAGES: &[(&str, &[&str])] = &[
     (
         "shared",
-        &["object", "backoff", "events", "names", "text", "selector"],
+        &[
+            "object", "backoff", "events", "fnv", "names", "text", "selector",
+        ],
     ),
     ("informer", &["informer"]),
     ("guest", &["guest"]),
+    // Decisions a rollout takes, which the controller's routing of keys reads.
+    ("rollout", &["rollout"]),
     ("controller", &["controller"]),
     // Guests run with no cluster: the controller's plan, offline informers, an in-memory server.
     ("offline", &["offline"]),

@@ -1,32 +1,7 @@
 //! Shards: a guest's shard is a hash of its name, so that every replica, whatever its version,
 //! puts a guest on the same shard without asking anyone.
 
-/// FNV-1a, 64 bits: tiny, and its output is fixed by its definition, unlike `std`'s hashers,
-/// which may change between Rust releases (and replicas of two versions meet in a rolling
-/// update).
-#[derive(Debug, Clone, Copy)]
-pub struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv {
-    /// Adds `bytes`.
-    pub fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    /// The hash so far.
-    pub fn finish(&self) -> u64 {
-        self.0
-    }
-}
+pub use crate::fnv::Fnv;
 
 /// The shard of guest `name` among `shards` (at least 1).
 pub fn shard_of(name: &str, shards: u32) -> u32 {

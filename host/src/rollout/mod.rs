@@ -1,0 +1,14 @@
+//! Progressive rollout of a new revision of a guest: first a shadow that runs dry beside the
+//! serving revision, then a growing share of the keys for real, with an analysis that takes the
+//! new revision back on its own when it errs, traps, diverges or slows down.
+//!
+//! Every part here decides and nothing here acts, so that each rule is a unit test:
+//! - [`spec`]: what a rollout asks for (`Reconciler.spec.rollout`, `[guest.rollout]`), checked;
+//! - [`share`]: which keys a canary share takes: a stable hash of `namespace/name`, so that the
+//!   set only grows as the share grows, and every replica agrees on it;
+//! - [`decide`]: the step machine: from what was observed in the current step, stay, advance,
+//!   wait for a person, promote or roll back.
+
+pub mod decide;
+pub mod share;
+pub mod spec;
