@@ -2,7 +2,8 @@
 //! began. Pure; the driver that owns the guest calls it on each look and acts on the verdict.
 //!
 //! Where it may surprise:
-//! - A trap fails a step at once. Error rate and latency are judged only once the step's
+//! - A trap fails a canary step at once (a shadow's writes are compared, not its traps). Error
+//!   rate and latency are judged only once the step's
 //!   `minReconciles` ran, so that two errors in the first three reconciles do not roll back a
 //!   good revision, while a 30% error rate is caught as soon as the step has its sample.
 //! - Errors the cluster caused are not the revision's: only errors blamed on the guest count.

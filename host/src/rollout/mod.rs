@@ -3,7 +3,7 @@
 //! new revision back on its own when it errs, traps, diverges or slows down.
 //!
 //! Every part here decides and nothing here acts, so that each rule is a unit test:
-//! - [`spec`]: what a rollout asks for (`Reconciler.spec.rollout`, `[guest.rollout]`), checked;
+//! - [`spec`]: what a rollout asks for, checked;
 //! - [`share`]: which keys a canary share takes: a stable hash of `namespace/name`, so that the
 //!   set only grows as the share grows, and every replica agrees on it;
 //! - [`decide`]: the step machine: from what was observed in the current step, stay, advance,

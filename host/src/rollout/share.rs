@@ -1,7 +1,8 @@
 //! Which keys a canary share takes. A key's hash is the 64-bit FNV-1a of its `namespace/name`
-//! (the hash Kubernetes' sharded list and watch, KEP-5866, uses), folded (high half into low)
-//! as a guest's shard is, and its bucket is that modulo [`BUCKETS`]; a share of `p` percent
-//! takes the buckets below `p × BUCKETS / 100`.
+//! (the hash function Kubernetes' sharded list and watch, KEP-5866, uses, though over other
+//! input and in ranges, so a share is not a server-side shard), folded (high half into low) as
+//! a guest's shard is, and its bucket is that modulo [`BUCKETS`]; a share of `p` percent takes
+//! the buckets below `p × BUCKETS / 100`.
 //!
 //! Where it may surprise:
 //! - The set only grows as the share grows: every key in the 10% set is in the 50% set, so a

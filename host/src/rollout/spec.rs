@@ -1,5 +1,5 @@
-//! What a rollout asks for: `Reconciler.spec.rollout` (camelCase, as the CRD writes it) or
-//! `[guest.rollout]` in the host config (the same keys), read and checked.
+//! What a rollout asks for, in the camelCase keys of the YAML below (the shape a Reconciler's
+//! `spec.rollout` takes), read and checked.
 //!
 //! ```yaml
 //! rollout:

@@ -30,6 +30,14 @@ impl Supervisor {
         self.offers.lock().unwrap().all_settled(names)
     }
 
+    /// Whether an offer for guest `name` is waiting or being carried out (a load on its way).
+    ///
+    /// Where it may surprise: a source still fetching the module (a pull, a read) has offered
+    /// nothing yet, so this says `false` until it does.
+    pub fn loading(&self, name: &str) -> bool {
+        self.offers.lock().unwrap().is_pending(name)
+    }
+
     /// Whether no offer is waiting or being carried out.
     pub fn offers_idle(&self) -> bool {
         self.offers.lock().unwrap().is_idle()

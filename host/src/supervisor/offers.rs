@@ -143,6 +143,11 @@ impl<T> Slots<T> {
         self.pending.remove(name);
     }
 
+    /// Whether a task is carrying out an offer for `name`, or one waits for it.
+    pub(super) fn is_pending(&self, name: &str) -> bool {
+        self.pending.contains_key(name)
+    }
+
     /// Whether an offer for `name` waits behind the one its task is carrying out.
     pub(super) fn has_newer(&self, name: &str) -> bool {
         self.pending.get(name).is_some_and(Option::is_some)

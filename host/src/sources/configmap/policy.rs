@@ -61,8 +61,9 @@ pub struct TenantPolicy {
     /// this list is what keeps a tenant from pointing it at any address it can reach.
     pub registries: BTreeSet<String>,
     /// Load tenants' `Reconciler` objects (reconciled.dev/v1alpha1) as well as their labelled
-    /// ConfigMaps \[true\]. Needs the CRDs of `deploy/reconcilers.yaml`: without them the
-    /// host stays unready, naming the kind it cannot watch.
+    /// ConfigMaps \[false\]. Needs the CRDs of `deploy/reconcilers.yaml`: without them the
+    /// host stays unready, naming the kind it cannot watch, which is why a host config must
+    /// turn it on (a host upgraded before the CRDs are applied keeps serving).
     pub reconcilers: bool,
     /// Each tenant namespace's share of the host's CPU when tenants compete [1 each];
     /// `[tenants.weights]` with `team-a = 2` gives team-a twice the share of a tenant of weight 1.
@@ -85,7 +86,7 @@ impl Default for TenantPolicy {
             cpu_budget_ms_per_minute: None,
             weights: BTreeMap::new(),
             registries: BTreeSet::new(),
-            reconcilers: true,
+            reconcilers: false,
         }
     }
 }

@@ -74,6 +74,7 @@ impl Dispatch {
             pinned: None,
             history: 5,
             submitted: None,
+            configmap: None,
             said: None,
         });
         t.reconciler = r.clone();
@@ -88,38 +89,7 @@ impl Dispatch {
             module: String::new(),
         };
         match decision {
-            Err(refusal) => {
-                // Nothing that serves changes; say why once per message.
-                t.suspended = false;
-                if t.said.as_deref() != Some(&refusal.message) {
-                    t.said = Some(refusal.message.clone());
-                    tracing::warn!(reconciler = %guest, reason = refusal.reason, "Reconciler refused: {}", refusal.message);
-                    self.supervisor.event(
-                        &guest,
-                        &source,
-                        Type::Warning,
-                        refusal.reason,
-                        format!("Reconciler {guest} not accepted: {}", refusal.message),
-                    );
-                    // Both sides hear of a clash of names: the ConfigMap's guests serve on.
-                    if refusal.reason == "NameTaken"
-                        && let Some(cm) = self.labelled.get(&guest)
-                    {
-                        let on = Source::ConfigMap {
-                            namespace: r.namespace.clone(),
-                            name: cm.name().to_string(),
-                            key: String::new(),
-                            uid: cm.uid().to_string(),
-                        };
-                        let message = format!(
-                            "Reconciler {guest} was refused because this labelled ConfigMap already delivers reconcilers under its name; this ConfigMap's guests serve on"
-                        );
-                        self.supervisor
-                            .event(&guest, &on, Type::Warning, refusal.reason, message);
-                    }
-                }
-                t.verdict = Err(refusal);
-            }
+            Err(refusal) => self.refused(t, r, &source, refusal),
             Ok(Wanted::Suspended) => {
                 t.verdict = Ok(Vec::new());
                 t.said = None;
@@ -167,6 +137,45 @@ impl Dispatch {
                 self.run(job, from);
             }
         }
+    }
+
+    /// Records that `r`'s spec is refused: what serves stays, its fetch stops (so a refused
+    /// edit cannot load a newer module of the spec it replaced), and the refusal is said once per
+    /// message, on the Reconciler and, for a clash of names, on the ConfigMap too.
+    fn refused(&self, t: &mut Tracked, r: &Reconciler, source: &Source, refusal: Refusal) {
+        let guest = r.guest();
+        t.suspended = false;
+        if t.submitted.take().is_some() {
+            self.stop(&guest);
+        }
+        if t.said.as_deref() != Some(&refusal.message) {
+            t.said = Some(refusal.message.clone());
+            tracing::warn!(reconciler = %guest, reason = refusal.reason, "Reconciler refused: {}", refusal.message);
+            self.supervisor.event(
+                &guest,
+                source,
+                Type::Warning,
+                refusal.reason,
+                format!("Reconciler {guest} not accepted: {}", refusal.message),
+            );
+            // Both sides hear of a clash of names: the ConfigMap's guests serve on.
+            if refusal.reason == "NameTaken"
+                && let Some(cm) = self.labelled.get(&guest)
+            {
+                let on = Source::ConfigMap {
+                    namespace: r.namespace.clone(),
+                    name: cm.name().to_string(),
+                    key: String::new(),
+                    uid: cm.uid().to_string(),
+                };
+                let message = format!(
+                    "Reconciler {guest} was refused because this labelled ConfigMap already delivers reconcilers under its name; this ConfigMap's guests serve on"
+                );
+                self.supervisor
+                    .event(&guest, &on, Type::Warning, refusal.reason, message);
+            }
+        }
+        t.verdict = Err(refusal);
     }
 
     /// Stops whatever fetches `guest`'s module: a registry watch, a ConfigMap read in flight.

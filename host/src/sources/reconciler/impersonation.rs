@@ -7,8 +7,9 @@
 //!   `authentication.k8s.io` `serviceaccounts`, Kubernetes 1.35+) or the legacy `impersonate`
 //!   on `serviceaccounts`; the per-request `impersonate-on:` rules are not checked here.
 //! - An answer is kept for [`TTL`]: a rule added to the host's ClusterRole is seen at the
-//!   Reconciler's next change after that. A review that fails (the API server unreachable) is
-//!   taken as allowed for a short while: the loads that follow then say what is wrong.
+//!   Reconciler's next change after that. A review that fails or takes over 10 s (the API
+//!   server unreachable) is taken as allowed for a short while: the loads that follow then say
+//!   what is wrong.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -24,6 +25,9 @@ use super::spec::Refusal;
 
 /// How long an answer is kept.
 pub(crate) const TTL: Duration = Duration::from_secs(60);
+
+/// How long one review may take before it counts as failed.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a failed review counts as allowed.
 const FAILED_TTL: Duration = Duration::from_secs(5);
@@ -66,6 +70,8 @@ impl Checks {
     pub(crate) fn answer(&mut self, namespace: &str, name: &str, answer: Answer, now: Instant) {
         let id = (namespace.to_string(), name.to_string());
         self.asking.remove(&id);
+        // Tenants pick the names: what is stale goes, so the map holds only what is in use.
+        self.known.retain(|_, (until, _)| *until > now);
         let (ttl, verdict) = match answer {
             Answer::Allowed => (TTL, Ok(())),
             Answer::Denied => (TTL, Err(refusal(namespace, name))),
@@ -116,10 +122,17 @@ pub(crate) async fn ask(client: &kube::Client, namespace: &str, name: &str) -> A
         ("authentication.k8s.io", "impersonate:serviceaccount"),
         ("", "impersonate"),
     ] {
-        match api
-            .create(&PostParams::default(), &review(group, verb))
-            .await
-        {
+        let asked = tokio::time::timeout(
+            REVIEW_TIMEOUT,
+            api.create(&PostParams::default(), &review(group, verb)),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(kube::Error::Service(
+                format!("no answer within {REVIEW_TIMEOUT:?}").into(),
+            ))
+        });
+        match asked {
             Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => return Answer::Allowed,
             Ok(_) => {}
             Err(e) => {

@@ -32,6 +32,16 @@ pub(super) struct Loop {
     pub(super) impersonation: impersonation::Shared,
 }
 
+impl Drop for Loop {
+    fn drop(&mut self) {
+        // An `AbortHandle` dropped does not stop its task: the watches of named ConfigMaps end
+        // with the loop, not at their next event.
+        for task in self.watched.values() {
+            task.abort();
+        }
+    }
+}
+
 impl Loop {
     pub(super) async fn run(
         mut self,
@@ -96,7 +106,7 @@ impl Loop {
                     Poke::ConfigMap(ns, cm) => {
                         let names: Vec<String> = (self.dispatch.table.lock().unwrap())
                             .iter()
-                            .filter(|(_, t)| t.reconciler.namespace == ns && names_configmap(&t.reconciler, &cm))
+                            .filter(|(_, t)| t.reconciler.namespace == ns && t.configmap.as_deref() == Some(cm.as_str()))
                             .map(|(g, _)| g.clone())
                             .collect();
                         self.sync_guests(&store, &names, true);
@@ -156,7 +166,10 @@ impl Loop {
         };
         let d = &self.dispatch;
         let guest = r.guest();
-        let taken_by = d.labelled.get(&guest).map(|cm| cm.name().to_string());
+        // A labelled ConfigMap of the same name takes it only if it was there first.
+        let taken_by = (d.labelled.get(&guest))
+            .filter(|cm| r.created.is_empty() || created_at(cm) <= r.created)
+            .map(|cm| cm.name().to_string());
         let revisions = revisions_of(&d.revisions, &r.namespace, &r.uid);
         let decision = match (&r.spec, allowed) {
             (Err(e), _) => Err(e.clone()),
@@ -194,7 +207,10 @@ impl Loop {
             _ => None,
         };
         d.apply(&r, decision, force);
-        self.watch_configmaps(configmap.map(|cm| (r.namespace.clone(), cm)));
+        if let Some(t) = d.table.lock().unwrap().get_mut(&guest) {
+            t.configmap = configmap;
+        }
+        self.watch_configmaps();
     }
 
     /// Whether the host may act as `namespace/name`: `None` while the API server is being asked
@@ -228,23 +244,12 @@ impl Loop {
 
     /// Keeps a metadata-only watch of each ConfigMap some Reconciler reads its module from
     /// (`wanted`, just judged, among them), and of no other.
-    fn watch_configmaps(&mut self, wanted: Option<(String, String)>) {
-        let mut needed: std::collections::HashSet<(String, String)> =
+    fn watch_configmaps(&mut self) {
+        let needed: std::collections::HashSet<(String, String)> =
             (self.dispatch.table.lock().unwrap())
                 .values()
-                .filter_map(|t| match (&t.verdict, &t.reconciler.spec, t.suspended) {
-                    (
-                        Ok(_),
-                        Ok(spec::Spec {
-                            module: Module::ConfigMap { name, .. },
-                            ..
-                        }),
-                        false,
-                    ) => Some((t.reconciler.namespace.clone(), name.clone())),
-                    _ => None,
-                })
+                .filter_map(|t| Some((t.reconciler.namespace.clone(), t.configmap.clone()?)))
                 .collect();
-        needed.extend(wanted);
         self.watched.retain(|k, task| {
             let keep = needed.contains(k);
             if !keep {
@@ -306,7 +311,7 @@ impl Loop {
         self.dispatch.table.lock().unwrap().remove(&guest);
         self.dispatch.stop(&guest);
         self.dispatch.supervisor.offer(&guest, Offer::Remove);
-        self.watch_configmaps(None);
+        self.watch_configmaps();
     }
 }
 
@@ -318,9 +323,21 @@ pub(super) enum Poke {
     Answered(String),
 }
 
-/// Whether `r` reads its module from ConfigMap `cm` of its namespace.
-fn names_configmap(r: &Reconciler, cm: &str) -> bool {
-    matches!(&r.spec, Ok(spec::Spec { module: Module::ConfigMap { name, .. }, .. }) if name == cm)
+/// `metadata.creationTimestamp` of `o`, RFC 3339 as the API server writes it (which compares as
+/// text), or empty.
+fn created_at(o: &ObjectRef) -> String {
+    #[derive(serde::Deserialize)]
+    struct O {
+        metadata: M,
+    }
+    #[derive(serde::Deserialize)]
+    struct M {
+        #[serde(default, rename = "creationTimestamp")]
+        created: String,
+    }
+    serde_json::from_slice::<O>(o.json())
+        .map(|o| o.metadata.created)
+        .unwrap_or_default()
 }
 
 /// The guest name of the object `o` (a Reconciler, or a labelled ConfigMap of the same name).

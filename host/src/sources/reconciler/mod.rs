@@ -29,8 +29,9 @@
 //! - `spec.suspend` unloads the guest (its informers are released); revisions and status stay.
 //! - `spec.workers` and `spec.limits` are capped by the tenant policy's; `Accepted` says what
 //!   was cut.
-//! - A settings-only edit is a new revision and a reload of the module serving, without a pull
-//!   or a compile.
+//! - A settings-only edit is a new revision and a reload of the module serving, without a
+//!   compile (an image's manifest is asked for again, and a tag that moved meanwhile is
+//!   followed).
 //! - Every replica loads every Reconciler's guest (as for ConfigMaps); only the holder of the
 //!   guest's shard writes its status and revisions, and posts its Events.
 
@@ -74,7 +75,8 @@ pub enum Error {
 
 /// Watches Reconcilers (and their revisions, and the ConfigMaps they name) and feeds their
 /// modules to the supervisor; writes their status and revisions where this replica owns them.
-/// Dropping it stops all of that; guests already loaded keep running.
+/// Dropping it stops all of that (the watches of named ConfigMaps with it); guests already
+/// loaded keep running.
 #[derive(Debug)]
 pub struct ReconcilerSource {
     tasks: Vec<AbortHandle>,
@@ -94,7 +96,7 @@ impl ReconcilerSource {
     ///
     /// Where it may surprise: the host's readiness waits for the Reconciler informers like any
     /// other; without the CRDs of `deploy/reconcilers.yaml` installed it says so, and stays
-    /// unready until they are (or `reconcilers = false` under `[tenants]`).
+    /// unready until they are.
     pub fn start(
         factory: &InformerFactory,
         supervisor: Arc<Supervisor>,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 
 use super::revisions::{self, FIELD_MANAGER, Revision};
+use super::spec::Reconciler;
 use super::status::{self, Pace, View, Written};
 use super::table::{GROUP, Table, Tracked, VERSION};
 use crate::informer::store::Store;
@@ -55,11 +56,13 @@ pub(super) struct Inputs {
 struct Memory {
     written: HashMap<String, Written>,
     /// The revision each guest served at the last tick, to mark when it stopped.
-    current: HashMap<String, String>,
+    current: HashMap<String, (u64, String)>,
     /// Revisions this replica created that the cache may not show yet, by owner uid.
     created: HashMap<String, Vec<Revision>>,
-    /// Revisions this replica deleted that the cache may still show.
-    deleted: HashSet<String>,
+    /// Revisions this replica deleted that the cache may still show, by (namespace, name).
+    deleted: HashSet<(String, String)>,
+    /// When a failed revision write of a guest may be tried again.
+    retry_at: HashMap<String, Instant>,
 }
 
 pub(super) async fn run(inputs: Inputs) {
@@ -77,20 +80,14 @@ pub(super) async fn run(inputs: Inputs) {
             .iter()
             .map(|(g, t)| (g.clone(), t.clone()))
             .collect();
-        let live: HashSet<&str> = tracked.iter().map(|(g, _)| g.as_str()).collect();
-        memory.written.retain(|g, _| live.contains(g.as_str()));
-        memory.current.retain(|g, _| live.contains(g.as_str()));
+        memory.forget_gone(&tracked);
         let mut by_owner: HashMap<String, Vec<Revision>> = HashMap::new();
         for o in inputs.revisions.all() {
             if let Some(r) = revisions::read(o.json()) {
                 by_owner.entry(r.owner.clone()).or_default().push(r);
             }
         }
-        memory.deleted.retain(|name| {
-            by_owner
-                .values()
-                .any(|rs| rs.iter().any(|r| &r.name == name))
-        });
+        memory.seen(&by_owner);
         for (guest, t) in &tracked {
             let (owner, shard, mine) = placement(&inputs.supervisor, guest);
             if !mine {
@@ -100,16 +97,30 @@ pub(super) async fn run(inputs: Inputs) {
             }
             let status = inputs.supervisor.guest_status(guest);
             let known = by_owner.remove(&t.reconciler.uid).unwrap_or_default();
-            let revision = record(
-                &inputs.supervisor,
-                &client,
-                &mut memory,
-                guest,
-                t,
-                status.as_ref(),
-                known,
-            )
-            .await;
+            let revision = match memory.retry_at.get(guest) {
+                Some(at) if *at > Instant::now() => memory.current_number(guest),
+                _ => {
+                    let r = record(
+                        &inputs.supervisor,
+                        &client,
+                        &mut memory,
+                        guest,
+                        t,
+                        status.as_ref(),
+                        known,
+                    )
+                    .await;
+                    match r {
+                        Ok(n) => n,
+                        Err(()) => {
+                            memory
+                                .retry_at
+                                .insert(guest.clone(), Instant::now() + pace.min_gap);
+                            memory.current_number(guest)
+                        }
+                    }
+                }
+            };
             let key = format!("{}/{}", t.reconciler.namespace, t.reconciler.name);
             let previous = inputs
                 .reconcilers
@@ -117,7 +128,7 @@ pub(super) async fn run(inputs: Inputs) {
                 .and_then(|o| serde_json::from_slice::<Value>(o.json()).ok())
                 .map(|v| v["status"].clone())
                 .unwrap_or(Value::Null);
-            let pending = !inputs.supervisor.offers_settled(&[guest.clone()].into());
+            let pending = inputs.supervisor.loading(guest);
             let view = View {
                 generation: t.reconciler.generation,
                 accepted: t.verdict.as_ref().map(Vec::as_slice),
@@ -133,20 +144,7 @@ pub(super) async fn run(inputs: Inputs) {
             if !status::due(memory.written.get(guest), &doc, Instant::now(), pace) {
                 continue;
             }
-            match write_status(&client, &t.reconciler.namespace, &t.reconciler.name, &doc).await {
-                Ok(()) => {
-                    memory.written.insert(
-                        guest.clone(),
-                        Written {
-                            at: Instant::now(),
-                            doc,
-                        },
-                    );
-                }
-                Err(e) => {
-                    tracing::warn!(reconciler = %guest, "cannot write the Reconciler's status (the host needs patch on reconciled.dev reconcilers/status); tried again next tick: {e}");
-                }
-            }
+            memory.write(&client, guest, &t.reconciler, doc, pace).await;
         }
     }
 }
@@ -163,8 +161,61 @@ fn placement(supervisor: &Supervisor, guest: &str) -> (Option<String>, Option<u3
     }
 }
 
+impl Memory {
+    /// Forgets what it kept of Reconcilers no longer tracked.
+    fn forget_gone(&mut self, tracked: &[(String, Tracked)]) {
+        let live: HashSet<&str> = tracked.iter().map(|(g, _)| g.as_str()).collect();
+        self.written.retain(|g, _| live.contains(g.as_str()));
+        self.current.retain(|g, _| live.contains(g.as_str()));
+        self.retry_at.retain(|g, _| live.contains(g.as_str()));
+        let uids: HashSet<&str> = tracked
+            .iter()
+            .map(|(_, t)| t.reconciler.uid.as_str())
+            .collect();
+        self.created.retain(|uid, _| uids.contains(uid.as_str()));
+    }
+
+    /// Forgets the deletions the cache has caught up with.
+    fn seen(&mut self, by_owner: &HashMap<String, Vec<Revision>>) {
+        self.deleted.retain(|(ns, name)| {
+            by_owner
+                .values()
+                .any(|rs| rs.iter().any(|r| &r.namespace == ns && &r.name == name))
+        });
+    }
+
+    /// Writes `doc` as `r`'s status; a failure is tried again after the least gap, not at
+    /// every tick.
+    async fn write(
+        &mut self,
+        client: &kube::Client,
+        guest: &str,
+        r: &Reconciler,
+        doc: Value,
+        pace: Pace,
+    ) {
+        let at = Instant::now();
+        let written = match write_status(client, r, &doc).await {
+            Ok(()) => doc,
+            Err(e) => {
+                tracing::warn!(reconciler = %guest, "cannot write the Reconciler's status (the host needs patch on reconciled.dev reconcilers/status); tried again in {:?}: {e}", pace.min_gap);
+                Value::Null
+            }
+        };
+        self.written
+            .insert(guest.to_string(), Written { at, doc: written });
+    }
+
+    /// The number of the revision `guest` served at the last look, if known.
+    fn current_number(&self, guest: &str) -> Option<u64> {
+        self.current.get(guest).map(|(n, _)| *n)
+    }
+}
+
 /// Records the version `guest` serves as a revision (creating it if it is new), marks the
-/// revision it replaced, and prunes past the limit. Returns the number of the revision serving.
+/// revision it replaced, and prunes past the limit. Returns the number of the revision serving
+/// (`None` while nothing of this Reconciler's serves), or `Err` when a write failed: it is
+/// tried again after a while.
 async fn record(
     supervisor: &Supervisor,
     client: &kube::Client,
@@ -173,99 +224,179 @@ async fn record(
     t: &Tracked,
     status: Option<&GuestStatus>,
     mut known: Vec<Revision>,
-) -> Option<u64> {
+) -> Result<Option<u64>, ()> {
     let r = &t.reconciler;
     if let Some(created) = memory.created.get_mut(&r.uid) {
         created.retain(|c| !known.iter().any(|k| k.name == c.name));
         known.extend(created.iter().cloned());
     }
-    known.retain(|k| !memory.deleted.contains(&k.name));
+    known.retain(|k| {
+        !memory
+            .deleted
+            .contains(&(k.namespace.clone(), k.name.clone()))
+    });
     // Only a version that runs is a revision: one held back (informers not synced, access not
     // granted) has not reconciled anything yet.
-    let status = status.filter(|s| matches!(s.state, GuestState::Serving | GuestState::Failing))?;
-    let digest = status.digest.clone()?;
+    let Some(status) =
+        status.filter(|s| matches!(s.state, GuestState::Serving | GuestState::Failing))
+    else {
+        return Ok(None);
+    };
+    // Digest, settings and source of one version: read around a reload, they are read again
+    // at the next look rather than recorded mixed.
+    let source = supervisor.source_of(guest);
+    let Some(controller) = supervisor.controller(guest) else {
+        return Ok(None);
+    };
+    let (digest, settings) = (controller.digest(), controller.guest_settings());
+    if supervisor.source_of(guest) != source || status.digest.as_deref() != Some(digest.as_str()) {
+        return Ok(None);
+    }
     // The version serving must be this Reconciler's (not a predecessor's of the same name).
-    let Some(Source::Reconciler { uid, module, .. }) = supervisor.source_of(guest) else {
-        return None;
+    let Some(Source::Reconciler { uid, module, .. }) = source else {
+        return Ok(None);
     };
     if uid != r.uid {
-        return None;
+        return Ok(None);
     }
-    let controller = supervisor.controller(guest)?;
-    let settings = controller.guest_settings();
     let number = match revisions::number_for(&known, &digest, &settings) {
         Ok(n) => n,
         Err(n) => {
-            let served_from = status
-                .loaded_at
-                .clone()
-                .unwrap_or_else(|| crate::text::rfc3339(SystemTime::now()));
-            let new = revisions::New {
-                namespace: &r.namespace,
-                reconciler: &r.name,
-                uid: &r.uid,
+            let new = NewRevision {
                 number: n,
                 digest: &digest,
                 module: &module,
                 settings: &settings,
-                declared: controller.declaration(),
-                served_from: &served_from,
+                loaded_at: status.loaded_at.as_deref(),
             };
-            if let Err(e) = revisions::create(client, new).await {
-                tracing::warn!(reconciler = %guest, "{e}");
-                return None;
-            }
-            tracing::info!(reconciler = %guest, revision = n, %digest, "revision recorded");
-            let revision = Revision {
-                name: revisions::name_of(&r.name, n),
-                number: n,
-                owner: r.uid.clone(),
-                digest: digest.clone(),
-                module: module.clone(),
-                settings: settings.clone(),
-            };
-            memory
-                .created
-                .entry(r.uid.clone())
-                .or_default()
-                .push(revision.clone());
-            known.push(revision);
+            create(client, memory, guest, r, &controller, new).await?;
+            known.push(
+                memory.created[&r.uid]
+                    .last()
+                    .cloned()
+                    .expect("just recorded"),
+            );
             n
         }
     };
-    let name = revisions::name_of(&r.name, number);
-    if let Some(before) = memory.current.insert(guest.to_string(), name.clone())
-        && before != name
-        && let Err(e) = revisions::set_served(
-            client,
-            &r.namespace,
-            &before,
-            json!({ "servedUntil": crate::text::rfc3339(SystemTime::now()) }),
-        )
-        .await
-    {
-        tracing::debug!(reconciler = %guest, revision = %before, "cannot mark when the revision stopped serving: {e}");
-    }
-    let keep: Vec<u64> = std::iter::once(number).chain(t.pinned).collect();
-    for gone in revisions::prunable(&known, &keep, t.history) {
-        match revisions::delete(client, &r.namespace, &gone.name).await {
-            Ok(()) => {
-                tracing::info!(reconciler = %guest, revision = gone.number, "revision pruned (revisionHistoryLimit)");
-                memory.deleted.insert(gone.name.clone());
-            }
-            Err(e) => tracing::warn!(reconciler = %guest, "{e}"),
-        }
-    }
-    Some(number)
+    tidy(client, memory, guest, t, number, &known).await?;
+    Ok(Some(number))
 }
 
-/// Applies `status` to Reconciler `namespace/name`'s status subresource.
+/// What a new revision records of the version serving.
+struct NewRevision<'a> {
+    number: u64,
+    digest: &'a str,
+    module: &'a str,
+    settings: &'a crate::guest::settings::GuestSettings,
+    loaded_at: Option<&'a str>,
+}
+
+/// Creates revision `new` of `r`, and remembers it until the cache shows it.
+async fn create(
+    client: &kube::Client,
+    memory: &mut Memory,
+    guest: &str,
+    r: &Reconciler,
+    controller: &crate::controller::Controller,
+    new: NewRevision<'_>,
+) -> Result<(), ()> {
+    let served_from = new
+        .loaded_at
+        .map_or_else(|| crate::text::rfc3339(SystemTime::now()), str::to_string);
+    let written = revisions::New {
+        namespace: &r.namespace,
+        reconciler: &r.name,
+        uid: &r.uid,
+        number: new.number,
+        digest: new.digest,
+        module: new.module,
+        settings: new.settings,
+        declared: controller.declaration(),
+        served_from: &served_from,
+    };
+    match revisions::create(client, written).await {
+        Ok(true) => {}
+        // The name is taken: this replica's own write the cache has not shown yet, or a
+        // predecessor's of the same name not yet collected. Looked at again later.
+        Ok(false) => return Err(()),
+        Err(e) => {
+            tracing::warn!(reconciler = %guest, "{e}");
+            return Err(());
+        }
+    }
+    tracing::info!(reconciler = %guest, revision = new.number, digest = %new.digest, "revision recorded");
+    memory
+        .created
+        .entry(r.uid.clone())
+        .or_default()
+        .push(Revision {
+            namespace: r.namespace.clone(),
+            name: revisions::name_of(&r.name, new.number),
+            uid: String::new(),
+            number: new.number,
+            owner: r.uid.clone(),
+            digest: new.digest.to_string(),
+            module: new.module.to_string(),
+            settings: new.settings.clone(),
+        });
+    Ok(())
+}
+
+/// Marks when revision `number` of `t` started serving and the one before it stopped, and
+/// prunes past the limit.
+async fn tidy(
+    client: &kube::Client,
+    memory: &mut Memory,
+    guest: &str,
+    t: &Tracked,
+    number: u64,
+    known: &[Revision],
+) -> Result<(), ()> {
+    let r = &t.reconciler;
+    let name = revisions::name_of(&r.name, number);
+    let before = memory
+        .current
+        .insert(guest.to_string(), (number, name.clone()));
+    if let Some((_, before)) = before.filter(|(_, b)| *b != name) {
+        let now = crate::text::rfc3339(SystemTime::now());
+        // Merge patches: each sets its fields and leaves the others as they are.
+        for (revision, status) in [
+            (&before, json!({ "servedUntil": now })),
+            (&name, json!({ "servedFrom": now, "servedUntil": null })),
+        ] {
+            if let Err(e) = revisions::set_served(client, &r.namespace, revision, status).await {
+                tracing::debug!(reconciler = %guest, %revision, "cannot record when the revision served: {e}");
+            }
+        }
+    }
+    let keep: Vec<u64> = std::iter::once(number).chain(t.pinned).collect();
+    let mut failed = false;
+    for gone in revisions::prunable(known, &keep, t.history) {
+        match revisions::delete(client, gone).await {
+            Ok(()) => {
+                tracing::info!(reconciler = %guest, revision = gone.number, "revision pruned (revisionHistoryLimit)");
+                memory
+                    .deleted
+                    .insert((gone.namespace.clone(), gone.name.clone()));
+            }
+            Err(e) => {
+                tracing::warn!(reconciler = %guest, "{e}");
+                failed = true;
+            }
+        }
+    }
+    if failed { Err(()) } else { Ok(()) }
+}
+
+/// Applies `status` to Reconciler `r`'s status subresource; its uid makes the apply fail rather
+/// than write onto another Reconciler created since under the same name.
 async fn write_status(
     client: &kube::Client,
-    namespace: &str,
-    name: &str,
+    r: &Reconciler,
     status: &Value,
 ) -> Result<(), kube::Error> {
+    let (namespace, name) = (r.namespace.as_str(), r.name.as_str());
     let gvk = kube::api::GroupVersionKind::gvk(GROUP, VERSION, "Reconciler");
     let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
         client.clone(),
@@ -275,7 +406,7 @@ async fn write_status(
     let patch = json!({
         "apiVersion": RECONCILER_API_VERSION,
         "kind": "Reconciler",
-        "metadata": { "name": name, "namespace": namespace },
+        "metadata": { "name": name, "namespace": namespace, "uid": r.uid },
         "status": status,
     });
     api.patch_status(
@@ -285,4 +416,57 @@ async fn write_status(
     )
     .await
     .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn revision(namespace: &str, name: &str) -> Revision {
+        Revision {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: format!("uid-{namespace}"),
+            number: 1,
+            owner: format!("owner-{namespace}"),
+            digest: "aa".into(),
+            module: "configmap/m/stamp.wasm".into(),
+            settings: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_revision_pruned_in_one_namespace_hides_none_of_the_same_name_in_another() {
+        let mut memory = Memory::default();
+        memory
+            .deleted
+            .insert(("team-a".to_string(), "stamp-1".to_string()));
+        let by_owner: HashMap<String, Vec<Revision>> = [
+            (
+                "owner-team-a".to_string(),
+                vec![revision("team-a", "stamp-1")],
+            ),
+            (
+                "owner-team-b".to_string(),
+                vec![revision("team-b", "stamp-1")],
+            ),
+        ]
+        .into();
+        memory.seen(&by_owner);
+        assert!(
+            memory
+                .deleted
+                .contains(&("team-a".to_string(), "stamp-1".to_string())),
+            "still in the cache: still hidden"
+        );
+        let team_b = revision("team-b", "stamp-1");
+        assert!(
+            !memory
+                .deleted
+                .contains(&(team_b.namespace.clone(), team_b.name.clone())),
+            "team-b's revision of the same name is not hidden"
+        );
+        memory.seen(&HashMap::new());
+        assert!(memory.deleted.is_empty(), "gone from the cache: forgotten");
+    }
 }

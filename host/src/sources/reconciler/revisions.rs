@@ -10,8 +10,9 @@
 //!   host's word that this Reconciler ran that module, which is why pinning one may reuse the
 //!   host's cached copy of its module without asking the registry again.
 //! - Names are `<reconciler>-<number>`, cut to fit the API server's 253 characters; revisions
-//!   are found by their owner's uid, never by name alone, so a Reconciler deleted and created
-//!   again under the same name starts again from 1 once the old revisions are collected.
+//!   are found by their owner's uid, never by name alone. A Reconciler deleted and created
+//!   again under the same name numbers from 1 again, so its first revision waits until the
+//!   garbage collector has removed its predecessor's of the same name.
 
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -46,7 +47,10 @@ pub(crate) enum Error {
 /// A revision, as read from the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Revision {
+    pub(crate) namespace: String,
     pub(crate) name: String,
+    /// Its own uid (empty for one this replica just created): deletes are guarded by it.
+    pub(crate) uid: String,
     pub(crate) number: u64,
     /// The uid of the Reconciler that owns it.
     pub(crate) owner: String,
@@ -68,7 +72,12 @@ pub(crate) fn read(json: &[u8]) -> Option<Revision> {
         .to_string();
     let spec = &v["spec"];
     Some(Revision {
+        namespace: v["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
         name: v["metadata"]["name"].as_str()?.to_string(),
+        uid: v["metadata"]["uid"].as_str().unwrap_or("").to_string(),
         number: spec["revision"].as_u64()?,
         owner,
         digest: spec["digest"].as_str()?.to_string(),
@@ -145,9 +154,10 @@ fn api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk(&gvk))
 }
 
-/// Creates revision `new`, then records when it started serving. One that exists already (a
-/// write of this replica the cache has not shown yet) is left as it is.
-pub(crate) async fn create(client: &kube::Client, new: New<'_>) -> Result<(), Error> {
+/// Creates revision `new`, then records when it started serving; `false` when the name is taken
+/// already (a write of this replica the cache has not shown yet, or a predecessor's of the same
+/// name), which is left as it is.
+pub(crate) async fn create(client: &kube::Client, new: New<'_>) -> Result<bool, Error> {
     let name = name_of(new.reconciler, new.number);
     let settings: Value = serde_json::from_str(new.settings.as_str()).unwrap_or_else(|_| json!({}));
     let object: DynamicObject = serde_json::from_value(json!({
@@ -187,7 +197,7 @@ pub(crate) async fn create(client: &kube::Client, new: New<'_>) -> Result<(), Er
     };
     match api.create(&PostParams::default(), &object).await {
         Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(false),
         Err(e) => return Err(write("create", e)),
     }
     set_served(
@@ -197,48 +207,49 @@ pub(crate) async fn create(client: &kube::Client, new: New<'_>) -> Result<(), Er
         json!({ "servedFrom": new.served_from }),
     )
     .await
-    .map_err(|e| write("record when it served in", e))
+    .map_err(|e| write("record when it served in", e))?;
+    Ok(true)
 }
 
-/// Records `status` (`servedFrom`, `servedUntil`) on revision `name`, by server-side apply.
+/// Sets the fields of `status` (`servedFrom`, `servedUntil`; `null` removes one) on revision
+/// `name`, leaving the others: a merge patch, since an apply of one field would drop the other
+/// this manager set before.
 pub(crate) async fn set_served(
     client: &kube::Client,
     namespace: &str,
     name: &str,
     status: Value,
 ) -> Result<(), kube::Error> {
-    let patch = json!({
-        "apiVersion": RECONCILER_API_VERSION,
-        "kind": "ReconcilerRevision",
-        "metadata": { "name": name, "namespace": namespace },
-        "status": status,
-    });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
     api(client, namespace)
-        .patch_status(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
+        .patch_status(name, &params, &Patch::Merge(&json!({ "status": status })))
         .await
         .map(|_| ())
 }
 
-/// Deletes revision `name`; one already gone is not an error.
-pub(crate) async fn delete(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-) -> Result<(), Error> {
-    match api(client, namespace)
-        .delete(name, &DeleteParams::default())
+/// Deletes `revision`, only if it is still the object of that uid; one already gone (or
+/// replaced since) is not an error.
+pub(crate) async fn delete(client: &kube::Client, revision: &Revision) -> Result<(), Error> {
+    let params = DeleteParams {
+        preconditions: (!revision.uid.is_empty()).then(|| kube::api::Preconditions {
+            uid: Some(revision.uid.clone()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api(client, &revision.namespace)
+        .delete(&revision.name, &params)
         .await
     {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(source) => Err(Error::Write {
             what: "delete",
-            namespace: namespace.to_string(),
-            name: name.to_string(),
+            namespace: revision.namespace.clone(),
+            name: revision.name.clone(),
             source,
         }),
     }
@@ -250,7 +261,9 @@ mod tests {
 
     fn rev(number: u64, digest: &str, settings: &str) -> Revision {
         Revision {
+            namespace: "team-a".into(),
             name: name_of("rec", number),
+            uid: format!("uid-{number}"),
             number,
             owner: "u-1".into(),
             digest: digest.into(),

@@ -20,6 +20,9 @@ pub(crate) struct Reconciler {
     pub(crate) uid: String,
     /// `metadata.generation`: what `status.observedGeneration` reports once acted on.
     pub(crate) generation: i64,
+    /// `metadata.creationTimestamp`, RFC 3339 (empty if absent): of two sources claiming one
+    /// name, the older keeps it.
+    pub(crate) created: String,
     pub(crate) spec: Result<Spec, Refusal>,
 }
 
@@ -71,7 +74,8 @@ pub(crate) struct AskedLimits {
 #[error("{message}")]
 pub(crate) struct Refusal {
     /// `Accepted=False`'s reason: `InvalidSpec`, `NameTaken`, `NamespaceNotServed`,
-    /// `RegistryNotAllowed`, `InvalidReference`, `InvalidServiceAccount`, `NoSuchRevision`.
+    /// `RegistryNotAllowed`, `InvalidReference`, `InvalidServiceAccount`, `NoSuchRevision`, and
+    /// `ServiceAccountNotAllowed` (see `impersonation`).
     pub(crate) reason: &'static str,
     pub(crate) message: String,
 }
@@ -98,6 +102,8 @@ struct RawMeta {
     uid: String,
     #[serde(default)]
     generation: i64,
+    #[serde(default, rename = "creationTimestamp")]
+    created: String,
 }
 
 #[derive(Deserialize)]
@@ -139,6 +145,7 @@ pub(crate) fn read(json: &[u8]) -> Option<Reconciler> {
         namespace,
         uid,
         generation,
+        created,
     } = raw.metadata;
     let spec = parse_spec(raw.spec);
     Some(Reconciler {
@@ -146,6 +153,7 @@ pub(crate) fn read(json: &[u8]) -> Option<Reconciler> {
         name,
         uid,
         generation,
+        created,
         spec,
     })
 }
@@ -256,8 +264,9 @@ pub(crate) enum From {
 
 /// What the tenant `policy` makes of `r`'s `spec`: what to run, or why not.
 ///
-/// `taken_by` names the labelled ConfigMap of the same name, if there is one: its guests and
-/// this Reconciler's would share a name. `revisions` are the Reconciler's own, looked up when
+/// `taken_by` names the labelled ConfigMap of the same name that was there first, if there is
+/// one: its guests and this Reconciler's would share a name. (One created after the Reconciler
+/// takes nothing from it: the older keeps the name.) `revisions` are the Reconciler's own, looked up when
 /// `spec.revision` pins one.
 pub(crate) fn decide(
     r: &Reconciler,
@@ -277,6 +286,10 @@ pub(crate) fn decide(
             ),
         ));
     }
+    // Suspended, it delivers nothing, so it takes no name either.
+    if spec.suspend {
+        return Ok(Wanted::Suspended);
+    }
     if let Some(cm) = taken_by {
         return Err(Refusal::new(
             "NameTaken",
@@ -284,9 +297,6 @@ pub(crate) fn decide(
                 "Reconciler {ns}/{name} and the labelled ConfigMap {ns}/{cm} both deliver reconcilers under the name {ns}/{name}; rename the Reconciler, or remove the label reconciled.dev/reconciler from the ConfigMap"
             ),
         ));
-    }
-    if spec.suspend {
-        return Ok(Wanted::Suspended);
     }
     let account = ServiceAccount::new(ns, &spec.service_account).map_err(|e| {
         Refusal::new(
@@ -409,6 +419,8 @@ mod tests {
 
     fn revision(number: u64, module: &str) -> Revision {
         Revision {
+            namespace: "team-a".into(),
+            uid: format!("uid-{number}"),
             name: format!("rec-{number}"),
             number,
             owner: "u-1".into(),
@@ -568,6 +580,16 @@ mod tests {
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn a_suspended_reconciler_takes_no_name_from_a_labelled_configmap() {
+        let r = reconciler(json!({"module": {"image": "r.example/a:1"}, "suspend": true}));
+        let spec = r.spec.clone().unwrap();
+        assert!(matches!(
+            decide(&r, &spec, &policy(), Some("rec"), &[]),
+            Ok(Wanted::Suspended)
+        ));
     }
 
     #[test]

@@ -59,14 +59,11 @@ fn condition(
     }
 }
 
-/// Whether a revision serves: loaded, synced and not held (failing keys included: it runs).
+/// Whether a revision serves: loaded, synced, not held, and reconciling here (failing keys
+/// included: it runs). Only the replica that reconciles writes status, so `Standby` is never
+/// its to report as serving.
 fn serving(guest: Option<&GuestStatus>) -> bool {
-    guest.is_some_and(|g| {
-        matches!(
-            g.state,
-            GuestState::Serving | GuestState::Failing | GuestState::Standby
-        )
-    })
+    guest.is_some_and(|g| matches!(g.state, GuestState::Serving | GuestState::Failing))
 }
 
 /// The four conditions `view` calls for, in a fixed order.
@@ -124,7 +121,7 @@ fn ready(view: &View<'_>, revision: &str) -> Condition {
             "Suspended",
             "spec.suspend is true: nothing reconciles; set it to false to resume".into(),
         ),
-        (Some(GuestState::Serving | GuestState::Failing | GuestState::Standby), _) => {
+        (Some(GuestState::Serving | GuestState::Failing), _) => {
             let digest = guest.and_then(|g| g.digest.as_deref()).unwrap_or("");
             condition(
                 "Ready",
@@ -159,6 +156,12 @@ fn ready(view: &View<'_>, revision: &str) -> Condition {
                     .unwrap_or_else(|| "the module was rejected".into())
             ),
         ),
+        (Some(GuestState::Standby), _) => condition(
+            "Ready",
+            false,
+            "Standby",
+            "loaded here, but this replica does not hold its shard".into(),
+        ),
         (Some(GuestState::Loading) | None, _) => condition(
             "Ready",
             false,
@@ -191,9 +194,10 @@ fn degraded(view: &View<'_>, revision: &str) -> Condition {
             "Degraded",
             true,
             "GuestFailing",
+            // The count of failing keys is in /status, not here: it changes with every
+            // reconcile, and a message that changes is written again.
             format!(
-                "{} key(s) failing (blame: {}): {}",
-                g.failing_keys.unwrap_or(0),
+                "keys are failing (blame: {}): {}",
                 g.blame.map_or("unknown", |b| b.label()),
                 crate::text::one_line(g.reason.as_deref().unwrap_or(""))
             ),
@@ -425,7 +429,7 @@ mod tests {
         );
         assert_eq!(
             degraded.message,
-            "2 key(s) failing (blame: guest): trap: unreachable"
+            "keys are failing (blame: guest): trap: unreachable"
         );
     }
 

@@ -21,6 +21,9 @@ pub(crate) struct Tracked {
     pub(crate) history: usize,
     /// What was last submitted for it, to offer nothing twice.
     pub(super) submitted: Option<String>,
+    /// The ConfigMap of its namespace its module is read from, if it is (`spec.module` or a
+    /// pinned revision's): watched, and read again when it changes.
+    pub(crate) configmap: Option<String>,
     /// The refusal last posted as an Event, to post each once.
     pub(super) said: Option<String>,
 }
