@@ -170,7 +170,7 @@ impl Loop {
         let taken_by = (d.labelled.get(&guest))
             .filter(|cm| r.created.is_empty() || created_at(cm) <= r.created)
             .map(|cm| cm.name().to_string());
-        let revisions = revisions_of(&d.revisions, &r.namespace, &r.uid);
+        let revisions = revisions::of(&d.revisions, &r.namespace, &r.uid);
         let decision = match (&r.spec, allowed) {
             (Err(e), _) => Err(e.clone()),
             (Ok(spec), Ok(())) => {
@@ -343,15 +343,4 @@ fn created_at(o: &ObjectRef) -> String {
 /// The guest name of the object `o` (a Reconciler, or a labelled ConfigMap of the same name).
 fn guest_of(o: &ObjectRef) -> String {
     format!("{}/{}", o.namespace().unwrap_or(""), o.name())
-}
-
-/// The revisions of the Reconciler of uid `uid` in `namespace`.
-pub(crate) fn revisions_of(store: &Store, namespace: &str, uid: &str) -> Vec<revisions::Revision> {
-    store
-        .all()
-        .iter()
-        .filter(|o| o.namespace() == Some(namespace))
-        .filter_map(|o| revisions::read(o.json()))
-        .filter(|r| r.owner == uid)
-        .collect()
 }

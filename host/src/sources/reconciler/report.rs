@@ -81,13 +81,7 @@ pub(super) async fn run(inputs: Inputs) {
             .map(|(g, t)| (g.clone(), t.clone()))
             .collect();
         memory.forget_gone(&tracked);
-        let mut by_owner: HashMap<String, Vec<Revision>> = HashMap::new();
-        for o in inputs.revisions.all() {
-            if let Some(r) = revisions::read(o.json()) {
-                by_owner.entry(r.owner.clone()).or_default().push(r);
-            }
-        }
-        memory.seen(&by_owner);
+        memory.seen(&inputs.revisions);
         for (guest, t) in &tracked {
             let (owner, shard, mine) = placement(&inputs.supervisor, guest);
             if !mine {
@@ -96,7 +90,11 @@ pub(super) async fn run(inputs: Inputs) {
                 continue;
             }
             let status = inputs.supervisor.guest_status(guest);
-            let known = by_owner.remove(&t.reconciler.uid).unwrap_or_default();
+            let known = revisions::of(
+                &inputs.revisions,
+                &t.reconciler.namespace,
+                &t.reconciler.uid,
+            );
             let revision = match memory.retry_at.get(guest) {
                 Some(at) if *at > Instant::now() => memory.current_number(guest),
                 _ => {
@@ -175,13 +173,16 @@ impl Memory {
         self.created.retain(|uid, _| uids.contains(uid.as_str()));
     }
 
-    /// Forgets the deletions the cache has caught up with.
-    fn seen(&mut self, by_owner: &HashMap<String, Vec<Revision>>) {
-        self.deleted.retain(|(ns, name)| {
-            by_owner
-                .values()
-                .any(|rs| rs.iter().any(|r| &r.namespace == ns && &r.name == name))
-        });
+    /// Forgets the deletions the cache of revisions has caught up with.
+    fn seen(&mut self, revisions: &Store) {
+        self.deleted
+            .retain(|(ns, name)| revisions.get(&format!("{ns}/{name}")).is_some());
+    }
+
+    /// Whether `r` was deleted here though the cache may still show it.
+    fn hides(&self, r: &Revision) -> bool {
+        self.deleted
+            .contains(&(r.namespace.clone(), r.name.clone()))
     }
 
     /// Writes `doc` as `r`'s status; a failure is tried again after the least gap, not at
@@ -230,11 +231,7 @@ async fn record(
         created.retain(|c| !known.iter().any(|k| k.name == c.name));
         known.extend(created.iter().cloned());
     }
-    known.retain(|k| {
-        !memory
-            .deleted
-            .contains(&(k.namespace.clone(), k.name.clone()))
-    });
+    known.retain(|k| !memory.hides(k));
     // Only a version that runs is a revision: one held back (informers not synced, access not
     // granted) has not reconciled anything yet.
     let Some(status) =
@@ -421,52 +418,44 @@ async fn write_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::informer::store::Writer;
+    use crate::object::{Object, Transform};
 
-    fn revision(namespace: &str, name: &str) -> Revision {
-        Revision {
-            namespace: namespace.into(),
-            name: name.into(),
-            uid: format!("uid-{namespace}"),
-            number: 1,
-            owner: format!("owner-{namespace}"),
-            digest: "aa".into(),
-            module: "configmap/m/stamp.wasm".into(),
-            settings: Default::default(),
-        }
+    fn revision(namespace: &str, name: &str) -> crate::object::ObjectRef {
+        let json = json!({
+            "metadata": {
+                "name": name, "namespace": namespace, "uid": format!("uid-{namespace}"),
+                "ownerReferences": [{
+                    "apiVersion": RECONCILER_API_VERSION, "kind": "Reconciler", "name": "stamp",
+                    "uid": format!("owner-{namespace}"), "controller": true,
+                }],
+            },
+            "spec": {"revision": 1, "digest": "aa", "source": "configmap/m/stamp.wasm"},
+        });
+        Arc::new(Object::from_value(json, &Transform::none(), None).unwrap())
     }
 
     #[test]
     fn a_revision_pruned_in_one_namespace_hides_none_of_the_same_name_in_another() {
+        let writer = Writer::new();
+        writer.upsert(revision("team-a", "stamp-1"));
+        writer.upsert(revision("team-b", "stamp-1"));
+        let store = writer.reader();
         let mut memory = Memory::default();
         memory
             .deleted
             .insert(("team-a".to_string(), "stamp-1".to_string()));
-        let by_owner: HashMap<String, Vec<Revision>> = [
-            (
-                "owner-team-a".to_string(),
-                vec![revision("team-a", "stamp-1")],
-            ),
-            (
-                "owner-team-b".to_string(),
-                vec![revision("team-b", "stamp-1")],
-            ),
-        ]
-        .into();
-        memory.seen(&by_owner);
+        memory.seen(&store);
+        let a = revisions::of(&store, "team-a", "owner-team-a");
+        let b = revisions::of(&store, "team-b", "owner-team-b");
+        assert_eq!((a.len(), b.len()), (1, 1), "one revision each, by owner");
+        assert!(memory.hides(&a[0]), "still in the cache: still hidden");
         assert!(
-            memory
-                .deleted
-                .contains(&("team-a".to_string(), "stamp-1".to_string())),
-            "still in the cache: still hidden"
-        );
-        let team_b = revision("team-b", "stamp-1");
-        assert!(
-            !memory
-                .deleted
-                .contains(&(team_b.namespace.clone(), team_b.name.clone())),
+            !memory.hides(&b[0]),
             "team-b's revision of the same name is not hidden"
         );
-        memory.seen(&HashMap::new());
+        writer.remove("team-a/stamp-1");
+        memory.seen(&store);
         assert!(memory.deleted.is_empty(), "gone from the cache: forgotten");
     }
 }

@@ -20,6 +20,7 @@ use kube::api::{
 use serde_json::{Value, json};
 
 use crate::guest::settings::GuestSettings;
+use crate::informer::store::{Query, Store};
 use crate::supervisor::RECONCILER_API_VERSION;
 
 /// The label every revision carries: its Reconciler's uid (a name may be too long for a label).
@@ -87,6 +88,22 @@ pub(crate) fn read(json: &[u8]) -> Option<Revision> {
             s => GuestSettings::from_value(s).ok()?,
         },
     })
+}
+
+/// The revisions of the Reconciler of uid `uid` in `namespace`, through the cache's owner index.
+pub(crate) fn of(store: &Store, namespace: &str, uid: &str) -> Vec<Revision> {
+    let query = Query {
+        namespace: Some(namespace.to_string()),
+        owner_uid: Some(uid.to_string()),
+        ..Query::default()
+    };
+    // Only an unindexed field fails a query, and this one names none.
+    let owned = store.list(&query).unwrap_or_default();
+    owned
+        .iter()
+        .filter_map(|o| read(o.json()))
+        .filter(|r| r.owner == uid)
+        .collect()
 }
 
 /// The number of the version (`digest`, `settings`) among `existing`: the revision that already
