@@ -241,10 +241,7 @@ impl Dispatch {
                     format!("revision {number}'s module"),
                 ),
             }
-        } else if let Some((name, key)) = module
-            .strip_prefix("configmap/")
-            .and_then(|m| m.split_once('/'))
-        {
+        } else if let Some((name, key)) = spec::configmap_key(&module) {
             let job = Job {
                 source: with_module(&job.source, module.clone()),
                 ..job

@@ -11,7 +11,7 @@ use tokio::task::AbortHandle;
 use super::dispatch::Dispatch;
 use super::impersonation;
 use super::revisions;
-use super::spec::{self, From, Module, Reconciler, Wanted};
+use super::spec::{self, Reconciler, Wanted};
 use crate::informer::factory::InformerFactory;
 use crate::informer::store::Store;
 use crate::informer::{Event, InformerKey, Scope, Subscription};
@@ -186,24 +186,8 @@ impl Loop {
                 }
             }
         };
-        let configmap = match (&decision, &r.spec) {
-            (
-                Ok(Wanted::Run {
-                    from: From::Spec(Module::ConfigMap { name, .. }),
-                    ..
-                }),
-                _,
-            ) => Some(name.clone()),
-            (
-                Ok(Wanted::Run {
-                    from: From::Revision { module, .. },
-                    ..
-                }),
-                _,
-            ) => module
-                .strip_prefix("configmap/")
-                .and_then(|m| m.split('/').next())
-                .map(str::to_string),
+        let configmap = match &decision {
+            Ok(Wanted::Run { from, .. }) => from.configmap().map(|(name, _)| name.to_string()),
             _ => None,
         };
         d.apply(&r, decision, force);

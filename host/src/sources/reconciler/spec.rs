@@ -262,6 +262,23 @@ pub(crate) enum From {
     },
 }
 
+impl From {
+    /// The ConfigMap of the Reconciler's namespace the module is read from, as (name, key), if
+    /// it is.
+    pub(crate) fn configmap(&self) -> Option<(&str, &str)> {
+        match self {
+            From::Spec(Module::ConfigMap { name, key }) => Some((name, key)),
+            From::Spec(Module::Image { .. }) => None,
+            From::Revision { module, .. } => configmap_key(module),
+        }
+    }
+}
+
+/// The (name, key) of a recorded module `configmap/<name>/<key>`; `None` for another origin.
+pub(crate) fn configmap_key(module: &str) -> Option<(&str, &str)> {
+    module.strip_prefix("configmap/")?.split_once('/')
+}
+
 /// What the tenant `policy` makes of `r`'s `spec`: what to run, or why not.
 ///
 /// `taken_by` names the labelled ConfigMap of the same name that was there first, if there is
