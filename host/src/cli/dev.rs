@@ -49,16 +49,15 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<()> {
                     path,
                     bytes,
                     digest,
-                    settings: text,
+                    settings: file,
                     ..
                 } => {
                     let mut settings = Settings::new(&name);
-                    if let Some(text) = text {
-                        match GuestSettings::parse(&text) {
+                    if let Some(file) = file {
+                        match GuestSettings::parse_bytes(&file.bytes) {
                             Ok(s) => settings.guest_settings = s,
                             Err(e) => {
-                                let file = path.with_extension("settings.json");
-                                let message = format!("{}: {e}", file.display());
+                                let message = format!("{}: {e}", file.path.display());
                                 tracing::warn!(guest = %name, "settings refused; the version serving keeps serving: {message}");
                                 let offer = refused(Source::DevFolder(path), settings, message);
                                 sup.offer(&name, offer);

@@ -10,6 +10,10 @@ use serde_json::Value;
 /// for data (a ConfigMap key beside a module holds at most the API server's 1 MiB in all).
 pub const MAX_BYTES: usize = 64 << 10;
 
+/// How a file or a ConfigMap key holding a module's settings is named: `<stem>.settings.json`
+/// beside `<stem>.wasm`.
+pub const FILE_SUFFIX: &str = ".settings.json";
+
 /// Why settings were refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
@@ -80,6 +84,14 @@ impl GuestSettings {
         Self::from_value(&value)
     }
 
+    /// Settings from the bytes of a file: [`GuestSettings::parse`], and text that is not UTF-8
+    /// is refused as not JSON.
+    pub fn parse_bytes(bytes: &[u8]) -> Result<Self, Error> {
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| Error::NotJson(format!("not UTF-8 text: {e}")))?;
+        Self::parse(text)
+    }
+
     /// The settings as compact JSON text: always an object.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -119,6 +131,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_refused_as_not_json() {
+        let e = GuestSettings::parse_bytes(b"{\"a\": \"\xff\"}").unwrap_err();
+        assert!(matches!(e, Error::NotJson(_)), "{e}");
+        assert!(e.to_string().contains("not UTF-8"), "{e}");
+        assert_eq!(
+            GuestSettings::parse_bytes(br#"{"b": 1, "a": 2}"#)
+                .unwrap()
+                .as_str(),
+            r#"{"a":2,"b":1}"#
+        );
+    }
 
     #[test]
     fn settings_are_a_json_object_kept_compact() {

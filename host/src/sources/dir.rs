@@ -45,6 +45,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::guest::digest_of;
+use crate::guest::settings::FILE_SUFFIX;
 
 /// How many changes may wait for the consumer before the watcher stops reading files.
 const CHANGES_BUFFER: usize = 64;
@@ -107,9 +108,9 @@ pub enum Change {
         bytes: Vec<u8>,
         /// sha256 of `bytes`, lowercase hex (the same as [`crate::guest::digest_of`]).
         digest: String,
-        /// The text of `<name>.settings.json` beside it, if there is one: unchecked, for the
+        /// `<name>.settings.json` beside it, if there is one: unchecked, for the
         /// consumer to parse and refuse with the file's name.
-        settings: Option<String>,
+        settings: Option<SettingsFile>,
         /// When the first filesystem event of this burst arrived (for the initial scan, when
         /// the scan ran): the start of the write-to-serving latency.
         changed_at: std::time::Instant,
@@ -316,33 +317,41 @@ pub fn guest_name(path: &Path) -> String {
         .replace('_', "-")
 }
 
-/// How a settings file's name ends: `<name>.settings.json` beside `<name>.wasm`.
-pub const SETTINGS_SUFFIX: &str = ".settings.json";
+/// A module's settings file as read: where it is, and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingsFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Its content, unchecked.
+    pub bytes: Vec<u8>,
+}
 
 /// The module `path` is the settings file of, if it is one directly in `dir`.
 fn module_of_settings(dir: &Path, path: &Path) -> Option<PathBuf> {
     let name = path.file_name()?.to_str()?;
-    let stem = name.strip_suffix(SETTINGS_SUFFIX)?;
+    let stem = name.strip_suffix(FILE_SUFFIX)?;
     (path.parent() == Some(dir) && !stem.is_empty() && !name.starts_with('.'))
         .then(|| dir.join(format!("{stem}.wasm")))
 }
 
-/// Reads the settings file of module `name` (`x.wasm` → `x.settings.json`) in `folder`: `None`
-/// when there is none. Read as the module is, beneath the folder's handle.
-fn read_settings(folder: &Dir, name: &OsStr) -> std::io::Result<Option<String>> {
+/// Reads the settings file of module `name` (`x.wasm` → `x.settings.json`) in `folder` (at
+/// `dir`), with its sha256: `None` when there is none. Read as the module is, beneath the
+/// folder's handle.
+fn read_settings(
+    folder: &Dir,
+    dir: &Path,
+    name: &OsStr,
+) -> std::io::Result<Option<(SettingsFile, String)>> {
     let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".wasm")) else {
         return Ok(None);
     };
-    let file = OsStr::new(&format!("{stem}{SETTINGS_SUFFIX}")).to_owned();
-    match read_module(folder, &file)? {
-        None => Ok(None),
-        Some((bytes, _)) => String::from_utf8(bytes).map(Some).map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("{stem}{SETTINGS_SUFFIX} is not UTF-8 text; write a JSON object"),
-            )
+    let file = format!("{stem}{FILE_SUFFIX}");
+    Ok(
+        read_module(folder, OsStr::new(&file))?.map(|(bytes, digest)| {
+            let path = dir.join(&file);
+            (SettingsFile { path, bytes }, digest)
         }),
-    }
+    )
 }
 
 /// Whether `path` is a module file directly in `dir`.
@@ -604,11 +613,17 @@ impl Watch {
             .collect();
         for (path, pending) in due {
             self.pending.remove(&path);
-            let (folder, name) = (self.folder.clone(), path.file_name().map(OsStr::to_owned));
+            let (folder, dir, name) = (
+                self.folder.clone(),
+                self.dir.clone(),
+                path.file_name().map(OsStr::to_owned),
+            );
             // Off the runtime: a module is megabytes, and hashing it takes milliseconds.
             let read = tokio::task::spawn_blocking(move || match name {
                 Some(name) => std::io::Result::Ok(match read_module(&folder, &name)? {
-                    Some((bytes, digest)) => Some((bytes, digest, read_settings(&folder, &name)?)),
+                    Some((bytes, digest)) => {
+                        Some((bytes, digest, read_settings(&folder, &dir, &name)?))
+                    }
                     None => None,
                 }),
                 // `is_module` admitted it, so it has one.
@@ -618,9 +633,9 @@ impl Watch {
             let change = match read {
                 Ok(Ok(Some((bytes, digest, settings)))) => {
                     // What was reported: the module and its settings together.
-                    let seen = match &settings {
-                        Some(text) => format!("{digest}+{}", digest_of(text.as_bytes())),
-                        None => digest.clone(),
+                    let (settings, seen) = match settings {
+                        Some((file, of_file)) => (Some(file), format!("{digest}+{of_file}")),
+                        None => (None, digest.clone()),
                     };
                     if self.emitted.get(&path) == Some(&seen) {
                         continue;
@@ -971,7 +986,9 @@ mod tests {
 
     fn settings_of(change: &Change) -> Option<&str> {
         match change {
-            Change::Upsert { settings, .. } => settings.as_deref(),
+            Change::Upsert { settings, .. } => settings
+                .as_ref()
+                .map(|f| std::str::from_utf8(&f.bytes).unwrap()),
             Change::Remove { .. } => panic!("expected an Upsert, got {change:?}"),
         }
     }

@@ -104,8 +104,7 @@ pub(crate) struct Packed {
     pub(crate) settings: Option<SettingsKey>,
 }
 
-/// How the `data` key that holds a module's settings ends: `<stem>.settings.json`.
-pub(crate) const SETTINGS_SUFFIX: &str = ".settings.json";
+pub(crate) use crate::guest::settings::FILE_SUFFIX as SETTINGS_SUFFIX;
 
 /// A module's settings key: `data` key `<stem>.settings.json`, holding a JSON object.
 #[derive(Debug, Clone, PartialEq, Eq)]
