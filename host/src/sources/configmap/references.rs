@@ -46,11 +46,20 @@ pub(crate) struct TenantRefs {
     generations: std::sync::atomic::AtomicU64,
 }
 
+/// Everything a watch offers with: any change starts a new one.
+#[derive(Debug, PartialEq)]
+struct Spec {
+    reference: String,
+    pull_secret: Option<String>,
+    source: Source,
+    settings: Settings,
+}
+
 /// One guest's watch.
 #[derive(Debug)]
 struct Entry {
     /// What the watch was started for.
-    spec: String,
+    spec: Spec,
     /// Which start of a watch for this guest it is: a late outcome of an older one is dropped.
     generation: u64,
     /// The last module it pulled, with what to offer it as.
@@ -170,12 +179,14 @@ impl TenantRefs {
                 return;
             }
         };
-        // New settings start a new watch: its pulls offer them (the module serving is reloaded
-        // with them, not compiled again).
-        let spec = format!(
-            "{reference} {pull_secret:?} {account} {} {} {:?}",
-            settings.guest_settings, settings.workers, settings.limits
-        );
+        // New settings or a new source start a new watch: its pulls offer them (the module
+        // serving is reloaded with new settings, not compiled again).
+        let spec = Spec {
+            reference: reference.to_string(),
+            pull_secret: pull_secret.clone(),
+            source: source.clone(),
+            settings: settings.clone(),
+        };
         let mut watches = self.watches.lock().unwrap();
         if let Some(e) = watches.get(&name)
             && e.spec == spec

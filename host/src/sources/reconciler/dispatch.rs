@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::module;
 use super::spec::{self, From, Module, Reconciler, Refusal, Wanted};
-use super::table::{Table, Tracked};
+use super::table::{Submitted, Table, Tracked};
 use crate::controller::Settings;
 use crate::events::Type;
 use crate::informer::store::Store;
@@ -94,8 +94,8 @@ impl Dispatch {
                 t.verdict = Ok(Vec::new());
                 t.said = None;
                 t.suspended = true;
-                if t.submitted.as_deref() != Some("suspended") {
-                    t.submitted = Some("suspended".into());
+                if t.submitted != Some(Submitted::Suspended) {
+                    t.submitted = Some(Submitted::Suspended);
                     drop(table);
                     self.stop(&guest);
                     self.supervisor.offer(&guest, Offer::Remove);
@@ -110,15 +110,6 @@ impl Dispatch {
                 t.verdict = Ok(clamped);
                 t.said = None;
                 t.suspended = false;
-                let key = format!(
-                    "{from:?} {account} {} {} {:?}",
-                    settings.guest_settings, settings.workers, settings.limits
-                );
-                let settled = self.supervisor.offers_settled(&[guest.clone()].into());
-                if !force && settled && t.submitted.as_deref() == Some(key.as_str()) {
-                    return;
-                }
-                t.submitted = Some(key);
                 let pull_secret = match &r.spec {
                     Ok(spec::Spec {
                         module: Module::Image { pull_secret, .. },
@@ -126,6 +117,16 @@ impl Dispatch {
                     }) => pull_secret.clone(),
                     _ => None,
                 };
+                let asked = Submitted::Run {
+                    from: from.clone(),
+                    settings: settings.clone(),
+                    pull_secret: pull_secret.clone(),
+                };
+                let settled = self.supervisor.offers_settled(&[guest.clone()].into());
+                if !force && settled && t.submitted.as_ref() == Some(&asked) {
+                    return;
+                }
+                t.submitted = Some(asked);
                 drop(table);
                 let job = Job {
                     guest,

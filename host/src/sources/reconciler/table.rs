@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::spec::{Reconciler, Refusal};
+use super::spec::{From, Reconciler, Refusal};
+use crate::controller::Settings;
 
 /// The kinds' group and version.
 pub(super) const GROUP: &str = "reconciled.dev";
@@ -20,12 +21,26 @@ pub(crate) struct Tracked {
     pub(crate) pinned: Option<u64>,
     pub(crate) history: usize,
     /// What was last submitted for it, to offer nothing twice.
-    pub(super) submitted: Option<String>,
+    pub(super) submitted: Option<Submitted>,
     /// The ConfigMap of its namespace its module is read from, if it is (`spec.module` or a
     /// pinned revision's): watched, and read again when it changes.
     pub(crate) configmap: Option<String>,
     /// The refusal last posted as an Event, to post each once.
     pub(super) said: Option<String>,
+}
+
+/// What the source last asked the supervisor for, for one Reconciler.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Submitted {
+    /// Unload: `spec.suspend`.
+    Suspended,
+    /// Run the module `from` names, as `settings` say (whom it acts as included), pulled with
+    /// `pull_secret`.
+    Run {
+        from: From,
+        settings: Box<Settings>,
+        pull_secret: Option<String>,
+    },
 }
 
 /// Every Reconciler the source knows, by guest name.
