@@ -203,11 +203,15 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         assert!(Instant::now() < deadline, "the Role edit never took effect");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut work = cms.get("work").await.unwrap();
-    work.data = Some([("v".into(), "8".into())].into());
-    cms.replace("work", &PostParams::default(), &work)
-        .await
-        .unwrap();
+    // A merge patch, not get-and-replace: the team's Reconciler reconciles `work` too, and a
+    // write of its between the two would conflict.
+    cms.patch(
+        "work",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({ "data": { "v": "8" } })),
+    )
+    .await
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let error = loop {
         let error = sup
