@@ -85,11 +85,23 @@ use crate::guest::grant::Grant;
 use crate::guest::identity::ServiceAccount;
 use crate::guest::imports::Limits;
 use crate::guest::settings::GuestSettings;
+use crate::rollout::spec::{Invalid, Rollout};
 use crate::sources::oci::ModuleRef;
 
 /// Errors reading the config file.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A guest's `rollout` block cannot be followed.
+    #[error("config {path}: guest {name:?}: {source}")]
+    Rollout {
+        /// The file.
+        path: PathBuf,
+        /// The guest.
+        name: String,
+        /// What is wrong, naming the step.
+        #[source]
+        source: Invalid,
+    },
     /// The file could not be read.
     #[error("cannot read config {path}: {source}")]
     Read {
@@ -265,6 +277,12 @@ pub struct GuestConfig {
     /// object \[`{}`\]. A change of these alone reloads the guest without a compile.
     #[serde(default)]
     pub settings: GuestSettings,
+    /// How a new version of `module` replaces the serving one (see [`crate::rollout`]): at
+    /// once by default, or step by step with `strategy = "Progressive"`. The keys are those of
+    /// a Reconciler's `spec.rollout`, camelCase included, so one block reads the same in both:
+    /// `steps = [{ shadow = { minReconciles = 50 } }, { canary = { percent = 10 } }]`.
+    #[serde(default)]
+    pub rollout: Rollout,
 }
 
 fn one() -> usize {
@@ -291,6 +309,7 @@ impl GuestConfig {
             shadow: None,
             environment: Vec::new(),
             guest_settings: self.settings.clone(),
+            rollout: self.rollout.clone(),
         }
     }
 }
@@ -372,6 +391,11 @@ impl Config {
                 None if g.module.is_relative() => g.module = base.join(&g.module),
                 None => {}
             }
+            g.rollout.validate().map_err(|source| Error::Rollout {
+                path: path.into(),
+                name: g.name.clone(),
+                source,
+            })?;
             if let Some(shadow) = &mut g.shadow
                 && shadow.is_relative()
             {

@@ -5,7 +5,8 @@
 //! namespace) and merge-patches the annotation [`SEEN`] to `<version>:<data.v>`, writing only
 //! when the value changes so that reconciles converge. The version is the build's (below), unless
 //! its settings say another: `{"version": "blue"}` stamps `blue:<data.v>`, so one build deployed
-//! twice with different settings stamps differently. A missing ConfigMap is nothing to do;
+//! twice with different settings stamps differently. `{"fail_percent": 30}` makes the reconcile
+//! of about 30% of the names fail, always the same ones: a bad revision. A missing ConfigMap is nothing to do;
 //! any other host error is the reconcile's error (so the host retries). `map` maps nothing.
 //!
 //! Small on purpose (a reload test loads it many times): the ConfigMap is handled as raw JSON
@@ -53,6 +54,19 @@ struct Stamp;
 struct Settings {
     /// Stamped instead of the build's [`VERSION`].
     version: Option<String>,
+    /// Fails the reconcile of about this share of the keys (0 to 100), always the same ones:
+    /// a bad revision, for the rollout tests.
+    fail_percent: u32,
+}
+
+/// Whether `name` is among the `percent` of names that fail: FNV-1a of the name, mod 100. Not
+/// the host's canary hash, so the failing keys and a canary share overlap only by chance.
+fn fails(name: &str, percent: u32) -> bool {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    h % 100 < percent
 }
 
 impl Reconciler for Stamp {
@@ -100,6 +114,12 @@ impl Reconciler for Stamp {
         }
         let v = cm["data"]["v"].as_str().unwrap_or_default();
         let settings: Settings = reconciled_guest::settings()?;
+        if fails(&req.name, settings.fail_percent) {
+            return Err(Error::Other(format!(
+                "stamp: {} fails on purpose (settings.fail_percent {})",
+                req.name, settings.fail_percent
+            )));
+        }
         let version = settings.version.as_deref().unwrap_or(VERSION);
         let desired = format!("{version}:{v}");
         if cm["metadata"]["annotations"][SEEN].as_str() != Some(desired.as_str()) {

@@ -155,6 +155,7 @@ fn guests(config: &Config, args: &RunArgs) -> anyhow::Result<Vec<GuestConfig>> {
             service_account: None,
             shadow: None,
             settings: s.guest_settings,
+            rollout: s.rollout,
         });
     }
     let mut seen = std::collections::BTreeSet::new();

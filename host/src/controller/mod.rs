@@ -5,6 +5,7 @@
 //! No reconcile runs before every informer the guest depends on has synced; until then the
 //! controller's status says why (syncing, forbidden with the rule to add, kind not found).
 
+mod canary;
 mod error;
 mod failures;
 pub mod fair_share;
@@ -21,6 +22,7 @@ mod version;
 pub mod work_queue;
 mod worker;
 
+pub use canary::{CandidateSnapshot, RolledBack, Route};
 pub use error::Error;
 pub use failures::Failing;
 pub use reconciles::Counters;
@@ -136,6 +138,7 @@ impl Controller {
             name: settings.name.clone(),
             client,
             current: RwLock::new(Arc::new(version)),
+            candidate: RwLock::new(None),
             queue: Arc::new(
                 WorkQueue::new()
                     .with_low_priority_max_wait(share.scheduler().low_priority_max_wait()),

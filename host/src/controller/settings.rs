@@ -6,6 +6,7 @@ use crate::guest::imports::Limits;
 use crate::guest::settings::GuestSettings;
 
 use super::shadow;
+use crate::rollout::spec::Rollout;
 
 /// How the operator runs one guest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +44,12 @@ pub struct Settings {
     /// with; [`Controller::guest_settings`](super::Controller::guest_settings) shows those
     /// serving.
     pub guest_settings: GuestSettings,
+    /// How a new revision replaces the serving one: at once (the default) or step by step
+    /// (see [`crate::rollout`]).
+    ///
+    /// Where it may surprise: like [`guest_settings`](Self::guest_settings), a change of it
+    /// alone restarts nothing; it applies to the next revision offered.
+    pub rollout: Rollout,
 }
 
 impl Settings {
@@ -59,14 +66,17 @@ impl Settings {
             shadow: None,
             environment: Vec::new(),
             guest_settings: GuestSettings::default(),
+            rollout: Rollout::default(),
         }
     }
 
     /// Whether `other` runs the guest the same way, its [`guest_settings`](Self::guest_settings)
-    /// aside: those alone change by a reload, everything else by a restart.
-    pub fn same_but_guest_settings(&self, other: &Settings) -> bool {
+    /// and [`rollout`](Self::rollout) aside: those change by a reload (or a rollout), everything
+    /// else by a restart.
+    pub fn same_deployment(&self, other: &Settings) -> bool {
         let plain = |s: &Settings| Settings {
             guest_settings: GuestSettings::default(),
+            rollout: Rollout::default(),
             ..s.clone()
         };
         plain(self) == plain(other)

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::canary::Candidate;
 use super::failures::{Failing, Failures};
 use super::fair_share::Share;
 use super::gate::Gate;
@@ -27,6 +28,8 @@ pub(super) struct Shared {
     pub(super) share: Share,
     pub(super) client: kube::Client,
     pub(super) current: RwLock<Arc<Version>>,
+    /// A new revision staged for a progressive rollout, beside `current` (see `canary`).
+    pub(super) candidate: RwLock<Option<Arc<Candidate>>>,
     pub(super) queue: Arc<WorkQueue<String>>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) in_flight: Mutex<HashSet<String>>,

@@ -135,13 +135,17 @@ async fn prepare_shadow(
     client: &kube::Client,
 ) -> Option<Result<Shadow, Problem>> {
     match settings.shadow.as_ref()?.0.clone() {
-        Ok(module) => Some(prepare_module(settings, live, client, module).await),
+        Ok(module) => {
+            Some(prepare_module(settings, &live.ctx.settings, live, client, module).await)
+        }
         Err(e) => Some(Err(e)),
     }
 }
 
-async fn prepare_module(
+/// `module` ready to run as a shadow of `live` with `guest_settings`, or why it cannot.
+pub(super) async fn prepare_module(
     settings: &Settings,
+    guest_settings: &GuestSettings,
     live: &Version,
     client: &kube::Client,
     module: Module,
@@ -186,7 +190,7 @@ async fn prepare_module(
         limits: settings.limits,
         metrics: Arc::default(),
         world: crate::guest::world::World::real(&settings.environment),
-        settings: live.ctx.settings.clone(),
+        settings: guest_settings.clone(),
         recorder: None,
         taped: true,
     });

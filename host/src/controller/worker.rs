@@ -10,11 +10,12 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::FutureExt;
 use tracing::Instrument;
 
+use super::canary::Pick;
 use super::failures::Failures;
 use super::fair_share::Slot;
+use super::gate::Gate;
 use super::reconciles::ReconcileResult;
 use super::shared::Shared;
-use super::version::Version;
 use super::work_queue::{Priority, WorkQueue};
 use crate::guest::Blame;
 use crate::guest::bindings::{Outcome, Request};
@@ -79,15 +80,10 @@ impl Shared {
         tracing::info!(guest = %self.name, %key, reason = %why, "reconcile cancelled: the gate closed");
     }
 
-    /// Reconciles `key` on `version` in `slot`, charging it the CPU the call used: the whole
-    /// call runs on the version current when the worker took the key, even if a reload swaps
+    /// Reconciles `key` as `pick` says in `slot`, charging it the CPU the call used: the whole
+    /// call runs on the version picked when the worker took the key, even if a reload swaps
     /// another in meanwhile.
-    async fn reconcile_one(
-        &self,
-        version: Arc<Version>,
-        key: &str,
-        slot: &mut Slot,
-    ) -> ReconcileResult {
+    async fn reconcile_one(&self, pick: &Pick, key: &str, slot: &mut Slot) -> ReconcileResult {
         let (namespace, name) = key.split_once('/').map_or(("", key), |(n, m)| (n, m));
         let request = Request {
             namespace: namespace.to_string(),
@@ -104,17 +100,23 @@ impl Shared {
             panic!("injected worker panic (fault-injection feature)");
         }
         let started = Instant::now();
-        let shadowed = match &version.shadow {
+        let shadowed = match &pick.shadow {
             Some(shadow) => Some(shadow.reconcile(request.clone()).await),
             None => None,
         };
-        let reconciled = version.module.reconcile(version.ctx.clone(), request).await;
-        if let (Some(shadow), Some(shadowed)) = (&version.shadow, &shadowed) {
-            shadow.compare(&self.name, key, shadowed, &reconciled, &self.shadow_counts);
+        let live_started = Instant::now();
+        let reconciled = pick
+            .version
+            .module
+            .reconcile(pick.ctx.clone(), request)
+            .await;
+        pick.record(key, &reconciled, live_started.elapsed());
+        if let (Some(shadow), Some(shadowed)) = (&pick.shadow, &shadowed) {
+            let counts = pick.shadow_counts(self);
+            shadow.compare(&self.name, key, shadowed, &reconciled, counts);
             slot.charge(shadowed.usage.cpu);
             self.counters.add_cpu(shadowed.usage.cpu);
         }
-        drop(version);
         slot.charge(reconciled.usage.cpu);
         self.counters.add_cpu(reconciled.usage.cpu);
         self.in_flight.lock().unwrap().remove(key);
@@ -283,8 +285,10 @@ async fn work(controller: std::sync::Weak<Shared>) {
             return;
         };
         // Pinned before the hold is read: a swap that must be reviewed holds first (see
-        // `Controller::reload`), so a version seen unheld is one that may run.
-        let version = c.current();
+        // `Controller::reload`), so a version seen unheld is one that may run. A key in a
+        // rollout's canary share runs on the new revision, holding a pass through its gate.
+        let pick = c.pick(&key);
+        let canary = pick.canary_gate();
         // The pass is taken before anything of the reconcile runs, and the gate is watched for
         // as long as it runs: whoever closes the gate and then sees it drained knows that
         // nothing of this guest still runs here.
@@ -304,13 +308,17 @@ async fn work(controller: std::sync::Weak<Shared>) {
             "reconcile",
             guest = %c.name,
             key = %key,
-            digest = %version.module.digest(),
+            digest = %pick.version.module.digest(),
         );
-        let reconciled =
-            AssertUnwindSafe(c.reconcile_one(version, &key, &mut slot).instrument(span));
+        let reconciled = AssertUnwindSafe(c.reconcile_one(&pick, &key, &mut slot).instrument(span));
         let result = tokio::select! {
             biased;
             why = gate.wait_closed() => {
+                c.reconcile_cancelled(&key, &why);
+                drop(pass);
+                continue;
+            }
+            why = rolled_back(canary) => {
                 c.reconcile_cancelled(&key, &why);
                 drop(pass);
                 continue;
@@ -326,6 +334,15 @@ async fn work(controller: std::sync::Weak<Shared>) {
         };
         drop(pass);
         c.counters.reconciles.finished(result, started.elapsed());
+    }
+}
+
+/// Resolves when the canary gate a reconcile runs under closes (its revision was rolled back),
+/// with why; never without one.
+async fn rolled_back(canary: Option<Arc<Gate>>) -> String {
+    match canary {
+        Some(gate) => gate.wait_closed().await,
+        None => std::future::pending().await,
     }
 }
 

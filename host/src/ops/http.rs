@@ -442,6 +442,7 @@ mod tests {
                 shard: Some(3),
                 owner: Some("replica-b".into()),
                 shadow: None,
+                rollout: None,
             }],
             uptime_seconds: 5,
             ..Status::default()

@@ -196,6 +196,7 @@ mod tests {
             steps,
             analysis: Analysis::default(),
             auto_rollback: true,
+            resume: None,
         }
     }
 

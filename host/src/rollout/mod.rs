@@ -7,8 +7,10 @@
 //! - [`share`]: which keys a canary share takes: a stable hash of `namespace/name`, so that the
 //!   set only grows as the share grows, and every replica agrees on it;
 //! - [`decide`]: the step machine: from what was observed in the current step, stay, advance,
-//!   wait for a person, promote or roll back.
+//!   wait for a person, promote or roll back;
+//! - [`progress`]: where a rollout stands, as `/status` and a Reconciler's status show it.
 
 pub mod decide;
+pub mod progress;
 pub mod share;
 pub mod spec;

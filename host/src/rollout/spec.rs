@@ -49,7 +49,15 @@ pub struct Rollout {
     /// waits, with the share it had.
     #[serde(default = "yes")]
     pub auto_rollback: bool,
+    /// A token a person changes to resume a pause (or a halt): any new value resumes once,
+    /// such as the time of asking. Its value when the revision was staged resumes nothing.
+    #[serde(default)]
+    pub resume: Option<String>,
 }
+
+// Every ratio is a finite number once `validate` passed, and a rollout is compared only to tell
+// whether it changed: equality may be total.
+impl Eq for Rollout {}
 
 fn yes() -> bool {
     true
@@ -62,6 +70,7 @@ impl Default for Rollout {
             steps: Vec::new(),
             analysis: Analysis::default(),
             auto_rollback: true,
+            resume: None,
         }
     }
 }
@@ -200,6 +209,11 @@ pub enum Invalid {
 }
 
 impl Rollout {
+    /// Whether a new revision rolls out step by step.
+    pub fn progressive(&self) -> bool {
+        self.strategy == Strategy::Progressive
+    }
+
     /// Checks what no step can be run with; `Immediate` ignores the rest.
     pub fn validate(&self) -> Result<(), Invalid> {
         if self.strategy == Strategy::Immediate {

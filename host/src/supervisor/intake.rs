@@ -132,7 +132,10 @@ impl Supervisor {
                     Ok((bytes, digest)) => matches!(
                         self.apply_digested(name, source, settings, bytes, digest)
                             .await,
-                        Applied::Loaded { .. } | Applied::Reloaded { .. } | Applied::Unchanged
+                        Applied::Loaded { .. }
+                            | Applied::Reloaded { .. }
+                            | Applied::Staged { .. }
+                            | Applied::Unchanged
                     ),
                     Err(u) => {
                         self.reject_unreadable(name, source, settings, &u.digest, u.message)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::cache_cap::Claim;
-use super::{Applied, Entry, LoadTiming, Reason, Source, Supervisor, report};
+use super::{Applied, Entry, LoadTiming, Reason, Source, Supervisor, report, rollout};
 use super::{metering::report_throttling, report::report_failures};
 use crate::controller::fair_share::Share;
 use crate::controller::{self, Controller, Reload, Settings};
@@ -96,6 +96,8 @@ pub(super) struct Prior {
     /// The controller of other settings (a grant, limits, an identity) that the new one
     /// replaces: stopped first, since the two may not overlap.
     replaced: Option<Arc<Controller>>,
+    /// The revision asked for serves, and another is being rolled out: it is taken back.
+    withdraw: bool,
 }
 
 /// A started or reloaded controller, not yet committed.
@@ -191,28 +193,44 @@ impl<'a> Load<'a> {
         let mut guests = self.sup.guests.lock().unwrap();
         let prior = match guests.get_mut(self.name) {
             // The same deployment, the guest's settings aside: those reload like a new module.
-            Some(e) if e.settings.same_but_guest_settings(&self.settings) => {
+            Some(e) if e.settings.same_deployment(&self.settings) => {
+                let guest_settings = &self.settings.guest_settings;
                 let serving = e.controller.as_ref().is_some_and(|c| {
-                    c.digest() == self.digest && c.guest_settings() == self.settings.guest_settings
+                    c.digest() == self.digest && c.guest_settings() == *guest_settings
                 });
                 let rejected = e.settings == self.settings
                     && e.rejected_digest.as_deref() == Some(self.digest.as_str());
+                let staged = (e.controller.as_ref().and_then(|c| c.candidate()))
+                    .filter(|k| k.digest == self.digest && k.settings == *guest_settings)
+                    .is_some();
+                let rollout =
+                    (e.rollout.as_ref()).filter(|t| t.follows(&self.digest, guest_settings));
+                if let Some(t) = rollout {
+                    t.offered(&self.settings.rollout);
+                }
+                let rolled_back = rollout.is_some_and(|t| t.rolled_back());
+                let withdraw = serving
+                    && e.controller
+                        .as_ref()
+                        .is_some_and(|c| c.candidate().is_some());
                 if serving {
                     e.last_error = None;
                     e.rejected_digest = None;
                 }
-                if serving || rejected {
+                if (serving && !withdraw) || rejected || staged || rolled_back {
                     return None;
                 }
                 Prior {
                     running: e.controller.clone(),
                     replaced: None,
+                    withdraw,
                 }
             }
             // New settings (another grant, limits): start afresh.
             Some(e) => Prior {
                 running: None,
                 replaced: e.controller.clone(),
+                withdraw: false,
             },
             None => Prior::default(),
         };
@@ -221,6 +239,10 @@ impl<'a> Load<'a> {
 
     /// Phases 3 to 8 and the reporters: from the bytes to a serving version.
     pub(super) async fn run(&self, bytes: Vec<u8>, prior: Prior) -> Result<Applied, Rejection> {
+        if let (true, Some(c)) = (prior.withdraw, &prior.running) {
+            c.roll_back("the revision serving is asked for again").await;
+            return Ok(Applied::Unchanged);
+        }
         // New settings for the module serving: nothing to compile, nor to load from the cache.
         let serving = (prior.running.as_ref()).filter(|c| c.digest() == self.digest);
         let (module, reused) = match serving {
@@ -230,6 +252,13 @@ impl<'a> Load<'a> {
         let (client, share) = self.client_and_share(&module)?;
         if let Some(old) = &prior.replaced {
             self.stop_replaced(old).await;
+        }
+        if let Some(c) = prior
+            .running
+            .as_ref()
+            .filter(|_| self.settings.rollout.progressive())
+        {
+            return self.stage(c, &module, reused).await;
         }
         // Whatever this load claims under the cache cap, it gives back when it ends.
         let _claim = Claim::of(self.sup, self.name);
@@ -258,6 +287,53 @@ impl<'a> Load<'a> {
         Ok(match started.reload {
             Some(reload) => Applied::Reloaded { digest, reload },
             None => Applied::Loaded { digest },
+        })
+    }
+
+    /// Phases 6 to 8 for a progressive rollout: the new version staged beside the serving one,
+    /// which keeps every key, and the rollout's driver started. Its informers are the serving
+    /// version's (the controller refuses a revision that reads others), so nothing new is
+    /// synced, capped or reviewed.
+    async fn stage(
+        &self,
+        c: &Arc<Controller>,
+        module: &Module,
+        reused: bool,
+    ) -> Result<Applied, Rejection> {
+        let guest_settings = &self.settings.guest_settings;
+        (c.stage(module.clone(), guest_settings).await).map_err(|e| Rejection::from(&e))?;
+        if !reused {
+            module.persist_artifact();
+        }
+        let spec = &self.settings.rollout;
+        let reporting = rollout::Reporting {
+            guest: self.name.to_string(),
+            source: self.source.clone(),
+            events: self.sup.events.clone(),
+        };
+        let recorded = self.sup.recorded_step(self.name, &self.digest);
+        let tracker = rollout::start(c, spec, &self.digest, guest_settings, recorded, reporting);
+        let serving = c.digest();
+        let mut guests = self.sup.guests.lock().unwrap();
+        if let Some(entry) = guests.get_mut(self.name) {
+            entry.loading = false;
+            entry.source = self.source.clone();
+            entry.settings = self.settings.clone();
+            entry.last_error = None;
+            entry.rejected_digest = None;
+            entry.rollout = Some(tracker);
+        }
+        drop(guests);
+        self.sup.publish_guests();
+        let (name, digest) = (self.name, &self.digest);
+        tracing::info!(guest = %name, %digest, serving = %serving, steps = spec.steps.len(), "new revision staged for a progressive rollout");
+        let message = format!(
+            "guest {name}: rolling out sha256 {digest} in {} steps; sha256 {serving} keeps serving until they move keys",
+            spec.steps.len()
+        );
+        (self.sup).event(name, &self.source, Type::Normal, "RolloutStarted", message);
+        Ok(Applied::Staged {
+            digest: digest.clone(),
         })
     }
 

@@ -44,6 +44,7 @@ mod outcome;
 mod placement;
 mod quota;
 mod report;
+mod rollout;
 mod seating;
 mod shadow;
 mod source;
@@ -121,6 +122,11 @@ struct Entry {
     last_error: Option<String>,
     rejected_digest: Option<String>,
     last_load: Option<LoadTiming>,
+    /// The rollout of the latest revision staged step by step, while it runs and once it ended.
+    rollout: Option<Arc<rollout::Tracker>>,
+    /// The step of a revision's rollout its source recorded (a Reconciler's status), by
+    /// digest: where a replica taking the rollout over resumes.
+    recorded_step: Option<(String, usize)>,
 }
 
 impl Entry {
@@ -135,6 +141,8 @@ impl Entry {
             last_error: None,
             rejected_digest: None,
             last_load: None,
+            rollout: None,
+            recorded_step: None,
         }
     }
 }
@@ -371,6 +379,52 @@ impl Supervisor {
     /// posts it (a source delivering no guest passes its own name), waiting for one to hold it.
     pub fn event(&self, guest: &str, source: &Source, type_: Type, reason: &str, message: String) {
         self.events.post(guest, source, type_, reason, message);
+    }
+
+    /// Where the latest step-by-step rollout of `name` stands, if it has had one.
+    pub fn rollout(&self, name: &str) -> Option<crate::rollout::progress::Progress> {
+        let guests = self.guests.lock().unwrap();
+        Some(guests.get(name)?.rollout.as_ref()?.progress())
+    }
+
+    /// Resumes the rollout of `name` from a pause or a halt; whether one was running.
+    pub fn resume_rollout(&self, name: &str) -> bool {
+        let guests = self.guests.lock().unwrap();
+        let tracker = guests.get(name).and_then(|e| e.rollout.as_ref());
+        match tracker {
+            Some(t) if !t.progress().ended() => {
+                t.resume();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Records that the rollout of `digest` as guest `name` reached `step` (as its source read
+    /// it, from a Reconciler's status written by the replica that drove it): this replica, if it
+    /// takes the rollout over, resumes from there. Steps only grow.
+    pub fn record_rollout_step(&self, name: &str, digest: &str, step: usize) {
+        let mut guests = self.guests.lock().unwrap();
+        let Some(entry) = guests.get_mut(name) else {
+            return;
+        };
+        let step = match &entry.recorded_step {
+            Some((d, s)) if d == digest => step.max(*s),
+            _ => step,
+        };
+        entry.recorded_step = Some((digest.to_string(), step));
+        if let Some(t) = entry.rollout.as_ref().filter(|t| t.digest == digest) {
+            t.recorded(step);
+        }
+    }
+
+    /// The step recorded for `digest`'s rollout as guest `name`; 0 if none.
+    fn recorded_step(&self, name: &str, digest: &str) -> usize {
+        let guests = self.guests.lock().unwrap();
+        match guests.get(name).and_then(|e| e.recorded_step.as_ref()) {
+            Some((d, step)) if d == digest => *step,
+            _ => 0,
+        }
     }
 
     /// Timing of the last successful load of `name`: compile (or cache load) time, end to end

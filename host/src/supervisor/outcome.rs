@@ -60,6 +60,12 @@ pub enum Applied {
         /// What changed.
         reload: controller::Reload,
     },
+    /// A new version was staged beside the serving one, for a progressive rollout: the serving
+    /// version keeps every key until the rollout's steps move them.
+    Staged {
+        /// The new module's sha256.
+        digest: String,
+    },
     /// These bytes are already serving, or were already rejected: nothing done.
     Unchanged,
     /// The module was rejected; whatever served before still serves.

@@ -161,6 +161,7 @@ impl Supervisor {
                 last_load: e.last_load.map(|t| t.total),
                 memory: None,
                 controller: e.controller.as_ref().map(|c| c.snapshot()),
+                rollout: e.rollout.as_ref().map(|t| t.progress()),
             })
             .map(|mut g| {
                 g.memory = (g.controller.as_ref()).map(|s| memory(s, shares.get(&g.name)));
@@ -316,6 +317,7 @@ fn guest_status(
         memory: snap.as_ref().map(|s| memory(s, share.as_ref())),
         shard: placement.as_ref().map(|p| p.shard),
         owner: placement.and_then(|p| p.owner),
+        rollout: e.rollout.as_ref().map(|t| t.progress()),
     }
 }
 

@@ -34,6 +34,7 @@ mod reconcilers;
 mod reconnect;
 mod replay;
 mod replicas;
+mod rollout;
 mod scaffold;
 mod settings;
 mod shadow;

@@ -15,89 +15,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::host::{TempDir, seen_all, stamped, supervisor_options, supervisor_with};
+use common::reconcilers::{
+    api, apply, condition, is, message_of, module_configmap, options, policy, wait_status,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch,
-    PatchParams, PostParams,
-};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use reconciled::guest::digest_of;
-use reconciled::sources::configmap::{ConfigMapSource, LABEL, TenantPolicy};
+use reconciled::sources::configmap::ConfigMapSource;
 use reconciled::sources::oci::{Registry, Settings as RegistrySettings};
-use reconciled::sources::reconciler::{Options, ReconcilerSource};
+use reconciled::sources::reconciler::ReconcilerSource;
 use reconciled::supervisor::Supervisor;
 use serde_json::{Value, json};
 use testenv::ControlPlane;
 use testenv::registry::Registry as TestRegistry;
-
-fn api(client: &kube::Client, ns: &str, kind: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("reconciled.dev", "v1alpha1", kind);
-    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
-}
-
-/// Applies Reconciler `name` with `spec`, as the tenant would (`kubectl apply --server-side`).
-async fn apply(api: &Api<DynamicObject>, name: &str, spec: Value) {
-    let r: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "reconciled.dev/v1alpha1",
-        "kind": "Reconciler",
-        "metadata": { "name": name },
-        "spec": spec,
-    }))
-    .unwrap();
-    api.patch(
-        name,
-        &PatchParams::apply("tenant").force(),
-        &Patch::Apply(&r),
-    )
-    .await
-    .unwrap();
-}
-
-fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-}
-
-/// The message of condition `type_` of `status`.
-fn message_of(status: &Value, type_: &str) -> String {
-    condition(status, type_).unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-/// Waits until Reconciler `name`'s status satisfies `ok`; returns it.
-async fn wait_status(
-    api: &Api<DynamicObject>,
-    name: &str,
-    what: &str,
-    ok: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let status = api
-            .get_opt(name)
-            .await
-            .unwrap()
-            .map(|o| o.data["status"].clone())
-            .unwrap_or(Value::Null);
-        if ok(&status) {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name}: {what} not within 90 s; status: {status:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Whether condition `type_` of `status` is `want` with `reason`.
-fn is(status: &Value, type_: &str, want: &str, reason: &str) -> bool {
-    condition(status, type_).is_some_and(|c| c["status"] == want && c["reason"] == reason)
-}
 
 /// The revisions in `ns`, as (number, digest), sorted.
 async fn revisions(client: &kube::Client, ns: &str) -> Vec<(u64, String)> {
@@ -132,23 +63,6 @@ async fn wait_stamp(cms: &Api<ConfigMap>, want: &str) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Quick status, for tests.
-fn options() -> Options {
-    Options {
-        tick: Duration::from_millis(200),
-        min_gap: Duration::from_millis(500),
-        refresh: Duration::from_secs(2),
-    }
-}
-
-fn policy(ns: &str, registries: &[&str]) -> TenantPolicy {
-    let mut policy = common::tenants(&["v1/ConfigMap"]);
-    policy.registries = registries.iter().map(|r| r.to_string()).collect();
-    policy.min_reload_interval_ms = 0;
-    policy.workers = 2;
-    common::only(&[ns], policy)
 }
 
 /// [`tenant`], with `stamp_v1` in the unlabelled ConfigMap `mods`, key `stamp.wasm`; returns
@@ -348,19 +262,6 @@ async fn a_reconciler_serves_from_a_registry_records_its_revisions_and_rolls_bac
     })
     .await;
     drop(source);
-}
-
-/// A ConfigMap holding `module` under binaryData key `key`, labelled as a module source or not.
-fn module_configmap(name: &str, key: &str, module: &[u8], labelled: bool) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: labelled.then(|| [(LABEL.to_string(), "true".to_string())].into()),
-            ..Default::default()
-        },
-        binary_data: Some([(key.to_string(), k8s_openapi::ByteString(module.to_vec()))].into()),
-        ..Default::default()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

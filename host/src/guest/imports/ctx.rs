@@ -27,6 +27,7 @@ pub struct Declared {
 }
 
 /// What every call of one guest shares: its identity, client, grant and declared kinds.
+#[derive(Clone)]
 pub struct GuestContext {
     /// The guest's name (from the host config).
     pub name: String,

@@ -101,6 +101,7 @@ mod tests {
             last_load: None,
             controller: None,
             memory,
+            rollout: None,
         }
     }
 

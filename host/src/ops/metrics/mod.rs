@@ -36,6 +36,7 @@ mod memory;
 pub mod metering;
 pub mod process;
 mod replicas;
+mod rollout;
 mod scrape;
 mod shadow;
 
@@ -50,6 +51,7 @@ use memory::encode_memory;
 use metering::encode_metering;
 use process::encode_process;
 use replicas::encode_replicas;
+use rollout::encode_rollout;
 use shadow::encode_shadow;
 
 /// The content type of what [`encode`](fn@encode) returns: OpenMetrics text 1.0, which Prometheus parses
@@ -82,6 +84,7 @@ impl Collector for Scrape {
         encode_metering(&mut e, &self.guests, &self.tenants)?;
         encode_replicas(&mut e, self.replicas.as_ref())?;
         encode_shadow(&mut e, &self.guests)?;
+        encode_rollout(&mut e, &self.guests)?;
         if let Some(p) = &self.process {
             encode_process(&mut e, p)?;
         }
@@ -189,6 +192,7 @@ mod tests {
                 last_load: None,
                 controller: None,
                 memory: None,
+                rollout: None,
             }],
             unloads: 1,
             informers: vec![informer],

@@ -44,6 +44,8 @@ pub struct Guest {
     pub controller: Option<Snapshot>,
     /// What it holds in memory, when a version serves (see `ops/metrics/memory.rs`).
     pub memory: Option<GuestMemory>,
+    /// Its latest step-by-step rollout, if it has had one.
+    pub rollout: Option<crate::rollout::progress::Progress>,
 }
 
 /// One informer in a [`Scrape`].

@@ -144,6 +144,9 @@ pub struct GuestStatus {
     /// Its shadow version, when it has one (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<GuestShadow>,
+    /// Its latest step-by-step rollout, running or ended (absent if it never had one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::progress::Progress>,
 }
 
 /// A shadow version beside a guest's live one: it runs on the same requests with dry-run
@@ -442,6 +445,7 @@ pub(crate) mod tests {
             shard: None,
             owner: None,
             shadow: None,
+            rollout: None,
         }
     }
 

@@ -132,6 +132,8 @@ impl TenantPolicy {
             environment: Vec::new(),
             // The module's `<stem>.settings.json` key, if it has one, sets them.
             guest_settings: Default::default(),
+            // A labelled ConfigMap swaps each new module in at once; a Reconciler may roll out.
+            rollout: Default::default(),
         }
     }
 }

@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::controller::Settings;
 use crate::guest::identity::ServiceAccount;
 use crate::guest::settings::GuestSettings;
+use crate::rollout::spec::Rollout;
 use crate::sources::configmap::TenantPolicy;
 use crate::sources::oci::ModuleRef;
 
@@ -24,6 +25,8 @@ pub(crate) struct Reconciler {
     /// name, the older keeps it.
     pub(crate) created: String,
     pub(crate) spec: Result<Spec, Refusal>,
+    /// `status.rollout`'s revision digest and step, as the replica driving it recorded them.
+    pub(crate) rollout_step: Option<(String, usize)>,
 }
 
 impl Reconciler {
@@ -46,6 +49,8 @@ pub(crate) struct Spec {
     pub(crate) revision: Option<u64>,
     pub(crate) revision_history_limit: usize,
     pub(crate) limits: AskedLimits,
+    /// How a new revision replaces the serving one.
+    pub(crate) rollout: Rollout,
 }
 
 /// Where the module is.
@@ -91,6 +96,19 @@ struct Raw {
     metadata: RawMeta,
     #[serde(default)]
     spec: Value,
+    #[serde(default)]
+    status: RawStatus,
+}
+
+#[derive(Deserialize, Default)]
+struct RawStatus {
+    rollout: Option<RawRollout>,
+}
+
+#[derive(Deserialize)]
+struct RawRollout {
+    digest: String,
+    step: usize,
 }
 
 #[derive(Deserialize)]
@@ -119,6 +137,7 @@ struct RawSpec {
     revision_history_limit: Option<i64>,
     #[serde(default)]
     limits: AskedLimits,
+    rollout: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -155,6 +174,7 @@ pub(crate) fn read(json: &[u8]) -> Option<Reconciler> {
         generation,
         created,
         spec,
+        rollout_step: raw.status.rollout.map(|r| (r.digest, r.step)),
     })
 }
 
@@ -217,7 +237,17 @@ fn parse_spec(spec: Value) -> Result<Spec, Refusal> {
             )));
         }
     };
+    let rollout = match raw.rollout {
+        None => Rollout::default(),
+        Some(v) => {
+            let r: Rollout = serde_json::from_value(v)
+                .map_err(|e| invalid(format!("spec.rollout does not read as a rollout: {e}")))?;
+            r.validate().map_err(|e| invalid(format!("spec.{e}")))?;
+            r
+        }
+    };
     Ok(Spec {
+        rollout,
         module,
         service_account: raw
             .service_account_name
@@ -358,6 +388,10 @@ pub(crate) fn decide(
             .unwrap_or_default(),
         _ => spec.settings.clone(),
     };
+    // A pin is a person taking a revision back: it serves at once, whatever the rollout says.
+    if spec.revision.is_none() {
+        settings.rollout = spec.rollout.clone();
+    }
     let clamped = clamp(&mut settings, spec, policy);
     Ok(Wanted::Run {
         from,

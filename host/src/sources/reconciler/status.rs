@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::spec::Refusal;
 use crate::ops::status::{GuestState, GuestStatus};
+use crate::rollout::progress::{Phase, Progress};
 
 /// What the status is computed from.
 #[derive(Debug, Clone, Copy)]
@@ -171,10 +172,36 @@ fn ready(view: &View<'_>, revision: &str) -> Condition {
     }
 }
 
+/// The rollout of `guest`, while it runs.
+fn rolling_out(guest: Option<&GuestStatus>) -> Option<&Progress> {
+    guest?.rollout.as_ref().filter(|p| !p.ended())
+}
+
 /// Whether a new version is on its way.
 fn progressing(view: &View<'_>) -> Condition {
     let loading = view.pending || view.guest.is_some_and(|g| g.state == GuestState::Loading);
-    if loading && view.accepted.is_ok() && !view.suspended {
+    if let Some(p) = rolling_out(view.guest) {
+        let message = match p.phase {
+            Phase::Paused => format!(
+                "sha256 {} is paused at {}% of keys; resume with `reconciled rollout resume`, or set spec.rollout.resume to a new value",
+                p.digest, p.percent
+            ),
+            Phase::Halted => format!(
+                "sha256 {} is halted at {}% of keys ({}): revert spec.module, or resume to go on",
+                p.digest,
+                p.percent,
+                p.message.as_deref().unwrap_or("")
+            ),
+            _ => format!(
+                "rolling out sha256 {}: step {} of {}, {}",
+                p.digest,
+                p.step + 1,
+                p.steps,
+                p.summary()
+            ),
+        };
+        condition("Progressing", true, "RollingOut", message)
+    } else if loading && view.accepted.is_ok() && !view.suspended {
         condition(
             "Progressing",
             true,
@@ -202,6 +229,25 @@ fn degraded(view: &View<'_>, revision: &str) -> Condition {
                 crate::text::one_line(g.reason.as_deref().unwrap_or(""))
             ),
         ),
+        Some(g)
+            if serves
+                && (g.rollout.as_ref()).is_some_and(|p| {
+                    p.phase == Phase::RolledBack && g.digest.as_ref() != Some(&p.digest)
+                }) =>
+        {
+            let p = g.rollout.as_ref().expect("matched above");
+            condition(
+                "Degraded",
+                true,
+                "RolledBack",
+                format!(
+                    "sha256 {} was rolled back ({}) and {revision} keeps serving every key: {}; fix the module and set spec.module to a new build",
+                    p.digest,
+                    p.reason.as_deref().unwrap_or(""),
+                    p.message.as_deref().unwrap_or("")
+                ),
+            )
+        }
         Some(g) if serves && g.last_error.is_some() => condition(
             "Degraded",
             true,
@@ -268,6 +314,19 @@ pub(crate) fn document(view: &View<'_>, previous: &Value, now: &str) -> Value {
             }),
         );
         put(&mut doc, "traps", json!(r.traps));
+        if let Some(p) = &g.rollout {
+            let mut rollout = serde_json::to_value(p).unwrap_or_default();
+            rollout["summary"] = json!(p.summary());
+            if let Some(m) = p.message.as_deref() {
+                rollout["message"] = json!(
+                    crate::text::one_line(m)
+                        .chars()
+                        .take(4096)
+                        .collect::<String>()
+                );
+            }
+            put(&mut doc, "rollout", rollout);
+        }
         let last = g.last_error.clone().or_else(|| {
             (g.state == GuestState::Failing)
                 .then(|| g.reason.clone())
@@ -298,11 +357,19 @@ pub(crate) fn document(view: &View<'_>, previous: &Value, now: &str) -> Value {
 /// The fields that change with every reconcile: written at the slower pace.
 const COUNTS: [&str; 4] = ["reconciles", "errors", "traps", "lastError"];
 
+/// The fields of `rollout` that change with every reconcile of a step.
+const ROLLOUT_COUNTS: [&str; 5] = ["compared", "divergent", "reconciles", "errors", "summary"];
+
 fn without_counts(doc: &Value) -> Value {
     let mut d = doc.clone();
     if let Some(o) = d.as_object_mut() {
         for k in COUNTS {
             o.remove(k);
+        }
+        if let Some(r) = o.get_mut("rollout").and_then(Value::as_object_mut) {
+            for k in ROLLOUT_COUNTS {
+                r.remove(k);
+            }
         }
     }
     d

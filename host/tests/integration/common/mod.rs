@@ -5,6 +5,7 @@ pub mod controllers;
 pub mod guests;
 pub mod host;
 pub mod logs;
+pub mod reconcilers;
 pub mod scenarios;
 pub mod wait;
 

@@ -1,0 +1,182 @@
+//! Where a rollout stands, in the shape `/status` shows and a Reconciler's `status.rollout`
+//! records: the revision being rolled out, its step and share, what its step has seen, and how
+//! it ended. Pure: the driver fills it in, the reporters read it.
+//!
+//! Where it may surprise:
+//! - The counts are the current step's, not the rollout's: each step is judged on its own.
+//! - A replica that takes a rollout over resumes at the recorded `step`; the counts of that step
+//!   start again from zero there.
+
+use serde::{Deserialize, Serialize};
+
+use super::decide::{Observed, shadows_at, share_at};
+use super::spec::{Rollout, Step};
+
+/// What a rollout is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    /// The new revision runs dry beside the serving one on every key.
+    Shadow,
+    /// A share of the keys runs on the new revision.
+    Canary,
+    /// Waiting for a person to resume.
+    Paused,
+    /// The analysis failed with `autoRollback: false`: the share stays, nothing advances.
+    Halted,
+    /// Every key runs on the new revision, which now serves.
+    Promoted,
+    /// The analysis failed: the new revision runs on no key.
+    RolledBack,
+}
+
+/// A rollout's progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    /// sha256 of the revision rolled out.
+    pub digest: String,
+    /// The step it is in, from 0 (`steps` once promoted).
+    pub step: usize,
+    /// How many steps the rollout has.
+    pub steps: usize,
+    pub phase: Phase,
+    /// Percent of keys on the new revision.
+    pub percent: u32,
+    /// What the step needs before it passes: reconciles compared (shadow) or run (canary).
+    pub min_reconciles: u64,
+    /// Shadow reconciles compared in this step, and how many diverged.
+    pub compared: u64,
+    pub divergent: u64,
+    /// Reconciles the new revision ran for real in this step, and its errors (its own fault).
+    pub reconciles: u64,
+    pub errors: u64,
+    /// Why it failed (`Divergence`, `Errors`, `Trap`, `Latency`) and what a person reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When it entered this phase, RFC 3339; for a rollback, the instant of the fence.
+    pub since: String,
+}
+
+impl Progress {
+    /// The progress of `rollout` of `digest` as it enters `step`.
+    pub fn at(rollout: &Rollout, digest: &str, step: usize, since: String) -> Self {
+        let phase = match rollout.steps.get(step) {
+            None => Phase::Promoted,
+            Some(Step::Pause(_)) => Phase::Paused,
+            Some(_) if shadows_at(rollout, step) => Phase::Shadow,
+            Some(_) => Phase::Canary,
+        };
+        let min_reconciles = match rollout.steps.get(step) {
+            Some(Step::Shadow(s)) => s.min_reconciles,
+            Some(Step::Canary(c)) => c.min_reconciles,
+            _ => 0,
+        };
+        Self {
+            digest: digest.to_string(),
+            step,
+            steps: rollout.steps.len(),
+            phase,
+            percent: share_at(rollout, step),
+            min_reconciles,
+            compared: 0,
+            divergent: 0,
+            reconciles: 0,
+            errors: 0,
+            reason: None,
+            message: None,
+            since,
+        }
+    }
+
+    /// Takes the step's counts from `o`.
+    pub fn count(&mut self, o: &Observed) {
+        self.compared = o.compared;
+        self.divergent = o.divergent;
+        self.reconciles = o.reconciles;
+        self.errors = o.guest_errors + o.traps;
+    }
+
+    /// Whether the rollout is over (promoted or rolled back).
+    pub fn ended(&self) -> bool {
+        matches!(self.phase, Phase::Promoted | Phase::RolledBack)
+    }
+
+    /// One short line, as the ROLLOUT printer column shows it: `shadow 140/200`, `canary 10%`,
+    /// `paused at 10%`, `halted at 10%`, `promoted`, `rolled back`.
+    pub fn summary(&self) -> String {
+        match self.phase {
+            Phase::Shadow => format!("shadow {}/{}", self.compared, self.min_reconciles),
+            Phase::Canary => format!("canary {}%", self.percent),
+            Phase::Paused => format!("paused at {}%", self.percent),
+            Phase::Halted => format!("halted at {}%", self.percent),
+            Phase::Promoted => "promoted".to_string(),
+            Phase::RolledBack => "rolled back".to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::spec::{Analysis, CanaryStep, PauseStep, ShadowStep, Strategy};
+
+    fn rollout() -> Rollout {
+        Rollout {
+            strategy: Strategy::Progressive,
+            steps: vec![
+                Step::Shadow(ShadowStep {
+                    min_reconciles: 200,
+                    max_divergence: 0.0,
+                }),
+                Step::Canary(CanaryStep {
+                    percent: 10,
+                    min_reconciles: 50,
+                    pause: None,
+                }),
+                Step::Pause(PauseStep {}),
+                Step::Canary(CanaryStep {
+                    percent: 50,
+                    min_reconciles: 100,
+                    pause: None,
+                }),
+            ],
+            analysis: Analysis::default(),
+            auto_rollback: true,
+            resume: None,
+        }
+    }
+
+    #[test]
+    fn each_step_shows_its_phase_share_and_sample_in_one_short_line() {
+        let r = rollout();
+        let mut shadow = Progress::at(&r, "d", 0, "t".into());
+        shadow.count(&Observed {
+            compared: 140,
+            ..Observed::default()
+        });
+        let seen: Vec<String> = (1..=4)
+            .map(|step| Progress::at(&r, "d", step, "t".into()).summary())
+            .collect();
+        assert_eq!(shadow.summary(), "shadow 140/200");
+        assert_eq!(
+            seen,
+            ["canary 10%", "paused at 10%", "canary 50%", "promoted"]
+        );
+        assert_eq!(Progress::at(&r, "d", 1, "t".into()).min_reconciles, 50);
+        assert!(Progress::at(&r, "d", 4, "t".into()).ended());
+    }
+
+    #[test]
+    fn errors_and_traps_count_together() {
+        let mut p = Progress::at(&rollout(), "d", 1, "t".into());
+        p.count(&Observed {
+            reconciles: 60,
+            guest_errors: 17,
+            traps: 1,
+            ..Observed::default()
+        });
+        assert_eq!((p.reconciles, p.errors), (60, 18));
+    }
+}
