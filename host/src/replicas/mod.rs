@@ -197,6 +197,18 @@ impl Replicas {
         s
     }
 
+    /// Stops at once, as a killed process does: no renewal, no hand-over, every gate closed, so
+    /// the Leases it holds expire and another replica takes them. For tests of failover.
+    #[cfg(feature = "fault-injection")]
+    pub fn crash(&self) {
+        for t in self.tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
+        for gate in &self.inner.gates {
+            gate.close("this replica crashed");
+        }
+    }
+
     /// Hands every shard over at once, for a quick rolling update: stops taking shards, closes
     /// every gate (cancelling reconciles in flight), waits up to a second for them to end, then
     /// releases each Lease it holds and deletes its own, so the others take over within about a

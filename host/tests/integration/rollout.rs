@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::host::{SEEN, TempDir, seen_all, stamped, supervisor_with};
+use common::host::{SEEN, TempDir, seen_all, stamped, supervisor_options, supervisor_with};
 use common::reconcilers::{api, apply, is, module_configmap, options, policy, wait_status};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -36,15 +36,42 @@ const OBJECTS: usize = 100;
 /// of stamp in ConfigMaps `mod-v1` and `mod-v2` (key `stamp.wasm`).
 struct Scene {
     ns: &'static str,
-    sup: Arc<Supervisor>,
-    _source: ReconcilerSource,
-    _dir: TempDir,
+    /// One host, or one per replica.
+    hosts: Vec<Host>,
     reconcilers: Api<DynamicObject>,
     objects: Api<ConfigMap>,
     v2_digest: String,
 }
 
+/// A host serving the scene's namespace.
+struct Host {
+    sup: Arc<Supervisor>,
+    source: Option<ReconcilerSource>,
+    _dir: TempDir,
+}
+
+/// A replica of group `group` with Leases in `leases`, quick to fail over.
+fn replica(cp: &ControlPlane, id: &str, leases: &str) -> reconciled::supervisor::Options {
+    let mut config = reconciled::replicas::Config::new(id, leases);
+    config.group = leases.into();
+    config.shards = 2;
+    config.lease_duration = Duration::from_secs(3);
+    config.renew_deadline = Duration::from_secs(2);
+    config.retry_period = Duration::from_millis(500);
+    config.rebalance_after = Duration::from_secs(2);
+    let replicas = reconciled::replicas::Replicas::start(cp.admin_client(), config).unwrap();
+    reconciled::supervisor::Options {
+        replicas: Some(Arc::new(replicas)),
+        ..Default::default()
+    }
+}
+
 async fn scene(cp: &ControlPlane, ns: &'static str) -> Scene {
+    scene_of(cp, ns, &[]).await
+}
+
+/// [`scene`] with one host per replica id in `replicas` (none: one host alone).
+async fn scene_of(cp: &ControlPlane, ns: &'static str, replicas: &[&str]) -> Scene {
     common::reconciler_crds(cp);
     common::tenant_namespace(cp, ns).await;
     let admin = cp.admin_client();
@@ -64,21 +91,40 @@ async fn scene(cp: &ControlPlane, ns: &'static str) -> Scene {
         let cm = module_configmap(&format!("mod-{build}"), "stamp.wasm", &bytes, false);
         objects.create(&PostParams::default(), &cm).await.unwrap();
     }
-    let dir = TempDir::new(ns);
-    let sup = supervisor_with(&cp.admin_config(), Some(&dir));
-    let source = ReconcilerSource::start(
-        sup.factory(),
-        sup.clone(),
-        policy(ns, &[]),
-        Arc::new(Registry::default()),
-        options(),
-    )
-    .unwrap();
+    let leases = format!("{ns}-leases");
+    if !replicas.is_empty() {
+        common::namespace(&admin, &leases).await;
+    }
+    let ids: Vec<Option<&str>> = match replicas {
+        [] => vec![None],
+        ids => ids.iter().copied().map(Some).collect(),
+    };
+    let mut hosts = Vec::new();
+    for id in ids {
+        let dir = TempDir::new(&format!("{ns}-{}", id.unwrap_or("host")));
+        let sup = match id {
+            None => supervisor_with(&cp.admin_config(), Some(&dir)),
+            Some(id) => {
+                supervisor_options(&cp.admin_config(), Some(&dir), replica(cp, id, &leases))
+            }
+        };
+        let source = ReconcilerSource::start(
+            sup.factory(),
+            sup.clone(),
+            policy(ns, &[]),
+            Arc::new(Registry::default()),
+            options(),
+        )
+        .unwrap();
+        hosts.push(Host {
+            sup,
+            source: Some(source),
+            _dir: dir,
+        });
+    }
     Scene {
         ns,
-        sup,
-        _source: source,
-        _dir: dir,
+        hosts,
         reconcilers: api(&admin, ns, "Reconciler"),
         objects,
         v2_digest,
@@ -98,6 +144,11 @@ fn spec(build: &str, settings: Value, rollout: Value) -> Value {
 impl Scene {
     fn guest(&self) -> String {
         format!("{}/stamp", self.ns)
+    }
+
+    /// The first host's supervisor: the only one, without replicas.
+    fn sup(&self) -> &Arc<Supervisor> {
+        &self.hosts[0].sup
     }
 
     /// Starts v1, and waits until it stamped every object.
@@ -138,7 +189,7 @@ impl Scene {
     async fn wait_rollout(&self, what: &str, ok: impl Fn(&Progress) -> bool) -> Progress {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let progress = self.sup.rollout(&self.guest());
+            let progress = self.sup().rollout(&self.guest());
             if let Some(p) = progress.as_ref().filter(|p| ok(p)) {
                 return p.clone();
             }
@@ -342,6 +393,234 @@ async fn a_revision_failing_a_third_of_its_keys_is_rolled_back_in_its_first_step
     )
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let again = s.sup.rollout(&s.guest()).unwrap();
+    let again = s.sup().rollout(&s.guest()).unwrap();
     assert_eq!(again.phase, Phase::RolledBack, "{again:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_whose_writes_differ_is_caught_by_its_shadow_step_and_never_writes() {
+    let cp = ControlPlane::shared();
+    let s = scene(cp, "rollout-divergent").await;
+    let rollout = progressive(
+        json!([
+            { "shadow": { "minReconciles": 20, "maxDivergence": 0 } },
+            { "canary": { "percent": 50, "minReconciles": 20 } },
+        ]),
+        json!({}),
+    );
+    s.serve_v1(&rollout).await;
+    let stamps = s.watch_stamps().await;
+    let traffic = s.traffic();
+
+    // v2 stamps `v2:` where v1 stamps `v1:`: every compared reconcile diverges.
+    apply(&s.reconcilers, "stamp", spec("v2", json!({}), rollout)).await;
+    let done = s
+        .wait_rollout("the rollback", |p| p.ended() && p.digest == s.v2_digest)
+        .await;
+    assert_eq!(
+        (done.phase, done.step, done.reason.as_deref()),
+        (Phase::RolledBack, 0, Some("Divergence")),
+        "{done:#?}"
+    );
+    assert!(
+        done.compared >= 20 && done.divergent == done.compared,
+        "{done:#?}"
+    );
+    let message = done.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("in shadow") && message.contains("work-"),
+        "the message shows where it differed: {message}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(traffic);
+    assert_eq!(stamps.by("v2:"), [], "v2 never wrote");
+    assert!(!stamps.by("v1:").is_empty(), "v1 kept serving the edits");
+    let status = wait_status(&s.reconcilers, "stamp", "Degraded RolledBack", |st| {
+        is(st, "Degraded", "True", "RolledBack")
+    })
+    .await;
+    assert_eq!(status["rollout"]["reason"], "Divergence", "{status:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
+    let cp = ControlPlane::shared();
+    let s = scene(cp, "rollout-good").await;
+    // A shadow runs just before the serving revision, without read-your-writes: with an edit
+    // landing every few milliseconds, one compare in a few dozen may see another state than the
+    // serving run does, whatever the modules.
+    let rollout = progressive(
+        json!([
+            { "shadow": { "minReconciles": 20, "maxDivergence": 0.1 } },
+            { "canary": { "percent": 10, "minReconciles": 10 } },
+            { "canary": { "percent": 50, "minReconciles": 30 } },
+        ]),
+        json!({ "maxLatencyRatio": 1000 }),
+    );
+    s.serve_v1(&rollout).await;
+    let stamps = s.watch_stamps().await;
+    let traffic = s.traffic();
+
+    // Another build that writes what v1 writes: its shadow step sees no divergence.
+    let good = spec("v2", json!({ "version": "v1" }), rollout);
+    apply(&s.reconcilers, "stamp", good).await;
+    // A canary step passes only once the new revision ran its minReconciles for real, so the
+    // Events below show that it did at 10% and at 50%.
+    let done = s
+        .wait_rollout("the promotion", |p| p.ended() && p.digest == s.v2_digest)
+        .await;
+    assert_eq!(done.phase, Phase::Promoted, "{done:#?}");
+    let controller = s.sup().controller(&s.guest()).unwrap();
+    assert_eq!(controller.digest(), s.v2_digest, "v2 serves every key");
+    drop(traffic);
+    assert_eq!(stamps.by("v2:"), [], "no revision stamped anything but v1:");
+    // The last edit of every object, reconciled by whichever revision held it, is stamped as
+    // v2 alone would stamp it.
+    let latest: std::collections::BTreeMap<String, String> = (s.objects.list(&Default::default()))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("work-"))
+        })
+        .map(|c| {
+            let v = c.data.unwrap_or_default().remove("v").unwrap_or_default();
+            (c.metadata.name.unwrap(), format!("v1:{v}"))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = seen_all(&s.objects).await;
+        let off: Vec<_> = (latest.iter())
+            .filter(|(n, want)| seen.get(*n).cloned().flatten().as_deref() != Some(want.as_str()))
+            .collect();
+        if off.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not stamped as v2 would: {off:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let counters = controller.counters();
+    assert_eq!(
+        counters
+            .concurrent_same_key
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "no key ran on two revisions at once"
+    );
+    let status = wait_status(&s.reconcilers, "stamp", "promoted", |st| {
+        st["rollout"]["phase"] == "Promoted" && st["digest"] == s.v2_digest.as_str()
+    })
+    .await;
+    assert!(is(&status, "Ready", "True", "Serving"), "{status:#}");
+    assert!(is(&status, "Degraded", "False", "AsExpected"), "{status:#}");
+    for (reason, says) in [
+        ("RolloutStarted", "in 3 steps"),
+        ("RolloutStep", "entered step 2 of 3: canary 10%"),
+        ("RolloutStep", "entered step 3 of 3: canary 50%"),
+        ("RolloutPromoted", "now serves every key"),
+    ] {
+        common::wait::wait_event(
+            &cp.admin_client(),
+            s.ns,
+            "stamp",
+            reason,
+            says,
+            Duration::from_secs(30),
+        )
+        .await;
+    }
+    let out = cp
+        .kubectl()
+        .args(["get", "reconcilers", "-n", s.ns])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        table.contains("ROLLOUT") && table.contains("promoted"),
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_taking_over_mid_rollout_resumes_at_the_recorded_step() {
+    let cp = ControlPlane::shared();
+    let mut s = scene_of(cp, "rollout-failover", &["fa", "fb"]).await;
+    // The 50% step waits for more reconciles than the test makes: the rollout is still there
+    // when the owner dies.
+    let rollout = progressive(
+        json!([
+            { "canary": { "percent": 10, "minReconciles": 5 } },
+            { "canary": { "percent": 50, "minReconciles": 1000000 } },
+        ]),
+        json!({ "maxLatencyRatio": 1000 }),
+    );
+    s.serve_v1(&rollout).await;
+    let traffic = s.traffic();
+    apply(
+        &s.reconcilers,
+        "stamp",
+        spec("v2", json!({ "version": "v1" }), rollout),
+    )
+    .await;
+    let status = wait_status(&s.reconcilers, "stamp", "the 50% step, recorded", |st| {
+        st["rollout"]["step"] == 1 && st["rollout"]["phase"] == "Canary" && st["owner"].is_string()
+    })
+    .await;
+    let owner = status["owner"].as_str().unwrap().to_string();
+    let guest = s.guest();
+    let (dead, alive) = if s.hosts[0].sup.guest_status(&guest).unwrap().state
+        == reconciled::ops::status::GuestState::Standby
+    {
+        (1, 0)
+    } else {
+        (0, 1)
+    };
+    eprintln!("owner {owner} dies at the 50% step");
+
+    // kill -9: no renewal, no hand-over; its Lease expires and the other replica takes over.
+    let victim = &mut s.hosts[dead];
+    victim.sup.replicas().unwrap().crash();
+    drop(victim.source.take());
+    victim.sup.shutdown().await;
+    let taken = wait_status(&s.reconcilers, "stamp", "a new owner", |st| {
+        st["owner"].is_string() && st["owner"] != owner.as_str()
+    })
+    .await;
+    assert_eq!(taken["rollout"]["step"], 1, "{taken:#}");
+    let survivor = &s.hosts[alive].sup;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let resumed = loop {
+        let p = survivor.rollout(&guest).unwrap();
+        if p.reconciles > 0 {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the survivor resumed nothing: {p:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (resumed.step, resumed.percent, resumed.phase),
+        (1, 50, Phase::Canary),
+        "resumed at 50%, not from the start: {resumed:#?}"
+    );
+    let candidate = survivor.controller(&guest).unwrap().candidate().unwrap();
+    assert_eq!(candidate.route.percent, 50);
+    drop(traffic);
+    for host in s.hosts.drain(..) {
+        drop(host.source);
+        host.sup.shutdown().await;
+        if let Some(r) = host.sup.replicas() {
+            r.shutdown().await;
+        }
+    }
 }
