@@ -460,6 +460,29 @@ mod tests {
     }
 
     #[test]
+    fn a_guests_rollout_block_reads_as_a_reconcilers_and_a_bad_one_is_refused_naming_it() {
+        let dir = std::env::temp_dir().join(format!("reconciled-config-ro-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("host.toml");
+        let guests = "[[guest]]\nname = \"a\"\nmodule = \"a.wasm\"\n[guest.rollout]\nstrategy = \"Progressive\"\nsteps = [{ shadow = { minReconciles = 50 } }, { canary = { percent = 10, pause = \"5m\" } }]\nanalysis = { maxErrorRate = 0.01 }\n";
+        std::fs::write(&path, guests).unwrap();
+        let c = Config::load(&path).unwrap();
+        let rollout = c.guests[0].settings().rollout;
+        assert!(rollout.progressive() && rollout.auto_rollback);
+        assert_eq!(rollout.steps.len(), 2);
+        assert_eq!(rollout.analysis.max_error_rate, 0.01);
+
+        let empty = "[[guest]]\nname = \"a\"\nmodule = \"a.wasm\"\n[guest.rollout]\nstrategy = \"Progressive\"\n";
+        std::fs::write(&path, empty).unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("guest \"a\"") && err.contains("rollout.steps is empty"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_guest_acts_as_the_host_unless_it_names_a_service_account() {
         let dir = std::env::temp_dir().join(format!("reconciled-config-sa-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -46,6 +46,9 @@ enum Command {
     /// Replay reconciles recorded with `run --record` against another version of the guest,
     /// offline; report per request the writes, Events and reads that differ.
     Replay(cli::replay::ReplayArgs),
+    /// Steer a Reconciler's step-by-step rollout: `rollout resume NAMESPACE/NAME` resumes a
+    /// pause or a halt.
+    Rollout(cli::rollout::RolloutArgs),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
         Command::New(args) => cli::new::new(args),
         Command::Test(args) => rt.block_on(cli::test::test(args)),
         Command::Replay(args) => rt.block_on(cli::replay::replay(args)),
+        Command::Rollout(args) => rt.block_on(cli::rollout::rollout(args)),
     };
     // Everything was stopped in order already; a blocking task still running (storing a
     // compiled artifact) must not hold the exit up.

@@ -1,6 +1,6 @@
 //! The binary's subcommands, one file each; `main.rs` only parses, sets up logging and
 //! dispatches. `run` and `dev` run guests on a [`host::Host`]; `status` reads a running host;
-//! `pack` and `push` deliver modules; `new`, `test` and `replay` help authors. Also the
+//! `pack` and `push` deliver modules; `rollout` resumes a Reconciler's rollout; `new`, `test` and `replay` help authors. Also the
 //! binary's allocator in musl builds.
 
 pub(crate) mod dev;
@@ -10,6 +10,7 @@ pub(crate) mod pack;
 pub(crate) mod push;
 pub(crate) mod record;
 pub(crate) mod replay;
+pub(crate) mod rollout;
 pub(crate) mod run;
 pub(crate) mod status;
 pub(crate) mod test;

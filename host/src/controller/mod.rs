@@ -5,7 +5,7 @@
 //! No reconcile runs before every informer the guest depends on has synced; until then the
 //! controller's status says why (syncing, forbidden with the rule to add, kind not found).
 
-mod canary;
+mod candidate;
 mod error;
 mod failures;
 pub mod fair_share;
@@ -18,11 +18,12 @@ mod settings;
 pub mod shadow;
 mod shared;
 mod snapshot;
+mod staging;
 mod version;
 pub mod work_queue;
 mod worker;
 
-pub use canary::{CandidateSnapshot, RolledBack, Route};
+pub use candidate::{CandidateSnapshot, RolledBack, Route};
 pub use error::Error;
 pub use failures::Failing;
 pub use reconciles::Counters;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Controller;
-use super::canary::drop_candidate;
 use super::error::Error;
 use super::plan::{add_indexes, describe, subscribe, wait_synced};
 use super::version::{attach_shadow, build_version_from};
@@ -134,16 +133,7 @@ impl Controller {
             )));
         }
         *self.shared.current.write().unwrap() = Arc::new(version);
-        // A revision swapped in at once supersedes one being rolled out.
-        let staged = self.shared.candidate.write().unwrap().take();
-        if let Some(staged) = staged {
-            drop_candidate(
-                &self.shared,
-                &staged,
-                "superseded by a revision swapped in at once",
-            )
-            .await;
-        }
+        self.supersede_candidate().await;
 
         let mut report = Reload {
             added: fresh.iter().map(|(k, _)| k.kind.to_string()).collect(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::canary::Candidate;
+use super::candidate::{Candidate, Pick};
 use super::failures::{Failing, Failures};
 use super::fair_share::Share;
 use super::gate::Gate;
@@ -19,6 +19,7 @@ use super::version::Version;
 use super::work_queue::{Priority, WorkQueue};
 use crate::guest::imports::Metrics;
 use crate::informer::Informer;
+use crate::rollout::share::in_share;
 
 /// What outlives any one version of the guest's module, and the version serving now.
 pub(super) struct Shared {
@@ -111,5 +112,76 @@ impl Shared {
             let st = i.status();
             (!st.state.is_synced()).then(|| format!("{}: {st}", i.key().name()))
         })
+    }
+}
+
+impl Shared {
+    /// The candidate, if one is staged.
+    pub(super) fn candidate(&self) -> Option<Arc<Candidate>> {
+        self.candidate.read().unwrap().clone()
+    }
+
+    /// Which revision reconciles `key` now.
+    pub(super) fn pick(&self, key: &str) -> Pick {
+        let serving = self.current();
+        let Some(candidate) = self.candidate() else {
+            return Pick {
+                ctx: serving.ctx.clone(),
+                shadow: serving.shadow.clone(),
+                version: serving,
+                candidate_shadow: false,
+                candidate: None,
+                canary: None,
+            };
+        };
+        let route = candidate.route();
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        if in_share(namespace, name, route.percent)
+            && let Some(pass) = candidate.gate.enter()
+        {
+            return Pick {
+                ctx: candidate.version.ctx.clone(),
+                version: candidate.version.clone(),
+                shadow: None,
+                candidate_shadow: false,
+                candidate: Some(candidate),
+                canary: Some(pass),
+            };
+        }
+        let shadow = candidate.shadow.clone().filter(|_| route.shadow);
+        Pick {
+            ctx: if shadow.is_some() {
+                candidate.taped_serving.clone()
+            } else {
+                serving.ctx.clone()
+            },
+            candidate_shadow: shadow.is_some(),
+            shadow: shadow.or_else(|| serving.shadow.clone()),
+            version: serving,
+            candidate: Some(candidate),
+            canary: None,
+        }
+    }
+
+    /// Queues, at `priority`, every primary key for which `moved` holds; returns how many.
+    pub(super) fn enqueue_where(
+        &self,
+        priority: Priority,
+        moved: impl Fn(&str, &str) -> bool,
+    ) -> usize {
+        let v = self.current();
+        let Some(d) = v.ctx.declared.get(&v.for_kind) else {
+            return 0;
+        };
+        let mut n = 0;
+        for o in d.informer.store().all() {
+            let key = o.key().to_string();
+            let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
+            if moved(namespace, name) {
+                self.queue.add(key.clone(), priority);
+                n += 1;
+            }
+        }
+        n
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::canary::Pick;
+use super::candidate::Pick;
 use super::failures::Failures;
 use super::fair_share::Slot;
 use super::gate::Gate;
@@ -112,7 +112,9 @@ impl Shared {
             .await;
         pick.record(key, &reconciled, live_started.elapsed());
         if let (Some(shadow), Some(shadowed)) = (&pick.shadow, &shadowed) {
-            let counts = pick.shadow_counts(self);
+            let counts = pick
+                .candidate_shadow_counts()
+                .unwrap_or(&self.shadow_counts);
             shadow.compare(&self.name, key, shadowed, &reconciled, counts);
             slot.charge(shadowed.usage.cpu);
             self.counters.add_cpu(shadowed.usage.cpu);

@@ -20,12 +20,12 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
-use super::Source;
 use super::events::Poster;
+use super::source::Source;
 use crate::controller::{Controller, Route};
 use crate::events::Type;
 use crate::guest::settings::GuestSettings;
-use crate::rollout::decide::{Verdict, decide, shadows_at, share_at};
+use crate::rollout::decide::{Failure, Verdict, decide, shadows_at, share_at};
 use crate::rollout::progress::{Phase, Progress};
 use crate::rollout::spec::Rollout;
 
@@ -207,26 +207,7 @@ async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reportin
                 return;
             }
             Verdict::RollBack(failure) => {
-                let rolled = c.roll_back(&failure.message).await;
-                progress.phase = Phase::RolledBack;
-                progress.percent = 0;
-                progress.reason = Some(failure.reason.to_string());
-                progress.message = Some(failure.message.clone());
-                if let Some(rolled) = &rolled {
-                    progress.since = crate::text::rfc3339(rolled.at);
-                }
-                t.publish(progress);
-                let message = format!(
-                    "guest {}: sha256 {} rolled back at step {} ({}); the serving revision keeps every key: {}",
-                    r.guest, t.digest, step, failure.reason, failure.message
-                );
-                r.events.post(
-                    &r.guest,
-                    &r.source,
-                    Type::Warning,
-                    "RolloutRolledBack",
-                    message,
-                );
+                roll_back(&t, &c, &r, progress, step, &failure).await;
                 return;
             }
             Verdict::Halt(failure) => {
@@ -245,6 +226,37 @@ async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reportin
             }
         }
     }
+}
+
+/// Takes the revision back after `failure` in `step`, and says so.
+async fn roll_back(
+    t: &Tracker,
+    c: &Controller,
+    r: &Reporting,
+    mut progress: Progress,
+    step: usize,
+    failure: &Failure,
+) {
+    let rolled = c.roll_back(&failure.message).await;
+    progress.phase = Phase::RolledBack;
+    progress.percent = 0;
+    progress.reason = Some(failure.reason.to_string());
+    progress.message = Some(failure.message.clone());
+    if let Some(rolled) = &rolled {
+        progress.since = crate::text::rfc3339(rolled.at);
+    }
+    t.publish(progress);
+    let message = format!(
+        "guest {}: sha256 {} rolled back at step {step} ({}); the serving revision keeps every key: {}",
+        r.guest, t.digest, failure.reason, failure.message
+    );
+    (r.events).post(
+        &r.guest,
+        &r.source,
+        Type::Warning,
+        "RolloutRolledBack",
+        message,
+    );
 }
 
 /// Moves the rollout to `step`: the next look routes it.
@@ -267,6 +279,54 @@ fn advance(t: &Tracker, r: &Reporting, step: usize) {
 mod tests {
     use super::*;
     use crate::rollout::spec::{CanaryStep, ShadowStep, Step, Strategy};
+
+    fn tracker(resume: Option<&str>) -> Tracker {
+        let spec = Rollout {
+            resume: resume.map(str::to_string),
+            ..Rollout::default()
+        };
+        Tracker {
+            digest: "d".into(),
+            settings: GuestSettings::default(),
+            progress: watch::Sender::new(Progress::at(&spec, "d", 0, "t".into())),
+            resume_token: Mutex::new(spec.resume.clone()),
+            spec,
+            resumed: AtomicBool::new(false),
+            recorded: AtomicUsize::new(0),
+            task: Mutex::new(None),
+        }
+    }
+
+    #[test]
+    fn only_a_changed_resume_token_resumes_and_only_once() {
+        let t = tracker(Some("monday"));
+        let offer = |token: Option<&str>| Rollout {
+            resume: token.map(str::to_string),
+            ..Rollout::default()
+        };
+        t.offered(&offer(Some("monday")));
+        assert!(
+            !t.resumed.load(Ordering::SeqCst),
+            "the token it was staged with"
+        );
+        t.offered(&offer(Some("tuesday")));
+        assert!(t.resumed.swap(false, Ordering::SeqCst));
+        t.offered(&offer(Some("tuesday")));
+        assert!(
+            !t.resumed.load(Ordering::SeqCst),
+            "the same token twice is one resume"
+        );
+    }
+
+    #[test]
+    fn a_recorded_step_only_grows() {
+        let t = tracker(None);
+        t.recorded(2);
+        t.recorded(1);
+        assert_eq!(t.recorded.load(Ordering::SeqCst), 2);
+        assert!(t.follows("d", &GuestSettings::default()));
+        assert!(!t.follows("e", &GuestSettings::default()));
+    }
 
     #[test]
     fn a_step_routes_its_shadow_and_its_share() {

@@ -453,6 +453,7 @@ async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
         json!([
             { "shadow": { "minReconciles": 20, "maxDivergence": 0.1 } },
             { "canary": { "percent": 10, "minReconciles": 10 } },
+            { "pause": {} },
             { "canary": { "percent": 50, "minReconciles": 30 } },
         ]),
         json!({ "maxLatencyRatio": 1000 }),
@@ -464,6 +465,37 @@ async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
     // Another build that writes what v1 writes: its shadow step sees no divergence.
     let good = spec("v2", json!({ "version": "v1" }), rollout);
     apply(&s.reconcilers, "stamp", good).await;
+    // The pause holds the 10% share until a person resumes it.
+    let paused = wait_status(&s.reconcilers, "stamp", "paused", |st| {
+        st["rollout"]["phase"] == "Paused" && st["rollout"]["summary"] == "paused at 10%"
+    })
+    .await;
+    assert!(
+        is(&paused, "Progressing", "True", "RollingOut"),
+        "{paused:#}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(s.sup().rollout(&s.guest()).unwrap().phase, Phase::Paused);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reconciled"))
+        .args([
+            "rollout",
+            "resume",
+            &format!("{}/stamp", s.ns),
+            "--kubeconfig",
+        ])
+        .arg(cp.kubeconfig_path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("asked to resume") && said.contains("paused at 10%"),
+        "{said}"
+    );
     // A canary step passes only once the new revision ran its minReconciles for real, so the
     // Events below show that it did at 10% and at 50%.
     let done = s
@@ -522,9 +554,10 @@ async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
     assert!(is(&status, "Ready", "True", "Serving"), "{status:#}");
     assert!(is(&status, "Degraded", "False", "AsExpected"), "{status:#}");
     for (reason, says) in [
-        ("RolloutStarted", "in 3 steps"),
-        ("RolloutStep", "entered step 2 of 3: canary 10%"),
-        ("RolloutStep", "entered step 3 of 3: canary 50%"),
+        ("RolloutStarted", "in 4 steps"),
+        ("RolloutStep", "entered step 2 of 4: canary 10%"),
+        ("RolloutStep", "entered step 3 of 4: paused at 10%"),
+        ("RolloutStep", "entered step 4 of 4: canary 50%"),
         ("RolloutPromoted", "now serves every key"),
     ] {
         common::wait::wait_event(

@@ -91,12 +91,30 @@ impl Status {
             })
             .collect();
         if !throttled.is_empty() {
-            out.push_str(
-                "
-tenants throttled for their CPU budget:
-",
-            );
+            out.push_str("\ntenants throttled for their CPU budget:\n");
             out.push_str(&throttled.join("\n"));
+            out.push('\n');
+        }
+        let rollouts: Vec<String> = (self.guests.iter())
+            .filter_map(|g| Some((g, g.rollout.as_ref()?)))
+            .map(|(g, p)| {
+                let hex: String = p.digest.chars().take(12).collect();
+                let why = match (&p.reason, &p.message) {
+                    (Some(r), Some(m)) => format!(" ({r}: {})", truncate(m, LAST_ERROR_CHARS)),
+                    _ => String::new(),
+                };
+                format!(
+                    "  {}: {hex} {}, step {} of {}{why}",
+                    cell(Some(&g.name)),
+                    p.summary(),
+                    (p.step + 1).min(p.steps),
+                    p.steps
+                )
+            })
+            .collect();
+        if !rollouts.is_empty() {
+            out.push_str("\nrollouts:\n");
+            out.push_str(&rollouts.join("\n"));
             out.push('\n');
         }
         let unsynced: Vec<String> = self.guests.iter().flat_map(unsynced_informers).collect();
@@ -118,15 +136,12 @@ fn row(guest: &GuestStatus, sharded: bool) -> Vec<String> {
     });
     let r = &guest.reconciles;
     // Why it is not serving now, if it is not; else the last rejection.
-    let mut last_error = match (&guest.reason, guest.blame) {
+    let last_error = match (&guest.reason, guest.blame) {
         (None, _) => cell(guest.last_error.as_deref()),
         (Some(reason), None) => cell(Some(reason)),
         (Some(reason), Some(blame)) => format!("[blame: {blame}] {}", cell(Some(reason))),
     };
-    if last_error.chars().count() > LAST_ERROR_CHARS {
-        last_error = last_error.chars().take(LAST_ERROR_CHARS - 1).collect();
-        last_error.push('…');
-    }
+    let last_error = truncate(&last_error, LAST_ERROR_CHARS);
     let mut row = vec![
         cell(Some(&guest.name)),
         guest.state.to_string(),
@@ -163,6 +178,17 @@ fn unsynced_informers(guest: &GuestStatus) -> impl Iterator<Item = String> + '_ 
         })
 }
 
+/// `text` as a cell, cut to `max` characters with an ellipsis.
+fn truncate(text: &str, max: usize) -> String {
+    let text = cell(Some(text));
+    if text.chars().count() <= max {
+        return text;
+    }
+    let mut cut: String = text.chars().take(max - 1).collect();
+    cut.push('…');
+    cut
+}
+
 /// A value as a table cell: absent or empty as `-`, control characters as spaces.
 fn cell(text: Option<&str>) -> String {
     match text {
@@ -175,6 +201,38 @@ fn cell(text: Option<&str>) -> String {
 mod tests {
     use super::*;
     use crate::ops::status::tests::{guest, informer};
+
+    #[test]
+    fn a_rollout_shows_under_the_table_with_its_step_and_why_it_ended() {
+        use crate::rollout::progress::{Phase, Progress};
+        let mut g = guest("team-a/stamp", GuestState::Serving);
+        g.rollout = Some(Progress {
+            digest: "ab".repeat(32),
+            step: 0,
+            steps: 3,
+            phase: Phase::RolledBack,
+            percent: 0,
+            min_reconciles: 20,
+            compared: 0,
+            divergent: 0,
+            reconciles: 21,
+            errors: 7,
+            reason: Some("Errors".into()),
+            message: Some("at 10% of keys, 7 of 21 reconciles failed\nby its own fault".into()),
+            since: "2026-12-03T18:00:00Z".into(),
+        });
+        let status = Status {
+            guests: vec![g],
+            ..Status::default()
+        };
+        let table = status.table();
+        assert!(
+            table.contains(
+                "rollouts:\n  team-a/stamp: abababababab rolled back, step 1 of 3 (Errors: at 10% of keys, 7 of 21 reconciles failed by its own fault)\n"
+            ),
+            "{table}"
+        );
+    }
 
     #[test]
     fn renders_guests_as_an_aligned_table() {

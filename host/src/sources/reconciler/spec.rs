@@ -482,6 +482,67 @@ mod tests {
     }
 
     #[test]
+    fn a_rollout_is_read_checked_and_ignored_by_a_pin() {
+        let rollout = json!({
+            "strategy": "Progressive",
+            "steps": [{"shadow": {"minReconciles": 10}}, {"canary": {"percent": 10}}],
+        });
+        let spec = json!({"module": {"image": "r.example/team-a/rec:1"}, "rollout": rollout});
+        let Ok(Wanted::Run { settings, .. }) = wanted(spec) else {
+            panic!("accepted");
+        };
+        assert!(settings.rollout.progressive());
+        assert_eq!(settings.rollout.steps.len(), 2);
+
+        let shrinking = json!({"module": {"image": "r.example/team-a/rec:1"}, "rollout": {
+            "strategy": "Progressive",
+            "steps": [{"canary": {"percent": 50}}, {"canary": {"percent": 10}}],
+        }});
+        let refused = wanted(shrinking).unwrap_err();
+        assert_eq!(refused.reason, "InvalidSpec");
+        assert!(
+            refused
+                .message
+                .starts_with("spec.rollout.steps[1].canary.percent is 10"),
+            "{}",
+            refused.message
+        );
+        let typo = json!({"module": {"image": "r.example/team-a/rec:1"}, "rollout": {"stratgy": "Progressive"}});
+        assert!(
+            wanted(typo)
+                .unwrap_err()
+                .message
+                .contains("spec.rollout does not read")
+        );
+
+        // A pin is a person taking a revision back: it serves at once.
+        let r = reconciler(json!({
+            "module": {"image": "r.example/team-a/rec:1"},
+            "revision": 1,
+            "rollout": rollout,
+        }));
+        let spec = r.spec.clone().unwrap();
+        let module = format!("oci://r.example/team-a/rec@sha256:{}", "ab".repeat(32));
+        let revisions = [revision(1, &module)];
+        let Ok(Wanted::Run { settings, .. }) = decide(&r, &spec, &policy(), None, &revisions)
+        else {
+            panic!("accepted");
+        };
+        assert!(!settings.rollout.progressive());
+    }
+
+    #[test]
+    fn the_recorded_rollout_step_is_read_from_status() {
+        let json = json!({
+            "metadata": {"name": "rec", "namespace": "team-a"},
+            "spec": {"module": {"image": "r.example/team-a/rec:1"}},
+            "status": {"rollout": {"digest": "ab", "step": 2, "phase": "Canary"}},
+        });
+        let r = read(json.to_string().as_bytes()).unwrap();
+        assert_eq!(r.rollout_step, Some(("ab".to_string(), 2)));
+    }
+
+    #[test]
     fn a_spec_reads_with_the_crds_defaults_when_fields_are_absent() {
         let r = reconciler(json!({"module": {"image": "r.example/team-a/rec:1"}}));
         assert_eq!((r.guest(), r.generation), ("team-a/rec".to_string(), 3));

@@ -439,6 +439,90 @@ mod tests {
         cs.iter().find(|c| c.type_ == t).unwrap().clone()
     }
 
+    fn progress(phase: crate::rollout::progress::Phase) -> Progress {
+        Progress {
+            digest: "cd".repeat(32),
+            step: 1,
+            steps: 3,
+            phase,
+            percent: 10,
+            min_reconciles: 50,
+            compared: 0,
+            divergent: 0,
+            reconciles: 12,
+            errors: 4,
+            reason: None,
+            message: None,
+            since: "2026-12-03T18:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn a_rollout_in_flight_is_progressing_and_one_rolled_back_is_degraded() {
+        let mut g = guest(GuestState::Serving);
+        g.rollout = Some(progress(Phase::Canary));
+        let cs = conditions(&view(Some(&g), Ok(&[])));
+        let p = find(&cs, "Progressing");
+        assert_eq!((p.status, p.reason), (true, "RollingOut"));
+        assert!(
+            p.message.contains("step 2 of 3, canary 10%"),
+            "{}",
+            p.message
+        );
+        assert!(!find(&cs, "Degraded").status);
+        assert!(
+            find(&cs, "Ready").status,
+            "the serving revision still serves"
+        );
+
+        let mut failed = progress(Phase::RolledBack);
+        failed.reason = Some("Errors".into());
+        failed.message = Some("at 10% of keys, 4 of 12 failed".into());
+        g.rollout = Some(failed);
+        let cs = conditions(&view(Some(&g), Ok(&[])));
+        let d = find(&cs, "Degraded");
+        assert_eq!((d.status, d.reason), (true, "RolledBack"));
+        assert!(
+            d.message.contains("(Errors)") && d.message.contains("4 of 12"),
+            "{}",
+            d.message
+        );
+        assert!(!find(&cs, "Progressing").status);
+
+        // Once the rolled-back digest serves after all (a later, fixed rollout of the same
+        // bytes is refused, but a pin may bring it), nothing is degraded.
+        g.digest = Some("cd".repeat(32));
+        assert!(!find(&conditions(&view(Some(&g), Ok(&[]))), "Degraded").status);
+    }
+
+    #[test]
+    fn a_rollouts_counts_are_written_at_the_refresh_pace_and_its_step_at_once() {
+        let mut g = guest(GuestState::Serving);
+        g.rollout = Some(progress(Phase::Canary));
+        let doc = |g: &GuestStatus| document(&view(Some(g), Ok(&[])), &Value::Null, "t");
+        let first = doc(&g);
+        assert_eq!(first["rollout"]["summary"], "canary 10%");
+        let pace = Pace {
+            min_gap: Duration::from_secs(1),
+            refresh: Duration::from_secs(60),
+        };
+        let last = Written {
+            at: Instant::now(),
+            doc: first,
+        };
+        let soon = last.at + Duration::from_secs(5);
+        g.rollout.as_mut().unwrap().reconciles += 10;
+        assert!(
+            !due(Some(&last), &doc(&g), soon, pace),
+            "a count alone waits"
+        );
+        g.rollout.as_mut().unwrap().step = 2;
+        assert!(
+            due(Some(&last), &doc(&g), soon, pace),
+            "a new step is written"
+        );
+    }
+
     #[test]
     fn a_serving_guest_is_ready_accepted_and_not_degraded() {
         let g = guest(GuestState::Serving);

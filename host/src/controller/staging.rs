@@ -1,0 +1,194 @@
+//! Staging a new revision beside the serving one and moving keys to it: what the driver of a
+//! progressive rollout (see [`crate::rollout`]) does to a running guest. The candidate and how a
+//! reconcile picks its revision are in `candidate`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::SystemTime;
+
+use super::Controller;
+use super::candidate::{Candidate, CandidateSnapshot, RolledBack, Route, fenced};
+use super::error::Error;
+use super::plan::{add_indexes, describe};
+use super::shared::Shared;
+use super::version::{Version, build_version_from, prepare_module};
+use super::work_queue::Priority;
+use crate::guest::Module;
+use crate::guest::bindings::Gvk;
+use crate::guest::read_your_writes::Floors;
+use crate::guest::settings::GuestSettings;
+use crate::rollout::decide::Observed;
+use crate::rollout::share::in_share;
+
+impl Controller {
+    /// Stages `module` with `guest_settings` as the candidate of a progressive rollout, in place
+    /// of any candidate before it (which is rolled back), with no share and no shadow yet: the
+    /// driver sets its [`Route`]. The serving version is untouched.
+    ///
+    /// Refused ([`Error::Invalid`]) when the candidate reads other kinds, or the same in other
+    /// scopes, than the serving version.
+    pub async fn stage(&self, module: Module, guest_settings: &GuestSettings) -> Result<(), Error> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let settings = &self.shared.settings;
+        let plan = describe(&module, settings).await?;
+        let live = self.shared.current();
+        let invalid = |reason: String| Error::Invalid {
+            guest: settings.name.clone(),
+            reason: format!(
+                "a progressive rollout's new revision must read what the serving one reads, since it shares its informers: {reason}; roll it out with strategy Immediate instead"
+            ),
+        };
+        if plan.for_kind != live.for_kind {
+            return Err(invalid(format!(
+                "it reconciles {} and the serving revision {}",
+                plan.for_kind, live.for_kind
+            )));
+        }
+        if plan.kinds.len() != live.ctx.declared.len() {
+            return Err(invalid(format!(
+                "it reads {} kinds and the serving revision {}",
+                plan.kinds.len(),
+                live.ctx.declared.len()
+            )));
+        }
+        let mut informers = Vec::new();
+        for k in &plan.kinds {
+            let Some(d) = live.ctx.declared.get(&k.kind) else {
+                return Err(invalid(format!(
+                    "the serving revision does not read {}",
+                    k.kind
+                )));
+            };
+            if d.informer.key() != &k.key {
+                return Err(invalid(format!("it reads {} in another scope", k.kind)));
+            }
+            informers.push(d.informer.clone());
+        }
+        for (k, informer) in plan.kinds.iter().zip(&informers) {
+            add_indexes(informer, &settings.name, k)?;
+        }
+        let floors: HashMap<Gvk, Arc<Floors>> = (live.ctx.declared.iter())
+            .map(|(k, d)| (k.clone(), d.floors.clone()))
+            .collect();
+        let fence = Arc::new(AtomicBool::new(false));
+        let client = fenced(self.shared.client.clone(), fence.clone());
+        let version = build_version_from(
+            settings,
+            guest_settings,
+            &client,
+            module.clone(),
+            &plan,
+            &informers,
+            &floors,
+            self.shared.metrics.clone(),
+        );
+        let shadow = prepare_module(settings, guest_settings, &live, &self.shared.client, module)
+            .await
+            .inspect_err(|e| tracing::warn!(guest = %settings.name, "the new revision cannot run as a shadow, so shadow steps compare nothing: {e}"))
+            .ok()
+            .map(Arc::new);
+        let candidate = Arc::new(Candidate::new(version, shadow, &live.ctx, fence));
+        let digest = candidate.version.module.digest().to_string();
+        let before = self.shared.candidate.write().unwrap().replace(candidate);
+        if let Some(before) = before {
+            drop_candidate(&self.shared, &before, "replaced by a newer revision").await;
+        }
+        tracing::info!(guest = %settings.name, %digest, "new revision staged for a progressive rollout");
+        Ok(())
+    }
+
+    /// Sets where the candidate runs, and starts counting afresh for the new step; keys that
+    /// move onto the candidate are queued once (at low priority). Returns how many moved, or
+    /// `None` with no candidate.
+    pub fn route(&self, route: Route) -> Option<usize> {
+        let candidate = self.shared.candidate()?;
+        let before = candidate.set_route(route);
+        let moved = self.shared.enqueue_where(Priority::Low, |ns, name| {
+            in_share(ns, name, route.percent) && !in_share(ns, name, before.percent)
+        });
+        tracing::info!(guest = %self.shared.name, shadow = route.shadow, percent = route.percent, moved, "rollout step");
+        Some(moved)
+    }
+
+    /// What the candidate's current step has seen, for [`decide`](crate::rollout::decide::decide);
+    /// `None` with no candidate. `resumed` is passed through.
+    pub fn rollout_observed(&self, resumed: bool) -> Option<Observed> {
+        Some(self.shared.candidate()?.observed(resumed))
+    }
+
+    /// The candidate, if one is staged.
+    pub fn candidate(&self) -> Option<CandidateSnapshot> {
+        let c = self.shared.candidate()?;
+        Some(CandidateSnapshot {
+            digest: c.version.module.digest().to_string(),
+            settings: c.version.ctx.settings.clone(),
+            route: c.route(),
+        })
+    }
+
+    /// Makes the candidate the serving version for every key; keys that were not on it yet are
+    /// queued once (at low priority). Returns how many, or `None` with no candidate.
+    pub async fn promote(&self) -> Option<usize> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let candidate = self.shared.candidate.write().unwrap().take()?;
+        let percent = candidate.route().percent;
+        // Carried over whole: the version built for the candidate, its fenced client included
+        // (the fence never falls once promoted), and a host config's shadow kept beside it.
+        let serving_shadow = self.shared.current().shadow.clone();
+        let promoted = Version {
+            module: candidate.version.module.clone(),
+            ctx: candidate.version.ctx.clone(),
+            informers: candidate.version.informers.clone(),
+            roles: candidate.version.roles.clone(),
+            for_kind: candidate.version.for_kind.clone(),
+            loaded_at: SystemTime::now(),
+            shadow: serving_shadow,
+        };
+        *self.shared.current.write().unwrap() = Arc::new(promoted);
+        let moved =
+            (self.shared).enqueue_where(Priority::Low, |ns, name| !in_share(ns, name, percent));
+        tracing::info!(guest = %self.shared.name, digest = %candidate.version.module.digest(), moved, "new revision promoted");
+        Some(moved)
+    }
+
+    /// Takes the candidate back: see the module docs for the fence. Keys it held are queued
+    /// again, at high priority, for the serving version. `None` with no candidate.
+    pub async fn roll_back(&self, why: &str) -> Option<RolledBack> {
+        let candidate = self.shared.candidate()?;
+        let rolled = drop_candidate(&self.shared, &candidate, why).await;
+        let mut slot = self.shared.candidate.write().unwrap();
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &candidate)) {
+            *slot = None;
+        }
+        Some(rolled)
+    }
+}
+
+impl Controller {
+    /// Takes back the candidate, if any: a revision swapped in at once supersedes one being
+    /// rolled out.
+    pub(super) async fn supersede_candidate(&self) {
+        let staged = self.shared.candidate.write().unwrap().take();
+        if let Some(staged) = staged {
+            let why = "superseded by a revision swapped in at once";
+            drop_candidate(&self.shared, &staged, why).await;
+        }
+    }
+}
+
+/// Fences `candidate`, cancels its reconciles in flight and waits for them, then requeues the
+/// keys it held.
+async fn drop_candidate(shared: &Shared, candidate: &Candidate, why: &str) -> RolledBack {
+    let at = SystemTime::now();
+    let cancelled = candidate.fence(why);
+    candidate.gate.drained().await;
+    let percent = candidate.route().percent;
+    let requeued = shared.enqueue_where(Priority::High, |ns, name| in_share(ns, name, percent));
+    tracing::warn!(guest = %shared.name, digest = %candidate.version.module.digest(), cancelled, requeued, "new revision rolled back: {why}");
+    RolledBack {
+        at,
+        cancelled,
+        requeued,
+    }
+}
