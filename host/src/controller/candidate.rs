@@ -132,6 +132,9 @@ pub(super) struct Candidate {
     fence: Arc<AtomicBool>,
     tally: Mutex<Tally>,
     serving_runs: std::sync::atomic::AtomicU64,
+    /// Told after each reconcile it counts: the driver judges the step at once instead of at
+    /// its next look.
+    pub(super) changed: Arc<tokio::sync::Notify>,
 }
 
 impl Candidate {
@@ -156,6 +159,7 @@ impl Candidate {
             fence,
             tally: Mutex::new(Tally::new(0, 0)),
             serving_runs: Default::default(),
+            changed: Arc::default(),
         }
     }
 

@@ -117,6 +117,12 @@ impl Controller {
         Some(self.shared.candidate()?.observed(resumed))
     }
 
+    /// Notified after each reconcile the candidate's step counts (one permit kept while nobody
+    /// waits); `None` with no candidate.
+    pub fn rollout_changed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(self.shared.candidate()?.changed.clone())
+    }
+
     /// The candidate, if one is staged.
     pub fn candidate(&self) -> Option<CandidateSnapshot> {
         let c = self.shared.candidate()?;

@@ -119,6 +119,9 @@ impl Shared {
             slot.charge(shadowed.usage.cpu);
             self.counters.add_cpu(shadowed.usage.cpu);
         }
+        if let Some(candidate) = &pick.candidate {
+            candidate.changed.notify_one();
+        }
         slot.charge(reconciled.usage.cpu);
         self.counters.add_cpu(reconciled.usage.cpu);
         self.in_flight.lock().unwrap().remove(key);

@@ -29,7 +29,7 @@ use crate::rollout::decide::{Failure, Verdict, decide, shadows_at, share_at};
 use crate::rollout::progress::{Phase, Progress};
 use crate::rollout::spec::Rollout;
 
-/// How often the driver looks.
+/// How often the driver looks when no reconcile tells it to.
 const TICK: Duration = Duration::from_millis(200);
 
 /// One staged revision's rollout, as the supervisor keeps it beside the guest.
@@ -147,7 +147,16 @@ async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reportin
     let mut routed: Option<usize> = None;
     let mut halted = false;
     loop {
-        tokio::time::sleep(TICK).await;
+        // Judged after every reconcile the step counts, and at least every tick (a pause's
+        // resume, a canary's least time, a gate that opened).
+        let changed = controller.upgrade().and_then(|c| c.rollout_changed());
+        match changed {
+            Some(changed) => tokio::select! {
+                () = tokio::time::sleep(TICK) => {}
+                () = changed.notified() => {}
+            },
+            None => tokio::time::sleep(TICK).await,
+        }
         let (Some(t), Some(c)) = (tracker.upgrade(), controller.upgrade()) else {
             return;
         };
