@@ -195,6 +195,11 @@ impl Candidate {
         }
     }
 
+    /// Whether its writes are fenced: it was rolled back, or is being.
+    pub(super) fn fenced(&self) -> bool {
+        self.fence.load(Ordering::SeqCst)
+    }
+
     /// Fences its writes (none is sent from now on) and closes its gate (its reconciles in
     /// flight are cancelled); returns how many were running.
     pub(super) fn fence(&self, why: &str) -> usize {

@@ -133,7 +133,8 @@ impl Controller {
             )));
         }
         *self.shared.current.write().unwrap() = Arc::new(version);
-        self.supersede_candidate().await;
+        self.supersede_candidate("superseded by a revision swapped in at once")
+            .await;
 
         let mut report = Reload {
             added: fresh.iter().map(|(k, _)| k.kind.to_string()).collect(),

@@ -27,8 +27,14 @@ impl Controller {
     /// driver sets its [`Route`]. The serving version is untouched.
     ///
     /// Refused ([`Error::Invalid`]) when the candidate reads other kinds, or the same in other
-    /// scopes, than the serving version.
-    pub async fn stage(&self, module: Module, guest_settings: &GuestSettings) -> Result<(), Error> {
+    /// scopes, than the serving version, or, when `shadowed` (the rollout has shadow steps),
+    /// cannot run as a shadow.
+    pub async fn stage(
+        &self,
+        module: Module,
+        guest_settings: &GuestSettings,
+        shadowed: bool,
+    ) -> Result<(), Error> {
         let _one_at_a_time = self.reloading.lock().await;
         let settings = &self.shared.settings;
         let plan = describe(&module, settings).await?;
@@ -83,11 +89,27 @@ impl Controller {
             &floors,
             self.shared.metrics.clone(),
         );
-        let shadow = prepare_module(settings, guest_settings, &live, &self.shared.client, module)
-            .await
-            .inspect_err(|e| tracing::warn!(guest = %settings.name, "the new revision cannot run as a shadow, so shadow steps compare nothing: {e}"))
-            .ok()
-            .map(Arc::new);
+        let shadow = match prepare_module(
+            settings,
+            guest_settings,
+            &live,
+            &self.shared.client,
+            module,
+        )
+        .await
+        {
+            Ok(shadow) => Some(Arc::new(shadow)),
+            // A shadow step with nothing to compare would wait for ever.
+            Err(e) if shadowed => {
+                return Err(Error::Invalid {
+                    guest: settings.name.clone(),
+                    reason: format!(
+                        "the new revision cannot run as a shadow, which the rollout's shadow steps need: {e}; remove the shadow steps or fix the module"
+                    ),
+                });
+            }
+            Err(_) => None,
+        };
         let candidate = Arc::new(Candidate::new(version, shadow, &live.ctx, fence));
         let digest = candidate.version.module.digest().to_string();
         let before = self.shared.candidate.write().unwrap().replace(candidate);
@@ -133,11 +155,12 @@ impl Controller {
         })
     }
 
-    /// Makes the candidate the serving version for every key; keys that were not on it yet are
-    /// queued once (at low priority). Returns how many, or `None` with no candidate.
-    pub async fn promote(&self) -> Option<usize> {
+    /// Makes the candidate of `digest` with `settings` the serving version for every key; keys
+    /// that were not on it yet are queued once (at low priority). Returns how many, or `None`
+    /// when that is not the candidate (none, another staged since, or one fenced).
+    pub async fn promote(&self, digest: &str, settings: &GuestSettings) -> Option<usize> {
         let _one_at_a_time = self.reloading.lock().await;
-        let candidate = self.shared.candidate.write().unwrap().take()?;
+        let candidate = self.take_candidate(digest, settings)?;
         let percent = candidate.route().percent;
         // Carried over whole: the version built for the candidate, its fenced client included
         // (the fence never falls once promoted), and a host config's shadow kept beside it.
@@ -158,33 +181,49 @@ impl Controller {
         Some(moved)
     }
 
-    /// Takes the candidate back: see the module docs for the fence. Keys it held are queued
-    /// again, at high priority, for the serving version. `None` with no candidate.
-    pub async fn roll_back(&self, why: &str) -> Option<RolledBack> {
-        let candidate = self.shared.candidate()?;
-        let rolled = drop_candidate(&self.shared, &candidate, why).await;
+    /// Takes back the candidate of `digest` with `settings`: see the module docs for the fence.
+    /// Keys it held are queued again, at high priority, for the serving version. `None` when
+    /// that is not the candidate.
+    pub async fn roll_back(
+        &self,
+        digest: &str,
+        settings: &GuestSettings,
+        why: &str,
+    ) -> Option<RolledBack> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let candidate = self.take_candidate(digest, settings)?;
+        Some(drop_candidate(&self.shared, &candidate, why).await)
+    }
+
+    /// Takes back whichever candidate is staged, saying `why`; `None` with none.
+    pub async fn withdraw(&self, why: &str) -> Option<RolledBack> {
+        let _one_at_a_time = self.reloading.lock().await;
+        self.supersede_candidate(why).await
+    }
+
+    /// The candidate of `digest` with `settings`, out of its slot (no reconcile picks it from
+    /// now on), unless another is staged or it was fenced.
+    fn take_candidate(&self, digest: &str, settings: &GuestSettings) -> Option<Arc<Candidate>> {
         let mut slot = self.shared.candidate.write().unwrap();
-        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &candidate)) {
-            *slot = None;
-        }
-        Some(rolled)
+        let ours = slot.as_ref().is_some_and(|c| {
+            c.version.module.digest() == digest
+                && c.version.ctx.settings == *settings
+                && !c.fenced()
+        });
+        if ours { slot.take() } else { None }
     }
 }
 
 impl Controller {
-    /// Takes back the candidate, if any: a revision swapped in at once supersedes one being
-    /// rolled out.
-    pub(super) async fn supersede_candidate(&self) {
-        let staged = self.shared.candidate.write().unwrap().take();
-        if let Some(staged) = staged {
-            let why = "superseded by a revision swapped in at once";
-            drop_candidate(&self.shared, &staged, why).await;
-        }
+    /// Takes back the candidate, if any, saying `why`: its caller holds `reloading`.
+    pub(super) async fn supersede_candidate(&self, why: &str) -> Option<RolledBack> {
+        let staged = self.shared.candidate.write().unwrap().take()?;
+        Some(drop_candidate(&self.shared, &staged, why).await)
     }
 }
 
-/// Fences `candidate`, cancels its reconciles in flight and waits for them, then requeues the
-/// keys it held.
+/// Fences `candidate` (out of its slot already, so that no reconcile picks it any more),
+/// cancels its reconciles in flight and waits for them, then requeues the keys it held.
 async fn drop_candidate(shared: &Shared, candidate: &Candidate, why: &str) -> RolledBack {
     let at = SystemTime::now();
     let cancelled = candidate.fence(why);

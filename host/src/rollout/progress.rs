@@ -27,6 +27,9 @@ pub enum Phase {
     Promoted,
     /// The analysis failed: the new revision runs on no key.
     RolledBack,
+    /// Another revision was staged or swapped in, or the serving one asked for again: this
+    /// one runs on no key.
+    Superseded,
 }
 
 /// A rollout's progress.
@@ -35,6 +38,10 @@ pub enum Phase {
 pub struct Progress {
     /// sha256 of the revision rolled out.
     pub digest: String,
+    /// The revision's settings, as a hash ([`settings_hash`]): a revision is its digest and its
+    /// settings.
+    #[serde(default)]
+    pub settings_hash: String,
     /// The step it is in, from 0 (`steps` once promoted).
     pub step: usize,
     /// How many steps the rollout has.
@@ -60,8 +67,14 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// The progress of `rollout` of `digest` as it enters `step`.
-    pub fn at(rollout: &Rollout, digest: &str, step: usize, since: String) -> Self {
+    /// The progress of `rollout` of `digest` with settings hashed `settings_hash` as it enters
+    /// `step`.
+    pub fn at(
+        rollout: &Rollout,
+        (digest, settings_hash): (&str, &str),
+        step: usize,
+        since: String,
+    ) -> Self {
         let phase = match rollout.steps.get(step) {
             None => Phase::Promoted,
             Some(Step::Pause(_)) => Phase::Paused,
@@ -75,6 +88,7 @@ impl Progress {
         };
         Self {
             digest: digest.to_string(),
+            settings_hash: settings_hash.to_string(),
             step,
             steps: rollout.steps.len(),
             phase,
@@ -98,9 +112,17 @@ impl Progress {
         self.errors = o.guest_errors + o.traps;
     }
 
-    /// Whether the rollout is over (promoted or rolled back).
+    /// Whether the rollout is over (promoted, rolled back or superseded).
     pub fn ended(&self) -> bool {
-        matches!(self.phase, Phase::Promoted | Phase::RolledBack)
+        matches!(
+            self.phase,
+            Phase::Promoted | Phase::RolledBack | Phase::Superseded
+        )
+    }
+
+    /// Whether this is the progress of `digest` with settings hashed `settings_hash`.
+    pub fn of(&self, digest: &str, settings_hash: &str) -> bool {
+        self.digest == digest && self.settings_hash == settings_hash
     }
 
     /// One short line, as the ROLLOUT printer column shows it: `shadow 140/200`, `canary 10%`,
@@ -113,8 +135,16 @@ impl Progress {
             Phase::Halted => format!("halted at {}%", self.percent),
             Phase::Promoted => "promoted".to_string(),
             Phase::RolledBack => "rolled back".to_string(),
+            Phase::Superseded => "superseded".to_string(),
         }
     }
+}
+
+/// A short, stable hash of `settings` (a JSON text): the 64-bit FNV-1a, hex.
+pub fn settings_hash(settings: &str) -> String {
+    let mut h = crate::fnv::Fnv::default();
+    h.write(settings.as_bytes());
+    format!("{:016x}", h.finish())
 }
 
 #[cfg(test)]
@@ -151,26 +181,29 @@ mod tests {
     #[test]
     fn each_step_shows_its_phase_share_and_sample_in_one_short_line() {
         let r = rollout();
-        let mut shadow = Progress::at(&r, "d", 0, "t".into());
+        let mut shadow = Progress::at(&r, ("d", "s"), 0, "t".into());
         shadow.count(&Observed {
             compared: 140,
             ..Observed::default()
         });
         let seen: Vec<String> = (1..=4)
-            .map(|step| Progress::at(&r, "d", step, "t".into()).summary())
+            .map(|step| Progress::at(&r, ("d", "s"), step, "t".into()).summary())
             .collect();
         assert_eq!(shadow.summary(), "shadow 140/200");
         assert_eq!(
             seen,
             ["canary 10%", "paused at 10%", "canary 50%", "promoted"]
         );
-        assert_eq!(Progress::at(&r, "d", 1, "t".into()).min_reconciles, 50);
-        assert!(Progress::at(&r, "d", 4, "t".into()).ended());
+        assert_eq!(
+            Progress::at(&r, ("d", "s"), 1, "t".into()).min_reconciles,
+            50
+        );
+        assert!(Progress::at(&r, ("d", "s"), 4, "t".into()).ended());
     }
 
     #[test]
     fn errors_and_traps_count_together() {
-        let mut p = Progress::at(&rollout(), "d", 1, "t".into());
+        let mut p = Progress::at(&rollout(), ("d", "s"), 1, "t".into());
         p.count(&Observed {
             reconciles: 60,
             guest_errors: 17,

@@ -17,6 +17,8 @@ use crate::controller::{self, Controller, Reload, Settings};
 use crate::events::Type;
 use crate::guest::artifact_cache::Origin;
 use crate::guest::{CallError, LoadError, Module, digest_of};
+use crate::rollout::progress::{Phase, settings_hash};
+use crate::rollout::spec::Step;
 
 /// Why a load did not serve its module.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,24 +202,12 @@ impl<'a> Load<'a> {
                 });
                 let rejected = e.settings == self.settings
                     && e.rejected_digest.as_deref() == Some(self.digest.as_str());
-                let staged = (e.controller.as_ref().and_then(|c| c.candidate()))
-                    .filter(|k| k.digest == self.digest && k.settings == *guest_settings)
-                    .is_some();
-                let rollout =
-                    (e.rollout.as_ref()).filter(|t| t.follows(&self.digest, guest_settings));
-                if let Some(t) = rollout {
-                    t.offered(&self.settings.rollout);
-                }
-                let rolled_back = rollout.is_some_and(|t| t.rolled_back());
-                let withdraw = serving
-                    && e.controller
-                        .as_ref()
-                        .is_some_and(|c| c.candidate().is_some());
+                let (held, withdraw) = self.rollout_of(e, serving);
                 if serving {
                     e.last_error = None;
                     e.rejected_digest = None;
                 }
-                if (serving && !withdraw) || rejected || staged || rolled_back {
+                if (serving && !withdraw) || rejected || held {
                     return None;
                 }
                 Prior {
@@ -237,10 +227,36 @@ impl<'a> Load<'a> {
         Some(prior)
     }
 
+    /// What a rollout makes of this offer to `e`, whose version serving is the offered one when
+    /// `serving`: whether it is held as is (staged already, or rolled back here or by the
+    /// replica that drove it), and whether a candidate must be withdrawn (the revision serving
+    /// is asked for again). A rollout of this revision sees the offer (its `resume` token); an
+    /// ended rollout of another is forgotten once the revision serving is asked for again.
+    fn rollout_of(&self, e: &mut Entry, serving: bool) -> (bool, bool) {
+        let guest_settings = &self.settings.guest_settings;
+        let candidate = e.controller.as_ref().and_then(|c| c.candidate());
+        let staged = (candidate.as_ref())
+            .is_some_and(|k| k.digest == self.digest && k.settings == *guest_settings);
+        let rollout = (e.rollout.as_ref()).filter(|t| t.follows(&self.digest, guest_settings));
+        if let Some(t) = rollout {
+            t.offered(&self.settings.rollout);
+        }
+        let hash = settings_hash(guest_settings.as_str());
+        let recorded_back = (e.recorded_rollout.as_ref())
+            .is_some_and(|p| p.of(&self.digest, &hash) && p.phase == Phase::RolledBack);
+        let rolled_back =
+            rollout.is_some_and(|t| t.rolled_back()) || (recorded_back && e.controller.is_some());
+        if serving && rollout.is_none() && e.rollout.as_ref().is_some_and(|t| t.progress().ended())
+        {
+            e.rollout = None;
+        }
+        (staged || rolled_back, serving && candidate.is_some())
+    }
+
     /// Phases 3 to 8 and the reporters: from the bytes to a serving version.
     pub(super) async fn run(&self, bytes: Vec<u8>, prior: Prior) -> Result<Applied, Rejection> {
         if let (true, Some(c)) = (prior.withdraw, &prior.running) {
-            c.roll_back("the revision serving is asked for again").await;
+            c.withdraw("the revision serving is asked for again").await;
             return Ok(Applied::Unchanged);
         }
         // New settings for the module serving: nothing to compile, nor to load from the cache.
@@ -301,18 +317,21 @@ impl<'a> Load<'a> {
         reused: bool,
     ) -> Result<Applied, Rejection> {
         let guest_settings = &self.settings.guest_settings;
-        (c.stage(module.clone(), guest_settings).await).map_err(|e| Rejection::from(&e))?;
+        let spec = &self.settings.rollout;
+        let shadowed = (spec.steps.iter()).any(|s| matches!(s, Step::Shadow(_)));
+        (c.stage(module.clone(), guest_settings, shadowed).await)
+            .map_err(|e| Rejection::from(&e))?;
         if !reused {
             module.persist_artifact();
         }
-        let spec = &self.settings.rollout;
         let reporting = rollout::Reporting {
             guest: self.name.to_string(),
             source: self.source.clone(),
             events: self.sup.events.clone(),
         };
-        let recorded = self.sup.recorded_step(self.name, &self.digest);
-        let tracker = rollout::start(c, spec, &self.digest, guest_settings, recorded, reporting);
+        let recorded = self.sup.recorded_rollout(self.name);
+        let revision = (self.digest.as_str(), guest_settings);
+        let tracker = rollout::start(c, spec, revision, recorded.as_ref(), reporting);
         let serving = c.digest();
         let mut guests = self.sup.guests.lock().unwrap();
         if let Some(entry) = guests.get_mut(self.name) {

@@ -124,9 +124,10 @@ struct Entry {
     last_load: Option<LoadTiming>,
     /// The rollout of the latest revision staged step by step, while it runs and once it ended.
     rollout: Option<Arc<rollout::Tracker>>,
-    /// The step of a revision's rollout its source recorded (a Reconciler's status), by
-    /// digest: where a replica taking the rollout over resumes.
-    recorded_step: Option<(String, usize)>,
+    /// A rollout's progress as its source read it recorded (a Reconciler's status, written by
+    /// the replica that drives it): where a replica taking the rollout over resumes, or how it
+    /// ended there.
+    recorded_rollout: Option<crate::rollout::progress::Progress>,
 }
 
 impl Entry {
@@ -142,7 +143,7 @@ impl Entry {
             rejected_digest: None,
             last_load: None,
             rollout: None,
-            recorded_step: None,
+            recorded_rollout: None,
         }
     }
 }
@@ -400,31 +401,24 @@ impl Supervisor {
         }
     }
 
-    /// Records that the rollout of `digest` as guest `name` reached `step` (as its source read
-    /// it, from a Reconciler's status written by the replica that drove it): this replica, if it
-    /// takes the rollout over, resumes from there. Steps only grow.
-    pub fn record_rollout_step(&self, name: &str, digest: &str, step: usize) {
+    /// Records a rollout of guest `name` as its source read it (from a Reconciler's status,
+    /// written by the replica that drives it): this replica resumes from its step if it takes
+    /// the rollout over, and follows it if it ended (promoted or rolled back) there.
+    pub fn record_rollout(&self, name: &str, progress: crate::rollout::progress::Progress) {
         let mut guests = self.guests.lock().unwrap();
         let Some(entry) = guests.get_mut(name) else {
             return;
         };
-        let step = match &entry.recorded_step {
-            Some((d, s)) if d == digest => step.max(*s),
-            _ => step,
-        };
-        entry.recorded_step = Some((digest.to_string(), step));
-        if let Some(t) = entry.rollout.as_ref().filter(|t| t.digest == digest) {
-            t.recorded(step);
+        if let Some(t) = &entry.rollout {
+            t.recorded(&progress);
         }
+        entry.recorded_rollout = Some(progress);
     }
 
-    /// The step recorded for `digest`'s rollout as guest `name`; 0 if none.
-    fn recorded_step(&self, name: &str, digest: &str) -> usize {
+    /// The rollout of `name` its source last read recorded, if any.
+    fn recorded_rollout(&self, name: &str) -> Option<crate::rollout::progress::Progress> {
         let guests = self.guests.lock().unwrap();
-        match guests.get(name).and_then(|e| e.recorded_step.as_ref()) {
-            Some((d, step)) if d == digest => *step,
-            _ => 0,
-        }
+        guests.get(name)?.recorded_rollout.clone()
     }
 
     /// Timing of the last successful load of `name`: compile (or cache load) time, end to end

@@ -5,14 +5,17 @@
 //!
 //! Where it may surprise:
 //! - Every replica stages the revision and runs a driver, but only the one whose gate is open
-//!   decides; the others wait warm. One that takes over starts from the step its source last
-//!   recorded (see [`Tracker::recorded`]), never from the beginning, and cannot promote twice:
-//!   a promotion ends the rollout everywhere once the source offers the promoted revision as
-//!   serving.
-//! - A revision rolled back is refused while it is offered again with the same settings: a
-//!   new digest or new settings is a new revision, which may roll out.
+//!   judges it; the others wait warm. Each learns from its source what the driving replica
+//!   recorded (see [`Tracker::recorded`]): one that takes over resumes at that step, never from
+//!   the beginning, and a rollout recorded as promoted or rolled back is promoted or rolled back
+//!   here too, quietly (the Event was posted once, by the replica that decided).
+//! - A revision rolled back is refused while it is offered again with the same settings: a new
+//!   digest or new settings is a new revision, which may roll out.
 //! - A person resumes a pause (or a halt) by changing the rollout's `resume` token; its value
-//!   when the revision was staged does not count.
+//!   when the revision was staged does not count, and a resume is forgotten when the rollout
+//!   enters another step.
+//! - A host that starts with no serving version loads the revision asked for at once: a rollout
+//!   needs a serving revision to roll out beside.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -26,7 +29,7 @@ use crate::controller::{Controller, Route};
 use crate::events::Type;
 use crate::guest::settings::GuestSettings;
 use crate::rollout::decide::{Failure, Verdict, decide, shadows_at, share_at};
-use crate::rollout::progress::{Phase, Progress};
+use crate::rollout::progress::{Phase, Progress, settings_hash};
 use crate::rollout::spec::Rollout;
 
 /// How often the driver looks when no reconcile tells it to.
@@ -38,9 +41,14 @@ pub(crate) struct Tracker {
     pub(super) settings: GuestSettings,
     spec: Rollout,
     progress: watch::Sender<Progress>,
+    /// The hash of `settings`, as progress records it.
+    settings_hash: String,
     resume_token: Mutex<Option<String>>,
     resumed: AtomicBool,
-    recorded: AtomicUsize,
+    /// The step to be in: advanced by this driver, or recorded by the driving replica.
+    step: AtomicUsize,
+    /// How the driving replica recorded the rollout's end, if it ended there.
+    ended_elsewhere: Mutex<Option<Progress>>,
     task: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -90,10 +98,27 @@ impl Tracker {
         self.resumed.store(true, Ordering::SeqCst);
     }
 
-    /// A step of this rollout recorded elsewhere (a Reconciler's status, written by the replica
-    /// that drove it): a driver that takes over resumes from there.
-    pub(super) fn recorded(&self, step: usize) {
-        self.recorded.fetch_max(step, Ordering::SeqCst);
+    /// The progress of this rollout as the replica that drives it recorded it (a Reconciler's
+    /// status): a step to resume from, or an end to follow. Progress of another revision is
+    /// ignored.
+    pub(super) fn recorded(&self, progress: &Progress) {
+        if !progress.of(&self.digest, &self.settings_hash) {
+            return;
+        }
+        match progress.phase {
+            Phase::Promoted | Phase::RolledBack => {
+                *self.ended_elsewhere.lock().unwrap() = Some(progress.clone());
+            }
+            Phase::Superseded => {}
+            _ => {
+                self.step.fetch_max(progress.step, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// The progress of this rollout entering `step` now.
+    fn at(&self, step: usize) -> Progress {
+        Progress::at(&self.spec, (&self.digest, &self.settings_hash), step, now())
     }
 
     fn publish(&self, progress: Progress) {
@@ -109,26 +134,30 @@ pub(super) struct Reporting {
 }
 
 /// Starts the rollout of the revision `controller` has just staged (`digest` with `settings`),
-/// from `recorded_step`.
+/// following `recorded`, the rollout's progress as its source last saw it recorded, if any.
 pub(super) fn start(
     controller: &Arc<Controller>,
     spec: &Rollout,
-    digest: &str,
-    settings: &GuestSettings,
-    recorded_step: usize,
+    (digest, settings): (&str, &GuestSettings),
+    recorded: Option<&Progress>,
     reporting: Reporting,
 ) -> Arc<Tracker> {
-    let step = recorded_step.min(spec.steps.len());
+    let settings_hash = settings_hash(settings.as_str());
     let tracker = Arc::new(Tracker {
         digest: digest.to_string(),
         settings: settings.clone(),
         spec: spec.clone(),
-        progress: watch::Sender::new(Progress::at(spec, digest, step, now())),
+        progress: watch::Sender::new(Progress::at(spec, (digest, &settings_hash), 0, now())),
+        settings_hash,
         resume_token: Mutex::new(spec.resume.clone()),
         resumed: AtomicBool::new(false),
-        recorded: AtomicUsize::new(step),
+        step: AtomicUsize::new(0),
+        ended_elsewhere: Mutex::new(None),
         task: Mutex::new(None),
     });
+    if let Some(p) = recorded {
+        tracker.recorded(p);
+    }
     let task = tokio::spawn(drive(
         Arc::downgrade(&tracker),
         Arc::downgrade(controller),
@@ -144,39 +173,45 @@ fn now() -> String {
 
 /// The driver's loop; see the module docs.
 async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reporting) {
-    let mut routed: Option<usize> = None;
+    // The step this driver routed, while its gate is open; the step it last entered, kept
+    // across a closed gate, so that a halt or a resume is not forgotten there.
+    let (mut routed, mut entered): (Option<usize>, Option<usize>) = (None, None);
     let mut halted = false;
     loop {
-        // Judged after every reconcile the step counts, and at least every tick (a pause's
-        // resume, a canary's least time, a gate that opened).
-        let changed = controller.upgrade().and_then(|c| c.rollout_changed());
-        match changed {
-            Some(changed) => tokio::select! {
-                () = tokio::time::sleep(TICK) => {}
-                () = changed.notified() => {}
-            },
-            None => tokio::time::sleep(TICK).await,
-        }
+        wait(&controller).await;
         let (Some(t), Some(c)) = (tracker.upgrade(), controller.upgrade()) else {
             return;
         };
-        // Superseded (another revision staged or swapped in): its own driver takes over.
-        if !c
-            .candidate()
-            .is_some_and(|k| t.follows(&k.digest, &k.settings))
-        {
+        // Superseded (another revision staged or swapped in, or the serving one asked for
+        // again): its own driver, if any, takes over.
+        if !(c.candidate()).is_some_and(|k| t.follows(&k.digest, &k.settings)) {
+            let mut progress = t.progress();
+            if !progress.ended() {
+                progress.phase = Phase::Superseded;
+                progress.since = now();
+                t.publish(progress);
+            }
+            return;
+        }
+        let ended = t.ended_elsewhere.lock().unwrap().clone();
+        if let Some(ended) = ended {
+            follow(&t, &c, ended).await;
             return;
         }
         if !c.gate().is_open() {
             routed = None;
             continue;
         }
-        let step = t.recorded.load(Ordering::SeqCst);
+        let step = t.step.load(Ordering::SeqCst);
         if routed != Some(step) {
             c.route(route_at(&t.spec, step));
             routed = Some(step);
-            halted = false;
-            t.publish(Progress::at(&t.spec, &t.digest, step, now()));
+            if entered != Some(step) {
+                entered = Some(step);
+                halted = false;
+                t.resumed.store(false, Ordering::SeqCst);
+                t.publish(t.at(step));
+            }
             continue;
         }
         let resumed = t.resumed.swap(false, Ordering::SeqCst);
@@ -187,7 +222,7 @@ async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reportin
             continue;
         }
         let Some(observed) = c.rollout_observed(resumed) else {
-            return;
+            continue;
         };
         let mut progress = t.progress();
         progress.count(&observed);
@@ -198,15 +233,17 @@ async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reportin
                 advance(&t, &r, next);
             }
             Verdict::Promote => {
-                c.promote().await;
-                let mut done = Progress::at(&t.spec, &t.digest, t.spec.steps.len(), now());
+                if c.promote(&t.digest, &t.settings).await.is_none() {
+                    continue;
+                }
+                let mut done = t.at(t.spec.steps.len());
                 done.count(&observed);
                 t.publish(done);
                 let message = format!(
                     "guest {}: sha256 {} passed every step and now serves every key",
                     r.guest, t.digest
                 );
-                r.events.post(
+                (r.events).post(
                     &r.guest,
                     &r.source,
                     Type::Normal,
@@ -230,11 +267,38 @@ async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reportin
                     "guest {}: sha256 {} halted at step {step} with its share ({}), waiting for a person (autoRollback is off): {}",
                     r.guest, t.digest, failure.reason, failure.message
                 );
-                r.events
-                    .post(&r.guest, &r.source, Type::Warning, "RolloutHalted", message);
+                (r.events).post(&r.guest, &r.source, Type::Warning, "RolloutHalted", message);
             }
         }
     }
+}
+
+/// Waits for a reconcile the step counts, or a tick at most (a pause's resume, a canary's least
+/// time, a gate that opened are seen at the next tick).
+async fn wait(controller: &Weak<Controller>) {
+    let changed = controller.upgrade().and_then(|c| c.rollout_changed());
+    match changed {
+        Some(changed) => tokio::select! {
+            () = tokio::time::sleep(TICK) => {}
+            () = changed.notified() => {}
+        },
+        None => tokio::time::sleep(TICK).await,
+    }
+}
+
+/// Does here what the driving replica recorded, `ended`: promote or roll back, without an
+/// Event (that replica posted it).
+async fn follow(t: &Tracker, c: &Controller, ended: Progress) {
+    match ended.phase {
+        Phase::Promoted => {
+            c.promote(&t.digest, &t.settings).await;
+        }
+        _ => {
+            let why = "rolled back by the replica that drove the rollout";
+            c.roll_back(&t.digest, &t.settings, why).await;
+        }
+    }
+    t.publish(ended);
 }
 
 /// Takes the revision back after `failure` in `step`, and says so.
@@ -246,7 +310,7 @@ async fn roll_back(
     step: usize,
     failure: &Failure,
 ) {
-    let rolled = c.roll_back(&failure.message).await;
+    let rolled = (c.roll_back(&t.digest, &t.settings, &failure.message)).await;
     progress.phase = Phase::RolledBack;
     progress.percent = 0;
     progress.reason = Some(failure.reason.to_string());
@@ -270,8 +334,8 @@ async fn roll_back(
 
 /// Moves the rollout to `step`: the next look routes it.
 fn advance(t: &Tracker, r: &Reporting, step: usize) {
-    t.recorded(step);
-    let next = Progress::at(&t.spec, &t.digest, step, now());
+    t.step.fetch_max(step, Ordering::SeqCst);
+    let next = t.at(step);
     let message = format!(
         "guest {}: sha256 {} entered step {} of {}: {}",
         r.guest,
@@ -297,11 +361,13 @@ mod tests {
         Tracker {
             digest: "d".into(),
             settings: GuestSettings::default(),
-            progress: watch::Sender::new(Progress::at(&spec, "d", 0, "t".into())),
+            progress: watch::Sender::new(Progress::at(&spec, ("d", "s"), 0, "t".into())),
+            settings_hash: "s".into(),
             resume_token: Mutex::new(spec.resume.clone()),
             spec,
             resumed: AtomicBool::new(false),
-            recorded: AtomicUsize::new(0),
+            step: AtomicUsize::new(0),
+            ended_elsewhere: Mutex::new(None),
             task: Mutex::new(None),
         }
     }
@@ -328,11 +394,27 @@ mod tests {
     }
 
     #[test]
-    fn a_recorded_step_only_grows() {
+    fn a_recorded_step_only_grows_and_only_this_revisions_counts() {
         let t = tracker(None);
-        t.recorded(2);
-        t.recorded(1);
-        assert_eq!(t.recorded.load(Ordering::SeqCst), 2);
+        let spec = Rollout::default();
+        let at = |digest: &str, hash: &str, step: usize, phase: Phase| Progress {
+            phase,
+            ..Progress::at(&spec, (digest, hash), step, "t".into())
+        };
+        t.recorded(&at("d", "s", 2, Phase::Canary));
+        t.recorded(&at("d", "s", 1, Phase::Canary));
+        assert_eq!(t.step.load(Ordering::SeqCst), 2);
+        // Another digest, or the same digest with other settings, is another revision.
+        t.recorded(&at("e", "s", 5, Phase::Canary));
+        t.recorded(&at("d", "other", 5, Phase::RolledBack));
+        assert_eq!(t.step.load(Ordering::SeqCst), 2);
+        assert!(t.ended_elsewhere.lock().unwrap().is_none());
+        t.recorded(&at("d", "s", 2, Phase::RolledBack));
+        assert_eq!(
+            t.ended_elsewhere.lock().unwrap().as_ref().map(|p| p.phase),
+            Some(Phase::RolledBack),
+            "a standby follows the end the driving replica recorded"
+        );
         assert!(t.follows("d", &GuestSettings::default()));
         assert!(!t.follows("e", &GuestSettings::default()));
     }

@@ -78,7 +78,10 @@ async fn a_reconciler_gets_its_defaults_and_keeps_its_settings() {
     };
     let header = get(false).lines().next().unwrap().to_string();
     let columns: Vec<&str> = header.split_whitespace().collect();
-    assert_eq!(columns, ["NAME", "READY", "REVISION", "OWNER", "AGE"]);
+    assert_eq!(
+        columns,
+        ["NAME", "READY", "REVISION", "OWNER", "ROLLOUT", "AGE"]
+    );
     let wide = get(true);
     assert!(wide.lines().next().unwrap().ends_with("DIGEST"), "{wide}");
 }

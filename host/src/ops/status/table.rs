@@ -208,6 +208,7 @@ mod tests {
         let mut g = guest("team-a/stamp", GuestState::Serving);
         g.rollout = Some(Progress {
             digest: "ab".repeat(32),
+            settings_hash: "s".into(),
             step: 0,
             steps: 3,
             phase: Phase::RolledBack,

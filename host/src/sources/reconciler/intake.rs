@@ -166,9 +166,10 @@ impl Loop {
         };
         let d = &self.dispatch;
         let guest = r.guest();
-        // Where the replica driving its rollout left it: this one resumes there if it takes over.
-        if let Some((digest, step)) = &r.rollout_step {
-            d.supervisor.record_rollout_step(&guest, digest, *step);
+        // Where the replica driving its rollout left it: this one resumes there if it takes
+        // over, or follows its end.
+        if let Some(p) = &r.rollout {
+            d.supervisor.record_rollout(&guest, p.clone());
         }
         // A labelled ConfigMap of the same name takes it only if it was there first.
         let taken_by = (d.labelled.get(&guest))

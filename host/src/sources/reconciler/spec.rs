@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::controller::Settings;
 use crate::guest::identity::ServiceAccount;
 use crate::guest::settings::GuestSettings;
+use crate::rollout::progress::Progress;
 use crate::rollout::spec::Rollout;
 use crate::sources::configmap::TenantPolicy;
 use crate::sources::oci::ModuleRef;
@@ -25,8 +26,8 @@ pub(crate) struct Reconciler {
     /// name, the older keeps it.
     pub(crate) created: String,
     pub(crate) spec: Result<Spec, Refusal>,
-    /// `status.rollout`'s revision digest and step, as the replica driving it recorded them.
-    pub(crate) rollout_step: Option<(String, usize)>,
+    /// `status.rollout`, as the replica driving the rollout recorded it.
+    pub(crate) rollout: Option<Progress>,
 }
 
 impl Reconciler {
@@ -102,13 +103,13 @@ struct Raw {
 
 #[derive(Deserialize, Default)]
 struct RawStatus {
-    rollout: Option<RawRollout>,
+    /// Unreadable (an older host's, or edited by hand) reads as none.
+    #[serde(default, deserialize_with = "lenient")]
+    rollout: Option<Progress>,
 }
 
-#[derive(Deserialize)]
-struct RawRollout {
-    digest: String,
-    step: usize,
+fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Progress>, D::Error> {
+    Ok(Option::<Value>::deserialize(d)?.and_then(|v| serde_json::from_value(v).ok()))
 }
 
 #[derive(Deserialize)]
@@ -174,7 +175,7 @@ pub(crate) fn read(json: &[u8]) -> Option<Reconciler> {
         generation,
         created,
         spec,
-        rollout_step: raw.status.rollout.map(|r| (r.digest, r.step)),
+        rollout: raw.status.rollout,
     })
 }
 
@@ -532,14 +533,25 @@ mod tests {
     }
 
     #[test]
-    fn the_recorded_rollout_step_is_read_from_status() {
-        let json = json!({
-            "metadata": {"name": "rec", "namespace": "team-a"},
-            "spec": {"module": {"image": "r.example/team-a/rec:1"}},
-            "status": {"rollout": {"digest": "ab", "step": 2, "phase": "Canary"}},
+    fn the_recorded_rollout_is_read_from_status_and_a_garbled_one_is_none() {
+        let rollout = json!({
+            "digest": "ab", "settingsHash": "s", "step": 2, "steps": 3, "phase": "Canary",
+            "percent": 10, "minReconciles": 5, "compared": 0, "divergent": 0, "reconciles": 1,
+            "errors": 0, "since": "2026-12-03T18:00:00Z", "summary": "canary 10%",
         });
-        let r = read(json.to_string().as_bytes()).unwrap();
-        assert_eq!(r.rollout_step, Some(("ab".to_string(), 2)));
+        let with = |rollout: Value| {
+            let json = json!({
+                "metadata": {"name": "rec", "namespace": "team-a"},
+                "spec": {"module": {"image": "r.example/team-a/rec:1"}},
+                "status": {"rollout": rollout},
+            });
+            read(json.to_string().as_bytes()).unwrap()
+        };
+        let p = with(rollout).rollout.unwrap();
+        assert_eq!((p.digest.as_str(), p.step, p.percent), ("ab", 2, 10));
+        let garbled = with(json!({"digest": 7}));
+        assert!(garbled.rollout.is_none());
+        assert!(garbled.spec.is_ok(), "the spec still reads");
     }
 
     #[test]

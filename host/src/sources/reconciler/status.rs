@@ -442,6 +442,7 @@ mod tests {
     fn progress(phase: crate::rollout::progress::Phase) -> Progress {
         Progress {
             digest: "cd".repeat(32),
+            settings_hash: "s".into(),
             step: 1,
             steps: 3,
             phase,
