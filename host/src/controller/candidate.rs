@@ -319,20 +319,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_fenced_client_refuses_writes_once_the_fence_falls_and_still_reads() {
-        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-        let log = seen.clone();
-        let inner = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            log.lock()
-                .unwrap()
-                .push(format!("{} {}", req.method(), req.uri()));
-            async {
-                Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
-                    bytes::Bytes::from_static(b"{}"),
-                )))
-            }
-        });
+        let (client, seen) = crate::controller::shadow::tests::logging_client();
         let fence = Arc::new(AtomicBool::new(false));
-        let client = fenced(kube::Client::new(inner, "default"), fence.clone());
+        let client = fenced(client, fence.clone());
         let request = |method: http::Method| {
             http::Request::builder()
                 .method(method)

@@ -216,12 +216,13 @@ impl Counts {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    #[tokio::test]
-    async fn a_dry_run_client_marks_every_write_and_no_read() {
+    /// A client that answers every request with `{}` and the log of what it was sent:
+    /// `METHOD uri`, in order.
+    pub(in crate::controller) fn logging_client() -> (kube::Client, Arc<Mutex<Vec<String>>>) {
         let seen: Arc<Mutex<Vec<String>>> = Arc::default();
         let log = seen.clone();
         let inner = tower::service_fn(move |req: http::Request<kube::client::Body>| {
@@ -234,7 +235,13 @@ mod tests {
                 )))
             }
         });
-        let client = dry_run(kube::Client::new(inner, "default"));
+        (kube::Client::new(inner, "default"), seen)
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_client_marks_every_write_and_no_read() {
+        let (client, seen) = logging_client();
+        let client = dry_run(client);
         for (method, uri) in [
             (http::Method::GET, "/api/v1/namespaces/a/configmaps/x"),
             (

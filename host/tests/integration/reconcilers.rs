@@ -490,14 +490,7 @@ async fn among_replicas_only_the_owner_writes_status_and_posts_events() {
                 ..Default::default()
             },
         );
-        let source = ReconcilerSource::start(
-            sup.factory(),
-            sup.clone(),
-            policy(ns, &[]),
-            Arc::new(Registry::default()),
-            options(),
-        )
-        .unwrap();
+        let source = common::reconcilers::source(&sup, ns);
         hosts.push((sup, source, dir));
     }
     let reconcilers = api(&admin, ns, "Reconciler");

@@ -16,14 +16,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::host::{SEEN, TempDir, seen_all, stamped, supervisor_options, supervisor_with};
-use common::reconcilers::{api, apply, is, module_configmap, options, policy, wait_status};
+use common::reconcilers::{api, apply, is, module_configmap, wait_status};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use reconciled::guest::digest_of;
 use reconciled::rollout::progress::{Phase, Progress};
 use reconciled::rollout::share::in_share;
-use reconciled::sources::oci::Registry;
 use reconciled::sources::reconciler::ReconcilerSource;
 use reconciled::supervisor::Supervisor;
 use serde_json::{Value, json};
@@ -108,14 +107,7 @@ async fn scene_of(cp: &ControlPlane, ns: &'static str, replicas: &[&str]) -> Sce
                 supervisor_options(&cp.admin_config(), Some(&dir), replica(cp, id, &leases))
             }
         };
-        let source = ReconcilerSource::start(
-            sup.factory(),
-            sup.clone(),
-            policy(ns, &[]),
-            Arc::new(Registry::default()),
-            options(),
-        )
-        .unwrap();
+        let source = common::reconcilers::source(&sup, ns);
         hosts.push(Host {
             sup,
             source: Some(source),

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams};
 use reconciled::sources::configmap::{LABEL, TenantPolicy};
-use reconciled::sources::reconciler::Options;
+use reconciled::sources::reconciler::{Options, ReconcilerSource};
 use serde_json::{Value, json};
 
 pub fn api(client: &kube::Client, ns: &str, kind: &str) -> Api<DynamicObject> {
@@ -109,4 +109,20 @@ pub fn module_configmap(name: &str, key: &str, module: &[u8], labelled: bool) ->
         binary_data: Some([(key.to_string(), k8s_openapi::ByteString(module.to_vec()))].into()),
         ..Default::default()
     }
+}
+
+/// A Reconciler source over namespace `ns` alone for `sup`, with configMapRef modules (no
+/// registry) and quick status.
+pub fn source(
+    sup: &std::sync::Arc<reconciled::supervisor::Supervisor>,
+    ns: &str,
+) -> ReconcilerSource {
+    ReconcilerSource::start(
+        sup.factory(),
+        sup.clone(),
+        policy(ns, &[]),
+        std::sync::Arc::new(reconciled::sources::oci::Registry::default()),
+        options(),
+    )
+    .unwrap()
 }
