@@ -14,8 +14,10 @@
 //! - A person resumes a pause (or a halt) by changing the rollout's `resume` token; its value
 //!   when the revision was staged does not count, and a resume is forgotten when the rollout
 //!   enters another step.
-//! - A host that starts with no serving version loads the revision asked for at once: a rollout
-//!   needs a serving revision to roll out beside.
+//! - A rollout needs a serving revision to roll out beside. A Reconciler's source starts the one
+//!   its status records first on a host where the guest does not run yet (see
+//!   `sources/reconciler/spec.rs`); a guest of the host config with no version serving, or one
+//!   restarted for new settings (grant, limits, workers), loads the revision asked for at once.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};

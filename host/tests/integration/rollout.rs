@@ -39,6 +39,7 @@ struct Scene {
     hosts: Vec<Host>,
     reconcilers: Api<DynamicObject>,
     objects: Api<ConfigMap>,
+    v1_digest: String,
     v2_digest: String,
 }
 
@@ -81,11 +82,12 @@ async fn scene_of(cp: &ControlPlane, ns: &'static str, replicas: &[&str]) -> Sce
             .await)
             .unwrap();
     }
-    let mut v2_digest = String::new();
+    let (mut v1_digest, mut v2_digest) = (String::new(), String::new());
     for build in ["v1", "v2"] {
         let bytes = std::fs::read(common::guests::wasm(&format!("stamp_{build}"))).unwrap();
-        if build == "v2" {
-            v2_digest = digest_of(&bytes);
+        match build {
+            "v1" => v1_digest = digest_of(&bytes),
+            _ => v2_digest = digest_of(&bytes),
         }
         let cm = module_configmap(&format!("mod-{build}"), "stamp.wasm", &bytes, false);
         objects.create(&PostParams::default(), &cm).await.unwrap();
@@ -119,6 +121,7 @@ async fn scene_of(cp: &ControlPlane, ns: &'static str, replicas: &[&str]) -> Sce
         hosts,
         reconcilers: api(&admin, ns, "Reconciler"),
         objects,
+        v1_digest,
         v2_digest,
     }
 }
@@ -575,7 +578,7 @@ async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_taking_over_mid_rollout_resumes_at_the_recorded_step() {
+async fn a_replica_taking_over_mid_rollout_resumes_at_the_recorded_step_and_so_does_a_fresh_host() {
     let cp = ControlPlane::shared();
     let mut s = scene_of(cp, "rollout-failover", &["fa", "fb"]).await;
     // The 50% step waits for more reconciles than the test makes: the rollout is still there
@@ -640,6 +643,48 @@ async fn a_replica_taking_over_mid_rollout_resumes_at_the_recorded_step() {
     );
     let candidate = survivor.controller(&guest).unwrap().candidate().unwrap();
     assert_eq!(candidate.route.percent, 50);
+
+    // Every replica gone, one starts fresh: it starts the serving revision first, from its
+    // recorded revision, and rolls the new one out beside it from the recorded step.
+    let survivor = &mut s.hosts[alive];
+    survivor.sup.replicas().unwrap().crash();
+    drop(survivor.source.take());
+    survivor.sup.shutdown().await;
+    let leases = format!("{}-leases", s.ns);
+    let dir = TempDir::new("rollout-failover-fresh");
+    let fresh = supervisor_options(&cp.admin_config(), Some(&dir), replica(cp, "fc", &leases));
+    let source = common::reconcilers::source(&fresh, s.ns);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let resumed = loop {
+        let staged = fresh.controller(&guest).and_then(|c| {
+            let candidate = c.candidate()?;
+            Some((c.digest(), candidate))
+        });
+        let progress = fresh.rollout(&guest);
+        if let (Some((serving, candidate)), Some(p)) = (staged, progress)
+            && p.reconciles > 0
+        {
+            assert_eq!(serving, s.v1_digest, "v1 serves, beside the rollout");
+            assert_eq!(candidate.digest, s.v2_digest);
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fresh host did not resume the rollout: {:?}",
+            fresh.guest_status(&guest)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (resumed.step, resumed.percent),
+        (1, 50),
+        "a fresh host resumes at the recorded step: {resumed:#?}"
+    );
+    drop(source);
+    fresh.shutdown().await;
+    if let Some(r) = fresh.replicas() {
+        r.shutdown().await;
+    }
     drop(traffic);
     for host in s.hosts.drain(..) {
         drop(host.source);

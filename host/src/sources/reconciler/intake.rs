@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
@@ -30,6 +31,9 @@ pub(super) struct Loop {
     pub(super) pokes: mpsc::UnboundedSender<Poke>,
     /// What is known of the ServiceAccounts Reconcilers name.
     pub(super) impersonation: impersonation::Shared,
+    /// Guests started from their serving revision for a rollout under way: judged again once
+    /// they serve, to offer the spec beside it.
+    pub(super) awaiting: std::collections::BTreeSet<String>,
 }
 
 impl Drop for Loop {
@@ -52,8 +56,19 @@ impl Loop {
     ) {
         let store = reconcilers.informer().store().clone();
         let mut access = self.dispatch.supervisor.access_changes();
+        let mut look = tokio::time::interval(Duration::from_millis(500));
         loop {
             tokio::select! {
+                _ = look.tick(), if !self.awaiting.is_empty() => {
+                    let serving: Vec<String> = (self.awaiting.iter())
+                        .filter(|g| self.dispatch.supervisor.controller(g).is_some())
+                        .cloned()
+                        .collect();
+                    for guest in &serving {
+                        self.awaiting.remove(guest);
+                    }
+                    self.sync_guests(&store, &serving, false);
+                }
                 n = reconcilers.recv() => {
                     let Some(n) = n else { return };
                     match n.event {
@@ -191,6 +206,21 @@ impl Loop {
                 }
             }
         };
+        // A rollout needs a serving revision beside it: where the guest does not run yet, the
+        // one serving starts first, and the spec is offered once it serves (see `awaiting`).
+        let mut based = false;
+        let decision = match decision {
+            Ok(wanted) if d.supervisor.controller(&guest).is_none() => {
+                match spec::base_for_rollout(&r, &wanted, &revisions) {
+                    Some(base) => {
+                        based = true;
+                        Ok(base)
+                    }
+                    None => Ok(wanted),
+                }
+            }
+            other => other,
+        };
         let configmap = match &decision {
             Ok(Wanted::Run { from, .. }) => from.configmap().map(|(name, _)| name.to_string()),
             _ => None,
@@ -200,6 +230,9 @@ impl Loop {
             t.configmap = configmap;
         }
         self.watch_configmaps();
+        if based {
+            self.awaiting.insert(guest);
+        }
     }
 
     /// Whether the host may act as `namespace/name`: `None` while the API server is being asked

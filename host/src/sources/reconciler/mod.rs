@@ -174,6 +174,7 @@ impl ReconcilerSource {
             watched: HashMap::new(),
             pokes,
             impersonation: Default::default(),
+            awaiting: Default::default(),
         };
         let run = tokio::spawn(source.run(reconcilers, revisions, labelled, poked)).abort_handle();
         Ok(Self {

@@ -28,6 +28,8 @@ pub(crate) struct Reconciler {
     pub(crate) spec: Result<Spec, Refusal>,
     /// `status.rollout`, as the replica driving the rollout recorded it.
     pub(crate) rollout: Option<Progress>,
+    /// `status.currentRevision`: the revision serving, as the owner recorded it.
+    pub(crate) current_revision: Option<u64>,
 }
 
 impl Reconciler {
@@ -106,6 +108,8 @@ struct RawStatus {
     /// Unreadable (an older host's, or edited by hand) reads as none.
     #[serde(default, deserialize_with = "lenient")]
     rollout: Option<Progress>,
+    #[serde(default, rename = "currentRevision")]
+    current_revision: Option<u64>,
 }
 
 fn lenient<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Progress>, D::Error> {
@@ -176,6 +180,7 @@ pub(crate) fn read(json: &[u8]) -> Option<Reconciler> {
         created,
         spec,
         rollout: raw.status.rollout,
+        current_revision: raw.status.current_revision,
     })
 }
 
@@ -402,6 +407,53 @@ pub(crate) fn decide(
     })
 }
 
+/// What to start first on a host where the guest of `r` does not run yet, when `wanted` rolls
+/// out step by step: the revision serving (`status.currentRevision`) while `status.rollout`
+/// says a rollout of another revision is under way or was rolled back. A rollout needs a
+/// serving revision beside it; without this, a host starting mid-rollout would serve the new
+/// revision on every key, even one rolled back. `None`: start what `wanted` asks.
+///
+/// The base runs at once, with its recorded settings; the spec is offered once it serves.
+pub(crate) fn base_for_rollout(
+    r: &Reconciler,
+    wanted: &Wanted,
+    revisions: &[Revision],
+) -> Option<Wanted> {
+    let Wanted::Run {
+        from: From::Spec(_),
+        settings,
+        account,
+        clamped,
+    } = wanted
+    else {
+        return None;
+    };
+    let p = r.rollout.as_ref()?;
+    let open = !matches!(
+        p.phase,
+        crate::rollout::progress::Phase::Promoted | crate::rollout::progress::Phase::Superseded
+    );
+    let base = revisions
+        .iter()
+        .find(|rev| Some(rev.number) == r.current_revision)?;
+    if !settings.rollout.progressive() || !open || base.digest == p.digest {
+        return None;
+    }
+    let mut settings = settings.clone();
+    settings.guest_settings = base.settings.clone();
+    settings.rollout = Rollout::default();
+    Some(Wanted::Run {
+        from: From::Revision {
+            number: base.number,
+            module: base.module.clone(),
+            digest: base.digest.clone(),
+        },
+        settings,
+        account: account.clone(),
+        clamped: clamped.clone(),
+    })
+}
+
 /// Refused unless `reference` parses and names a registry tenants may pull from.
 fn allowed_image(reference: &str, what: &str, policy: &TenantPolicy) -> Result<ModuleRef, Refusal> {
     crate::sources::configmap::references::allowed(what, reference, policy).map_err(|e| {
@@ -552,6 +604,48 @@ mod tests {
         let garbled = with(json!({"digest": 7}));
         assert!(garbled.rollout.is_none());
         assert!(garbled.spec.is_ok(), "the spec still reads");
+    }
+
+    #[test]
+    fn a_host_starting_mid_rollout_starts_the_serving_revision_first() {
+        let rollout = json!({"strategy": "Progressive", "steps": [{"canary": {"percent": 10}}]});
+        let module = format!("oci://r.example/team-a/rec@sha256:{}", "ab".repeat(32));
+        let revisions = [revision(1, &module)];
+        let at = |phase: &str| {
+            let json = json!({
+                "metadata": {"name": "rec", "namespace": "team-a", "uid": "u-1"},
+                "spec": {"module": {"image": "r.example/team-a/rec:2"}, "rollout": rollout},
+                "status": {"currentRevision": 1, "rollout": {
+                    "digest": "cd".repeat(32), "settingsHash": "s", "step": 1, "steps": 1,
+                    "phase": phase, "percent": 10, "minReconciles": 0, "compared": 0,
+                    "divergent": 0, "reconciles": 0, "errors": 0, "since": "t",
+                }},
+            });
+            read(json.to_string().as_bytes()).unwrap()
+        };
+        for phase in ["Canary", "Paused", "RolledBack"] {
+            let r = at(phase);
+            let wanted = decide(&r, r.spec.as_ref().unwrap(), &policy(), None, &revisions).unwrap();
+            let Some(Wanted::Run { from, settings, .. }) =
+                base_for_rollout(&r, &wanted, &revisions)
+            else {
+                panic!("{phase}: the serving revision first");
+            };
+            assert!(
+                matches!(from, From::Revision { number: 1, .. }),
+                "{phase}: {from:?}"
+            );
+            assert!(!settings.rollout.progressive(), "the base serves at once");
+            assert_eq!(settings.guest_settings.as_str(), r#"{"pinned":true}"#);
+        }
+        for phase in ["Promoted", "Superseded"] {
+            let r = at(phase);
+            let wanted = decide(&r, r.spec.as_ref().unwrap(), &policy(), None, &revisions).unwrap();
+            assert!(
+                base_for_rollout(&r, &wanted, &revisions).is_none(),
+                "{phase}"
+            );
+        }
     }
 
     #[test]
