@@ -29,7 +29,7 @@ pub(super) struct Shared {
     pub(super) share: Share,
     pub(super) client: kube::Client,
     pub(super) current: RwLock<Arc<Version>>,
-    /// A new revision staged for a progressive rollout, beside `current` (see `canary`).
+    /// A new revision staged for a progressive rollout, beside `current` (see `candidate`).
     pub(super) candidate: RwLock<Option<Arc<Candidate>>>,
     pub(super) queue: Arc<WorkQueue<String>>,
     pub(super) metrics: Arc<Metrics>,

@@ -12,10 +12,10 @@
 use crate::common;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::host::{SEEN, TempDir, seen_all, stamped, supervisor_options, supervisor_with};
+use common::host::{TempDir, seen_all, stamped, supervisor_options, supervisor_with, watch_stamps};
 use common::reconcilers::{api, apply, is, module_configmap, wait_status};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -216,37 +216,6 @@ impl Scene {
         });
         Traffic { task, edits }
     }
-
-    /// Records every stamp a watch shows, from now on.
-    async fn watch_stamps(&self) -> Stamps {
-        let from = (self.objects.list(&Default::default()).await.unwrap())
-            .metadata
-            .resource_version
-            .unwrap();
-        let seen: Arc<Mutex<Vec<(Instant, String, String)>>> = Arc::default();
-        let task = tokio::spawn({
-            let (objects, seen) = (self.objects.clone(), seen.clone());
-            async move {
-                use futures::TryStreamExt;
-                let params = kube::api::WatchParams::default().timeout(290);
-                let mut events = std::pin::pin!(objects.watch(&params, &from).await.unwrap());
-                while let Ok(Some(event)) = events.try_next().await {
-                    if let kube::api::WatchEvent::Added(cm) | kube::api::WatchEvent::Modified(cm) =
-                        event
-                    {
-                        let name = cm.metadata.name.clone().unwrap_or_default();
-                        let stamp = cm.metadata.annotations.unwrap_or_default().remove(SEEN);
-                        (seen.lock().unwrap()).push((
-                            Instant::now(),
-                            name,
-                            stamp.unwrap_or_default(),
-                        ));
-                    }
-                }
-            }
-        });
-        Stamps { seen, task }
-    }
 }
 
 /// Edits in the background; stops when dropped.
@@ -258,28 +227,6 @@ struct Traffic {
 impl Drop for Traffic {
     fn drop(&mut self) {
         self.task.abort();
-    }
-}
-
-/// Every stamp a watch saw: when, on which object, what.
-struct Stamps {
-    seen: Arc<Mutex<Vec<(Instant, String, String)>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Stamps {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Stamps {
-    /// The writes whose stamp starts with `prefix`, as (when, object).
-    fn by(&self, prefix: &str) -> Vec<(Instant, String)> {
-        (self.seen.lock().unwrap().iter())
-            .filter(|(_, _, s)| s.starts_with(prefix))
-            .map(|(at, name, _)| (*at, name.clone()))
-            .collect()
     }
 }
 
@@ -303,7 +250,7 @@ async fn a_revision_failing_a_third_of_its_keys_is_rolled_back_in_its_first_step
         json!({ "maxErrorRate": 0.05, "maxLatencyRatio": 1000 }),
     );
     s.serve_v1(&rollout).await;
-    let stamps = s.watch_stamps().await;
+    let stamps = watch_stamps(&s.objects).await;
     let traffic = s.traffic();
 
     let applied = Instant::now();
@@ -404,7 +351,7 @@ async fn a_revision_whose_writes_differ_is_caught_by_its_shadow_step_and_never_w
         json!({}),
     );
     s.serve_v1(&rollout).await;
-    let stamps = s.watch_stamps().await;
+    let stamps = watch_stamps(&s.objects).await;
     let traffic = s.traffic();
 
     // v2 stamps `v2:` where v1 stamps `v1:`: every compared reconcile diverges.
@@ -454,7 +401,7 @@ async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
         json!({ "maxLatencyRatio": 1000 }),
     );
     s.serve_v1(&rollout).await;
-    let stamps = s.watch_stamps().await;
+    let stamps = watch_stamps(&s.objects).await;
     let traffic = s.traffic();
 
     // Another build that writes what v1 writes: its shadow step sees no divergence.

@@ -5,10 +5,9 @@
 
 use crate::common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::host::{SEEN, serve, stamped, supervisor_with};
+use common::host::{SEEN, serve, stamped, supervisor_with, watch_stamps};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -68,30 +67,7 @@ async fn a_buggy_shadow_runs_for_a_hundred_edits_stores_nothing_and_is_counted()
     assert!(matches!(applied, Applied::Loaded { .. }), "{applied:?}");
 
     // Every version of every object, as the API server stored it, from before the first edit.
-    let from = objects
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let stamps: Arc<Mutex<Vec<String>>> = Arc::default();
-    let watching = tokio::spawn({
-        let (objects, stamps) = (objects.clone(), stamps.clone());
-        async move {
-            use futures::TryStreamExt;
-            let params = kube::api::WatchParams::default().timeout(290);
-            let mut events = std::pin::pin!(objects.watch(&params, &from).await.unwrap());
-            while let Ok(Some(event)) = events.try_next().await {
-                if let kube::api::WatchEvent::Added(cm) | kube::api::WatchEvent::Modified(cm) =
-                    event
-                {
-                    let seen = cm.metadata.annotations.unwrap_or_default().remove(SEEN);
-                    stamps.lock().unwrap().push(seen.unwrap_or_default());
-                }
-            }
-        }
-    });
+    let stamps = watch_stamps(&objects).await;
 
     let mut last = vec![0usize; OBJECTS];
     for edit in 1..=EDITS {
@@ -157,8 +133,7 @@ async fn a_buggy_shadow_runs_for_a_hundred_edits_stores_nothing_and_is_counted()
 
     // Nothing the shadow wrote is stored: of every version the API server stored and sent to a
     // watch, none carries the shadow's stamp.
-    watching.abort();
-    let stamps = stamps.lock().unwrap().clone();
+    let stamps = stamps.all();
     let live = stamps.iter().filter(|s| s.starts_with("v1:")).count();
     // The live version may coalesce edits it has not caught up with: at least one stamp each.
     assert!(

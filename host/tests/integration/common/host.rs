@@ -153,3 +153,64 @@ pub fn output_text(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Every stamp a watch of `objects` saw, from when [`watch_stamps`] was called: when, on which
+/// object, what (empty for none). The watch stops when this is dropped.
+pub struct Stamps {
+    seen: Arc<std::sync::Mutex<Vec<(std::time::Instant, String, String)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Stamps {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Stamps {
+    /// The writes whose stamp starts with `prefix`, as (when, object).
+    pub fn by(&self, prefix: &str) -> Vec<(std::time::Instant, String)> {
+        (self.seen.lock().unwrap().iter())
+            .filter(|(_, _, s)| s.starts_with(prefix))
+            .map(|(at, name, _)| (*at, name.clone()))
+            .collect()
+    }
+
+    /// Every stamp seen, in order.
+    pub fn all(&self) -> Vec<String> {
+        (self.seen.lock().unwrap().iter())
+            .map(|(_, _, s)| s.clone())
+            .collect()
+    }
+}
+
+/// Watches every version of every ConfigMap of `objects` the API server stores from now on, and
+/// records its stamp.
+pub async fn watch_stamps(objects: &Api<ConfigMap>) -> Stamps {
+    let from = (objects.list(&Default::default()).await.unwrap())
+        .metadata
+        .resource_version
+        .unwrap();
+    let seen: Arc<std::sync::Mutex<Vec<_>>> = Arc::default();
+    let task = tokio::spawn({
+        let (objects, seen) = (objects.clone(), seen.clone());
+        async move {
+            use futures::TryStreamExt;
+            let params = kube::api::WatchParams::default().timeout(290);
+            let mut events = std::pin::pin!(objects.watch(&params, &from).await.unwrap());
+            while let Ok(Some(event)) = events.try_next().await {
+                if let kube::api::WatchEvent::Added(cm) | kube::api::WatchEvent::Modified(cm) =
+                    event
+                {
+                    let name = cm.metadata.name.clone().unwrap_or_default();
+                    let stamp = cm.metadata.annotations.unwrap_or_default().remove(SEEN);
+                    let stamp = stamp.unwrap_or_default();
+                    seen.lock()
+                        .unwrap()
+                        .push((std::time::Instant::now(), name, stamp));
+                }
+            }
+        }
+    });
+    Stamps { seen, task }
+}
