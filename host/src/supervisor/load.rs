@@ -329,12 +329,15 @@ impl<'a> Load<'a> {
             source: self.source.clone(),
             events: self.sup.events.clone(),
         };
-        let recorded = self.sup.recorded_rollout(self.name);
         let revision = (self.digest.as_str(), guest_settings);
-        let tracker = rollout::start(c, spec, revision, recorded.as_ref(), reporting);
+        let tracker = rollout::start(c, spec, revision, reporting);
         let serving = c.digest();
         let mut guests = self.sup.guests.lock().unwrap();
         if let Some(entry) = guests.get_mut(self.name) {
+            // Under the lock `record_rollout` takes: no recorded step falls between the two.
+            if let Some(p) = &entry.recorded_rollout {
+                tracker.recorded(p);
+            }
             entry.loading = false;
             entry.source = self.source.clone();
             entry.settings = self.settings.clone();

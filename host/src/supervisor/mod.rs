@@ -415,12 +415,6 @@ impl Supervisor {
         entry.recorded_rollout = Some(progress);
     }
 
-    /// The rollout of `name` its source last read recorded, if any.
-    fn recorded_rollout(&self, name: &str) -> Option<crate::rollout::progress::Progress> {
-        let guests = self.guests.lock().unwrap();
-        guests.get(name)?.recorded_rollout.clone()
-    }
-
     /// Timing of the last successful load of `name`: compile (or cache load) time, end to end
     /// time, and whether the artifact came from the cache.
     pub fn last_load(&self, name: &str) -> Option<(Duration, Duration, Origin)> {

@@ -113,7 +113,12 @@ impl Tracker {
             }
             Phase::Superseded => {}
             _ => {
-                self.step.fetch_max(progress.step, Ordering::SeqCst);
+                // Shown at once, so that a replica taking over writes the step it resumes at
+                // even before its driver's first look.
+                let before = self.step.fetch_max(progress.step, Ordering::SeqCst);
+                if progress.step > before && !self.progress.borrow().ended() {
+                    self.publish(self.at(progress.step));
+                }
             }
         }
     }
@@ -136,12 +141,11 @@ pub(super) struct Reporting {
 }
 
 /// Starts the rollout of the revision `controller` has just staged (`digest` with `settings`),
-/// following `recorded`, the rollout's progress as its source last saw it recorded, if any.
+/// at step 0: the caller hands it what was recorded ([`Tracker::recorded`]).
 pub(super) fn start(
     controller: &Arc<Controller>,
     spec: &Rollout,
     (digest, settings): (&str, &GuestSettings),
-    recorded: Option<&Progress>,
     reporting: Reporting,
 ) -> Arc<Tracker> {
     let settings_hash = settings_hash(settings.as_str());
@@ -157,9 +161,6 @@ pub(super) fn start(
         ended_elsewhere: Mutex::new(None),
         task: Mutex::new(None),
     });
-    if let Some(p) = recorded {
-        tracker.recorded(p);
-    }
     let task = tokio::spawn(drive(
         Arc::downgrade(&tracker),
         Arc::downgrade(controller),
@@ -356,7 +357,16 @@ mod tests {
     use crate::rollout::spec::{CanaryStep, ShadowStep, Step, Strategy};
 
     fn tracker(resume: Option<&str>) -> Tracker {
+        let canary = |percent| {
+            Step::Canary(CanaryStep {
+                percent,
+                min_reconciles: 10,
+                pause: None,
+            })
+        };
         let spec = Rollout {
+            strategy: Strategy::Progressive,
+            steps: vec![canary(10), canary(50), canary(100)],
             resume: resume.map(str::to_string),
             ..Rollout::default()
         };
@@ -406,6 +416,11 @@ mod tests {
         t.recorded(&at("d", "s", 2, Phase::Canary));
         t.recorded(&at("d", "s", 1, Phase::Canary));
         assert_eq!(t.step.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            t.progress().step,
+            2,
+            "shown at once: a replica taking over writes the step it resumes at"
+        );
         // Another digest, or the same digest with other settings, is another revision.
         t.recorded(&at("e", "s", 5, Phase::Canary));
         t.recorded(&at("d", "other", 5, Phase::RolledBack));
