@@ -388,19 +388,6 @@ impl Supervisor {
         Some(guests.get(name)?.rollout.as_ref()?.progress())
     }
 
-    /// Resumes the rollout of `name` from a pause or a halt; whether one was running.
-    pub fn resume_rollout(&self, name: &str) -> bool {
-        let guests = self.guests.lock().unwrap();
-        let tracker = guests.get(name).and_then(|e| e.rollout.as_ref());
-        match tracker {
-            Some(t) if !t.progress().ended() => {
-                t.resume();
-                true
-            }
-            _ => false,
-        }
-    }
-
     /// Records a rollout of guest `name` as its source read it (from a Reconciler's status,
     /// written by the replica that drives it): this replica resumes from its step if it takes
     /// the rollout over, and follows it if it ended (promoted or rolled back) there.

@@ -95,11 +95,6 @@ impl Tracker {
         }
     }
 
-    /// Resumes a pause or a halt, as a changed `resume` token does.
-    pub(super) fn resume(&self) {
-        self.resumed.store(true, Ordering::SeqCst);
-    }
-
     /// The progress of this rollout as the replica that drives it recorded it (a Reconciler's
     /// status): a step to resume from, or an end to follow. Progress of another revision is
     /// ignored.

@@ -11,7 +11,7 @@
 
 use crate::common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -163,19 +163,26 @@ impl Scene {
 
     /// Waits until every object is stamped `want`.
     async fn wait_all(&self, want: &str, within: Duration) {
+        let wanted = (0..OBJECTS)
+            .map(|i| (format!("work-{i}"), want.to_string()))
+            .collect();
+        self.wait_stamps(&wanted, within).await;
+    }
+
+    /// Waits until each object of `wanted` is stamped as it says.
+    async fn wait_stamps(&self, wanted: &BTreeMap<String, String>, within: Duration) {
         let deadline = Instant::now() + within;
         loop {
             let seen = seen_all(&self.objects).await;
-            let off: Vec<_> = (seen.iter())
-                .filter(|(n, s)| n.starts_with("work-") && s.as_deref() != Some(want))
+            let off: Vec<_> = (wanted.iter())
+                .filter(|(n, want)| {
+                    seen.get(*n).cloned().flatten().as_deref() != Some(want.as_str())
+                })
                 .collect();
             if off.is_empty() {
                 return;
             }
-            assert!(
-                Instant::now() < deadline,
-                "not every object stamped {want}: {off:?}"
-            );
+            assert!(Instant::now() < deadline, "not stamped as wanted: {off:?}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -450,7 +457,7 @@ async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
     assert_eq!(stamps.by("v2:"), [], "no revision stamped anything but v1:");
     // The last edit of every object, reconciled by whichever revision held it, is stamped as
     // v2 alone would stamp it.
-    let latest: std::collections::BTreeMap<String, String> = (s.objects.list(&Default::default()))
+    let latest: BTreeMap<String, String> = (s.objects.list(&Default::default()))
         .await
         .unwrap()
         .items
@@ -466,21 +473,7 @@ async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
             (c.metadata.name.unwrap(), format!("v1:{v}"))
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let seen = seen_all(&s.objects).await;
-        let off: Vec<_> = (latest.iter())
-            .filter(|(n, want)| seen.get(*n).cloned().flatten().as_deref() != Some(want.as_str()))
-            .collect();
-        if off.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not stamped as v2 would: {off:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    s.wait_stamps(&latest, Duration::from_secs(60)).await;
     let counters = controller.counters();
     assert_eq!(
         counters
