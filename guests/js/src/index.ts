@@ -11,20 +11,20 @@
 //   `reconcile` and `map`.
 // - Each call runs in a fresh instance: nothing a call leaves in a global survives to the next.
 
-import * as rawApi from 'reconciled:runtime/api@0.1.1';
-import * as rawCache from 'reconciled:runtime/cache@0.1.1';
-import * as rawClient from 'reconciled:runtime/client@0.1.1';
+import * as rawApi from 'reconciled:runtime/api@0.1.2';
+import * as rawCache from 'reconciled:runtime/cache@0.1.2';
+import * as rawClient from 'reconciled:runtime/client@0.1.2';
 import type {
   Consistency,
   Description,
   FieldIndex,
   Mapping,
   Watch,
-} from 'reconciled:runtime/declaration@0.1.1';
-import { log as rawLog } from 'reconciled:runtime/log@0.1.1';
-import { get as rawSettings } from 'reconciled:runtime/settings@0.1.1';
-import type * as World from 'reconciled:runtime/reconciler@0.1.1';
-import type { Error as WitError, Gvk, Request } from 'reconciled:runtime/types@0.1.1';
+} from 'reconciled:runtime/declaration@0.1.2';
+import { log as rawLog } from 'reconciled:runtime/log@0.1.2';
+import { get as rawSettings } from 'reconciled:runtime/settings@0.1.2';
+import type * as World from 'reconciled:runtime/reconciler@0.1.2';
+import type { Error as WitError, Gvk, Request } from 'reconciled:runtime/types@0.1.2';
 
 export type { Description, Gvk, Request };
 

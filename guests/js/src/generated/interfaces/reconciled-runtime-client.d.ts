@@ -1,5 +1,5 @@
 /// <reference path="./reconciled-runtime-types.d.ts" />
-declare module 'reconciled:runtime/client@0.1.1' {
+declare module 'reconciled:runtime/client@0.1.2' {
   /**
    * Creates the object; returns it as stored.
    */
@@ -22,14 +22,22 @@ declare module 'reconciled:runtime/client@0.1.1' {
    */
   export function updateStatus(kind: Gvk, namespace: string, object: string): string;
   /**
+   * Patches the status subresource: what controllers use to write status without a
+   * read-modify-write. Server-side apply (`apply`) sends only the fields this field manager
+   * owns and never conflicts on `resourceVersion`, so it cannot lose a race with a spec edit;
+   * a merge or JSON patch is applied to the status as stored. Changes outside `status` are
+   * ignored by the server. The object must exist: a missing one is `not-found`, never created.
+   */
+  export function patchStatus(kind: Gvk, namespace: string, name: string, patch: PatchBody): string;
+  /**
    * Records a Kubernetes Event about an object. `reason` is UpperCamelCase: an upper-case
    * ASCII letter, then ASCII letters and digits, at most 128 bytes (else `invalid`).
    * `message` is stored as written, except that one over 1024 bytes is cut to at most 1020
    * bytes, at a character boundary, and ` ...` appended.
    */
   export function recordEvent(regarding: Gvk, namespace: string, name: string, eventType: EventType, reason: string, message: string): void;
-  export type Gvk = import('reconciled:runtime/types@0.1.1').Gvk;
-  export type Error = import('reconciled:runtime/types@0.1.1').Error;
+  export type Gvk = import('reconciled:runtime/types@0.1.2').Gvk;
+  export type Error = import('reconciled:runtime/types@0.1.2').Error;
   export interface ApplyPatch {
     body: string,
     fieldManager: string,

@@ -1,4 +1,4 @@
-declare module 'reconciled:runtime/log@0.1.1' {
+declare module 'reconciled:runtime/log@0.1.2' {
   export function log(level: Level, message: string): void;
   /**
    * # Variants
