@@ -1,6 +1,8 @@
 // The reconciled guest SDK for TypeScript: a typed layer over the `reconciled:runtime` WIT
 // (whose raw types `jco guest-types` generates into ./generated), mirroring the Rust SDK in
-// guests/sdk: a describe builder, cache and api reads, client writes, typed errors, logging.
+// guests/sdk, in the words of guests/VOCABULARY.md: a describe builder, cache and api reads,
+// client writes, typed errors, logging, and the helpers controllers keep rewriting (owner
+// references, finalizers, conditions, create-or-update, status by server-side apply, Events).
 //
 // Where it may surprise:
 // - Objects cross the boundary as JSON text; here they are plain objects (`KubeObject`), not
@@ -10,6 +12,9 @@
 //   initialised JavaScript engine), where no import works. Call the host only from `describe`,
 //   `reconcile` and `map`.
 // - Each call runs in a fresh instance: nothing a call leaves in a global survives to the next.
+// - The helpers that change an object (`setControllerReference`, `setCondition`,
+//   `removeCondition`) change it in place, as their Go and Rust namesakes do; copy first if the
+//   original must stay as read.
 
 import * as rawApi from 'reconciled:runtime/api@0.1.2';
 import * as rawCache from 'reconciled:runtime/cache@0.1.2';
@@ -129,6 +134,7 @@ export interface ObjectMeta {
   labels?: Record<string, string>;
   annotations?: Record<string, string>;
   ownerReferences?: OwnerReference[];
+  finalizers?: string[];
   deletionTimestamp?: string;
   [field: string]: unknown;
 }
@@ -185,6 +191,14 @@ export class DescriptionBuilder {
     return this;
   }
 
+  /**
+   * Watches `kind`; an object's controller ownerReference names its primary (which must be of
+   * the `for` kind). Like `owns`, but for a kind this reconciler does not itself create.
+   */
+  watchesOwner(kind: Gvk): this {
+    return this.watches(kind, { tag: 'owner' });
+  }
+
   /** Watches `kind`; an object's label `key` names its primary (in its own namespace). */
   watchesLabel(kind: Gvk, key: string): this {
     return this.watches(kind, { tag: 'label', val: key });
@@ -233,12 +247,20 @@ export class DescriptionBuilder {
   }
 }
 
-/** Which objects a list returns. */
+/**
+ * Which objects a list returns: `new ListOptions().inNamespace(ns).labels(sel)`. Every method
+ * changes this object and returns it.
+ */
 export class ListOptions {
+  /** Only this namespace; empty: every namespace the guest may read. */
   namespace = '';
+  /** A Kubernetes label selector; empty matches everything. */
   labelSelector = '';
+  /** Exact matches of indexed fields, `[path, value]`. */
   fields: Array<[string, string]> = [];
-  limit = 0;
+  /** Page size; 0 is the host's default. (Set it with `limit(n)`.) */
+  pageLimit = 0;
+  /** Where the page starts; empty for the first. */
   continueToken = '';
 
   /** Only namespace `ns`. */
@@ -247,25 +269,34 @@ export class ListOptions {
     return this;
   }
 
-  /** Only objects matching this label selector. */
+  /** Only objects matching this label selector (`app=web,tier!=db`); replaces an earlier one. */
   labels(selector: string): this {
     this.labelSelector = selector;
     return this;
   }
 
-  /** Only objects whose field `path` equals `value` (an indexed field, or an error that names the index). */
+  /**
+   * Only objects whose field `path` equals `value`. The field needs a field index declared in
+   * `describe` (`metadata.name` and `metadata.namespace` need none), else the read is an
+   * `unindexed-field` error. Several calls must all match.
+   */
   field(path: string, value: string): this {
     this.fields.push([path, value]);
     return this;
   }
 
-  /** Page size (the host caps it). */
-  pageSize(n: number): this {
-    this.limit = n;
+  /** Page size; the host caps it. `cache.list` still returns every page. */
+  limit(n: number): this {
+    this.pageLimit = n;
     return this;
   }
 
-  /** Continues after a previous page. */
+  /** @deprecated The old name of `limit(n)`; kept so that older guests still build. */
+  pageSize(n: number): this {
+    return this.limit(n);
+  }
+
+  /** Starts at the page a previous page's `continueToken` names. */
   continueFrom(token: string): this {
     this.continueToken = token;
     return this;
@@ -275,8 +306,8 @@ export class ListOptions {
     return {
       namespace: this.namespace,
       labelSelector: this.labelSelector,
-      fields: this.fields,
-      limit: this.limit,
+      fields: this.fields.map(([p, v]) => [p, v]),
+      limit: Math.max(0, Math.floor(this.pageLimit)),
       continueToken: this.continueToken,
     };
   }
@@ -365,6 +396,67 @@ function body(kind: Gvk, obj: KubeObject): { namespace: string; name: string; js
   };
 }
 
+/** `namespace/name`, or `name` for a cluster-scoped object, as messages name an object. */
+function key(namespace: string | undefined, name: string | undefined): string {
+  return namespace ? `${namespace}/${name ?? ''}` : (name ?? '');
+}
+
+/** A deep copy of a JSON value. */
+function copyJson<T>(value: T): T {
+  return value === undefined ? value : (JSON.parse(JSON.stringify(value)) as T);
+}
+
+/** Whether two JSON values are equal (object keys in any order). */
+function jsonEqual(a: unknown, b: unknown): boolean {
+  if (a === b) {
+    return true;
+  }
+  if (Array.isArray(a) || Array.isArray(b)) {
+    return (
+      Array.isArray(a) && Array.isArray(b) && a.length === b.length && a.every((v, i) => jsonEqual(v, b[i]))
+    );
+  }
+  if (isPlainObject(a) && isPlainObject(b)) {
+    const ak = Object.keys(a).filter((k) => a[k] !== undefined);
+    const bk = Object.keys(b).filter((k) => b[k] !== undefined);
+    return ak.length === bk.length && ak.every((k) => jsonEqual(a[k], b[k]));
+  }
+  return false;
+}
+
+/**
+ * Whether `have` holds every field of `want` with the same value: objects field by field
+ * (`have` may hold more), lists element by element and of the same length (an apply owns the
+ * whole list it sends, and defaulted fields inside its elements are still allowed), anything
+ * else equal. A `null` in `want` asks for the field to be absent, so absent or `null` holds it.
+ */
+function holds(have: unknown, want: unknown): boolean {
+  if (want === null || want === undefined) {
+    return have === null || have === undefined;
+  }
+  if (Array.isArray(want)) {
+    return Array.isArray(have) && have.length === want.length && want.every((w, i) => holds(have[i], w));
+  }
+  if (isPlainObject(want)) {
+    return isPlainObject(have) && Object.keys(want).every((k) => holds(have[k], want[k]));
+  }
+  return have === want;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** What a `createOrUpdate` or `applyIfChanged` did. */
+export type Changed = 'created' | 'updated' | 'unchanged';
+
+/** What a `createOrUpdate` or `applyIfChanged` did, and the object as it now is. */
+export interface Written<T> {
+  changed: Changed;
+  /** The server's answer to the write; the cached object when nothing was written. */
+  object: T;
+}
+
 /** Writes, each answered with the API server's object (which later cache reads will see). */
 export const client = {
   /** Creates `obj`; an existing one is a `conflict`. */
@@ -377,23 +469,61 @@ export const client = {
     const b = body(kind, obj);
     return parse<T>(kind, call(() => rawClient.update(kind, b.namespace, b.json)));
   },
-  /** Replaces `obj`'s status (the status subresource). */
+  /**
+   * Replaces `obj`'s status (the status subresource), guarded by its resourceVersion: a
+   * `conflict` whenever the object changed since it was read, spec edits included. Prefer
+   * `applyStatus`, which cannot lose that race.
+   */
   updateStatus<T extends KubeObject>(kind: Gvk, obj: T): T {
     const b = body(kind, obj);
     return parse<T>(kind, call(() => rawClient.updateStatus(kind, b.namespace, b.json)));
   },
-  /** Server-side apply of `obj` as `fieldManager`; `force` takes fields other managers own. */
+  /**
+   * Server-side apply of `obj` as `fieldManager`: the fields it sends become this manager's,
+   * and fields it sent before and no longer sends are removed. `force` takes fields other
+   * managers own instead of failing with `conflict`; a controller passes `true`. Creates the
+   * object when it does not exist.
+   */
   apply<T extends KubeObject>(kind: Gvk, obj: T, fieldManager: string, force = false): T {
     const b = body(kind, obj);
     const patch: rawClient.PatchBody = { tag: 'apply', val: { body: b.json, fieldManager, force } };
     return parse<T>(kind, call(() => rawClient.patch(kind, b.namespace, b.name, patch)));
   },
-  /** JSON merge patch (RFC 7386). */
+  /**
+   * Server-side apply of `obj`'s status (the status subresource) as `fieldManager`. Only
+   * `apiVersion`, `kind`, `metadata.name`, `metadata.namespace` and `status` are sent; the rest
+   * of `obj` is ignored, so passing the object as read with a new `status` is fine. It never
+   * conflicts on resourceVersion, so unlike `updateStatus` it cannot lose a race with a spec
+   * edit. Fields of the status this manager applied before and no longer sends are removed.
+   * The object must exist (`not-found` otherwise; the status is never created alone).
+   */
+  applyStatus<T extends KubeObject>(kind: Gvk, obj: T, fieldManager: string, force = false): T {
+    const metadata: ObjectMeta = { name: obj.metadata?.name };
+    if (obj.metadata?.namespace) {
+      metadata.namespace = obj.metadata.namespace;
+    }
+    const sent: KubeObject = { apiVersion: obj.apiVersion ?? apiVersion(kind), kind: obj.kind ?? kind.kind, metadata };
+    if (obj.status !== undefined) {
+      sent.status = obj.status;
+    }
+    const b = body(kind, sent);
+    const patch: rawClient.PatchBody = { tag: 'apply', val: { body: b.json, fieldManager, force } };
+    return parse<T>(kind, call(() => rawClient.patchStatus(kind, b.namespace, b.name, patch)));
+  },
+  /** JSON merge patch (RFC 7386): a `null` removes a field; a list is replaced whole. */
   mergePatch<T = KubeObject>(kind: Gvk, namespace: string, name: string, patch: object): T {
     const p: rawClient.PatchBody = { tag: 'merge', val: JSON.stringify(patch) };
     return parse<T>(kind, call(() => rawClient.patch(kind, namespace, name, p)));
   },
-  /** JSON patch (RFC 6902). */
+  /**
+   * JSON merge patch of the status subresource, e.g. `{status: {phase: 'Ready'}}`: the patch
+   * is written from the object's root, and whatever it says outside `status` is ignored.
+   */
+  mergePatchStatus<T = KubeObject>(kind: Gvk, namespace: string, name: string, patch: object): T {
+    const p: rawClient.PatchBody = { tag: 'merge', val: JSON.stringify(patch) };
+    return parse<T>(kind, call(() => rawClient.patchStatus(kind, namespace, name, p)));
+  },
+  /** JSON patch (RFC 6902); a failed operation (a `test` included) is `invalid`. */
   jsonPatch<T = KubeObject>(kind: Gvk, namespace: string, name: string, ops: object[]): T {
     const p: rawClient.PatchBody = { tag: 'json', val: JSON.stringify(ops) };
     return parse<T>(kind, call(() => rawClient.patch(kind, namespace, name, p)));
@@ -402,7 +532,68 @@ export const client = {
   delete(kind: Gvk, namespace: string, name: string): void {
     call(() => rawClient.delete(kind, namespace, name));
   },
-  /** Records an Event about an object. */
+  /**
+   * As controller-runtime's `CreateOrUpdate`: reads `namespace/name` from the cache. When it
+   * is missing, `mutate` fills in a new object holding only `apiVersion`, `kind` and that name
+   * and namespace, which is created (`created`). Otherwise `mutate` changes a copy of the
+   * cached object, which is written with `update` only if it differs from what was read
+   * (`updated`; else `unchanged`, and nothing is written).
+   *
+   * `mutate` changes the object it is given in place, or returns a replacement. Renaming it is
+   * an `invalid` error. The update is guarded by the cached resourceVersion, so a stale cache
+   * makes it a `conflict` (the retry reads again); the kind must be declared in `describe`.
+   */
+  createOrUpdate<T extends KubeObject>(
+    kind: Gvk,
+    namespace: string,
+    name: string,
+    mutate: (obj: T) => T | void,
+  ): Written<T> {
+    const current = cache.getOpt<T>(kind, namespace, name);
+    const metadata: ObjectMeta = { name };
+    if (namespace) {
+      metadata.namespace = namespace;
+    }
+    const draft = current ? copyJson(current) : ({ apiVersion: apiVersion(kind), kind: kind.kind, metadata } as T);
+    const wanted = (mutate(draft) ?? draft) as T;
+    if ((wanted.metadata?.name ?? '') !== name || (wanted.metadata?.namespace ?? '') !== namespace) {
+      throw new ReconcileError(
+        'invalid',
+        `createOrUpdate of ${kind.kind} ${key(namespace, name)}: the function renamed it to ` +
+          `${key(wanted.metadata?.namespace, wanted.metadata?.name)}; it may change anything but the name and namespace`,
+      );
+    }
+    if (!current) {
+      return { changed: 'created', object: client.create(kind, wanted) };
+    }
+    if (jsonEqual(current, wanted)) {
+      return { changed: 'unchanged', object: current };
+    }
+    return { changed: 'updated', object: client.update(kind, wanted) };
+  },
+  /**
+   * Server-side applies `obj` (forced) as `fieldManager`, unless the cached object already
+   * holds every field of `obj` with the same values: then `unchanged`, and nothing is written.
+   * `created` when the cache held no such object, `updated` otherwise.
+   *
+   * The comparison is against the cache, which read-your-writes makes see this guest's own
+   * writes: a stale cache costs at most a write the server finds has nothing to change. Lists
+   * must match in length, so a list other managers add entries to is applied every time. The
+   * kind must be declared in `describe`.
+   */
+  applyIfChanged<T extends KubeObject>(kind: Gvk, obj: T, fieldManager: string): Written<T> {
+    const full = { ...obj, apiVersion: obj.apiVersion ?? apiVersion(kind), kind: obj.kind ?? kind.kind };
+    const current = cache.getOpt<T>(kind, obj.metadata?.namespace ?? '', obj.metadata?.name ?? '');
+    if (current && holds(current, full)) {
+      return { changed: 'unchanged', object: current };
+    }
+    return { changed: current ? 'updated' : 'created', object: client.apply(kind, full, fieldManager, true) };
+  },
+  /**
+   * Records an Event about object `namespace/name` of `kind`. `reason` is UpperCamelCase
+   * (else `invalid`); a message over 1024 bytes is cut. `events.normal` and `events.warning`
+   * take the object instead.
+   */
   recordEvent(
     kind: Gvk,
     namespace: string,
@@ -412,6 +603,22 @@ export const client = {
     message: string,
   ): void {
     call(() => rawClient.recordEvent(kind, namespace, name, type, reason, message));
+  },
+};
+
+/**
+ * Events about an object you hold, named by `kind` and its `metadata.namespace` and
+ * `metadata.name`. An Event is a side note: a reconciler that must not fail for a lost one
+ * catches the error (the write it reports is already done).
+ */
+export const events = {
+  /** A Normal Event: something happened as it should. `reason` is UpperCamelCase. */
+  normal(kind: Gvk, obj: KubeObject, reason: string, message: string): void {
+    client.recordEvent(kind, obj.metadata?.namespace ?? '', obj.metadata?.name ?? '', 'normal', reason, message);
+  },
+  /** A Warning Event: something is wrong that a person may need to fix. */
+  warning(kind: Gvk, obj: KubeObject, reason: string, message: string): void {
+    client.recordEvent(kind, obj.metadata?.namespace ?? '', obj.metadata?.name ?? '', 'warning', reason, message);
   },
 };
 
@@ -433,6 +640,247 @@ export const log = {
  */
 export function settings<T extends object = Record<string, unknown>>(): T {
   return JSON.parse(rawSettings()) as T;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Owner references
+
+/** The uid of `obj`, or an `invalid` error naming it: a reference without one means nothing. */
+function uidOf(kind: Gvk, obj: KubeObject): string {
+  const uid = obj.metadata?.uid;
+  if (!uid) {
+    throw new ReconcileError(
+      'invalid',
+      `${kind.kind} ${key(obj.metadata?.namespace, obj.metadata?.name)} has no metadata.uid: only an object read from the cluster can own another`,
+    );
+  }
+  return uid;
+}
+
+/**
+ * The controller owner reference to `owner` (of `kind`): `controller: true` and
+ * `blockOwnerDeletion: true`, for an object this reconciler creates and controls. An owner
+ * without `metadata.uid` (one not read from the cluster) is an `invalid` error. An owner must
+ * be in the same namespace as what it owns, or cluster-scoped.
+ */
+export function controllerReference(kind: Gvk, owner: KubeObject): OwnerReference {
+  return {
+    apiVersion: apiVersion(kind),
+    kind: kind.kind,
+    name: owner.metadata?.name ?? '',
+    uid: uidOf(kind, owner),
+    controller: true,
+    blockOwnerDeletion: true,
+  };
+}
+
+/**
+ * As controller-runtime's `SetControllerReference`: makes `owner` (of `kind`) the controller
+ * of `obj`, changing `obj.metadata.ownerReferences` in place. A reference to the same owner
+ * (by uid) is replaced; other non-controller references stay. If another owner already
+ * controls `obj`, that is an `invalid` error naming both, and `obj` is left unchanged.
+ */
+export function setControllerReference(kind: Gvk, owner: KubeObject, obj: KubeObject): void {
+  const ref = controllerReference(kind, owner);
+  const current = controllerOf(obj);
+  if (current && current.uid !== ref.uid) {
+    throw new ReconcileError(
+      'invalid',
+      `${obj.kind ?? 'object'} ${key(obj.metadata?.namespace, obj.metadata?.name)} is already controlled by ` +
+        `${current.kind} ${current.name} (uid ${current.uid}); it cannot also be controlled by ${ref.kind} ${ref.name} (uid ${ref.uid})`,
+    );
+  }
+  obj.metadata ??= {};
+  const refs = obj.metadata.ownerReferences ?? [];
+  const at = refs.findIndex((r) => r.uid === ref.uid);
+  if (at >= 0) {
+    refs[at] = ref;
+  } else {
+    refs.push(ref);
+  }
+  obj.metadata.ownerReferences = refs;
+}
+
+/** The owner reference of `obj` with `controller: true`, if any. */
+export function controllerOf(obj: KubeObject): OwnerReference | undefined {
+  return (obj.metadata?.ownerReferences ?? []).find((r) => r.controller === true);
+}
+
+/**
+ * Whether `owner` is the controller of `obj`, by uid: the test for "is this mine" before
+ * deleting or changing something found by a list. An owner without a uid controls nothing.
+ */
+export function isControlledBy(obj: KubeObject, owner: KubeObject): boolean {
+  const uid = owner.metadata?.uid;
+  return !!uid && controllerOf(obj)?.uid === uid;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finalizers
+
+/** Whether `obj` carries the finalizer `name`. */
+export function hasFinalizer(obj: KubeObject, name: string): boolean {
+  return obj.metadata?.finalizers?.includes(name) ?? false;
+}
+
+/** What `withFinalizer` runs. */
+export interface FinalizerHandlers<T extends KubeObject> {
+  /** Brings a live object to its desired state. */
+  apply(obj: T): Outcome;
+  /** Releases what the object holds outside the cluster's garbage collection. */
+  cleanup(obj: T): Outcome;
+}
+
+/** Runs a finalizer JSON patch, reporting a failed `test` as the `conflict` it means. */
+function finalizerPatch<T extends KubeObject>(kind: Gvk, obj: T, ops: object[]): T {
+  try {
+    return client.jsonPatch<T>(kind, obj.metadata.namespace ?? '', obj.metadata.name ?? '', ops);
+  } catch (e) {
+    const err = ReconcileError.from(e);
+    if (err.case === 'invalid') {
+      throw new ReconcileError(
+        'conflict',
+        `the finalizers of ${kind.kind} ${key(obj.metadata.namespace, obj.metadata.name)} changed since they were read: ${err.detail}`,
+      );
+    }
+    throw err;
+  }
+}
+
+/**
+ * Runs `apply`, or `cleanup` once `obj` (of `kind`) is being deleted, keeping the finalizer
+ * `name` in step, in kube-runtime's shape:
+ *
+ * - not being deleted, finalizer missing: adds it by a JSON patch that first `test`s
+ *   `/metadata/finalizers` against the list as read (`null` when there was none), then runs
+ *   `apply` with the patched object the server answered;
+ * - not being deleted, finalizer present: runs `apply`;
+ * - being deleted (`deletionTimestamp` set), finalizer present: runs `cleanup`, and only after
+ *   it returns removes the finalizer by a JSON patch that `test`s the entry at its index first;
+ * - being deleted, finalizer absent: runs nothing, `Outcome.done()`.
+ *
+ * A failed `test` (the API server's `invalid`) is thrown as `conflict`: the list changed since
+ * it was read, and the retry reads it again. `cleanup` may therefore run more than once for one
+ * deletion, and must be idempotent. Returns what `apply` or `cleanup` returned; an error they
+ * throw propagates, and leaves the finalizer in place.
+ */
+export function withFinalizer<T extends KubeObject>(
+  kind: Gvk,
+  obj: T,
+  name: string,
+  handlers: FinalizerHandlers<T>,
+): Outcome {
+  const finalizers = obj.metadata?.finalizers ?? [];
+  const at = finalizers.indexOf(name);
+  if (!obj.metadata?.deletionTimestamp) {
+    if (at >= 0) {
+      return handlers.apply(obj);
+    }
+    const ops =
+      finalizers.length === 0
+        ? [
+            { op: 'test', path: '/metadata/finalizers', value: null },
+            { op: 'add', path: '/metadata/finalizers', value: [name] },
+          ]
+        : [
+            { op: 'test', path: '/metadata/finalizers', value: finalizers },
+            { op: 'add', path: '/metadata/finalizers/-', value: name },
+          ];
+    return handlers.apply(finalizerPatch(kind, obj, ops));
+  }
+  if (at < 0) {
+    return Outcome.done();
+  }
+  const outcome = handlers.cleanup(obj);
+  const path = `/metadata/finalizers/${at}`;
+  finalizerPatch(kind, obj, [
+    { op: 'test', path, value: name },
+    { op: 'remove', path },
+  ]);
+  return outcome;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conditions
+
+/** A status condition, as `metav1.Condition`. */
+export interface Condition {
+  /** UpperCamelCase, e.g. `Ready`; one condition per type. */
+  type: string;
+  status: 'True' | 'False' | 'Unknown';
+  /** UpperCamelCase, why the status is what it is. */
+  reason: string;
+  /** For a person. */
+  message: string;
+  /** The `metadata.generation` the condition was set from. */
+  observedGeneration?: number;
+  /** RFC 3339, when `status` last changed. */
+  lastTransitionTime?: string;
+}
+
+/** The guest's clock, RFC 3339 to the second with `Z`, as `metav1.Time` writes it. */
+function now(): string {
+  // Through Date.now so that a test may replace the clock; toISOString adds milliseconds.
+  return new Date(Date.now()).toISOString().replace(/\.\d+Z$/, 'Z');
+}
+
+/**
+ * As apimachinery's `meta.SetStatusCondition`: sets `condition` in `conditions`, in place. A
+ * condition of a new type is appended (its `lastTransitionTime` the given one, or `now()`).
+ * One of an existing type takes the new `status`, `reason`, `message` and
+ * `observedGeneration`; its `lastTransitionTime` moves (to the given one, or `now()`) only when
+ * `status` changed. Returns whether anything changed, so that a status write can be skipped
+ * when nothing did.
+ */
+export function setCondition(conditions: Condition[], condition: Condition): boolean {
+  const existing = findCondition(conditions, condition.type);
+  if (!existing) {
+    conditions.push({ ...condition, lastTransitionTime: condition.lastTransitionTime || now() });
+    return true;
+  }
+  let changed = false;
+  if (existing.status !== condition.status) {
+    existing.status = condition.status;
+    existing.lastTransitionTime = condition.lastTransitionTime || now();
+    changed = true;
+  }
+  if (existing.reason !== condition.reason) {
+    existing.reason = condition.reason;
+    changed = true;
+  }
+  if (existing.message !== condition.message) {
+    existing.message = condition.message;
+    changed = true;
+  }
+  if (existing.observedGeneration !== condition.observedGeneration) {
+    if (condition.observedGeneration === undefined) {
+      delete existing.observedGeneration;
+    } else {
+      existing.observedGeneration = condition.observedGeneration;
+    }
+    changed = true;
+  }
+  return changed;
+}
+
+/** The condition of `type`, if any (the one in the list, so changing it changes the list). */
+export function findCondition(conditions: readonly Condition[] | undefined, type: string): Condition | undefined {
+  return conditions?.find((c) => c.type === type);
+}
+
+/** Whether the condition of `type` is there with status `True`. */
+export function isConditionTrue(conditions: readonly Condition[] | undefined, type: string): boolean {
+  return findCondition(conditions, type)?.status === 'True';
+}
+
+/** Removes the condition of `type` in place; returns whether there was one. */
+export function removeCondition(conditions: Condition[], type: string): boolean {
+  const at = conditions.findIndex((c) => c.type === type);
+  if (at < 0) {
+    return false;
+  }
+  conditions.splice(at, 1);
+  return true;
 }
 
 /** What a reconciler implements; `map` only if it watches a kind with a guest map. */
