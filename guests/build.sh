@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the wasm guests (the SDK, the test guests and the examples, in Rust, TypeScript and Python) as
+# Builds the wasm guests (the SDK, the test guests and the examples, in Rust, TypeScript, Python and Go) as
 # components for wasm32-wasip2, into one shared target dir, and prints the path of each .wasm,
 # one a line.
 #
@@ -134,11 +134,25 @@ for build in "${py_builds[@]}"; do
     "$here/python/build.sh" "$dir" "${rest%%:*}" "$out/${rest#*:}.wasm"
 done
 
+# Go guests: the SDK in guests/go, built with the standard Go toolchain (wasip1) and made into
+# components by wasm-tools (about 4 MB each).
+go_builds=(
+    "$root/examples/configmap-generator-go:configmap_generator_go"
+    "$root/examples/reservation-go:reservation_go"
+)
+for build in "${go_builds[@]}"; do
+    echo "build.sh: building ${build##*:} (Go)" >&2
+    "$here/go/build.sh" "${build%%:*}" "$out/${build##*:}.wasm"
+done
+
 wasms=()
 for build in "${ts_builds[@]}"; do
     wasms+=("${build##*:}.wasm")
 done
 for build in "${py_builds[@]}"; do
+    wasms+=("${build##*:}.wasm")
+done
+for build in "${go_builds[@]}"; do
     wasms+=("${build##*:}.wasm")
 done
 for build in "${builds[@]}"; do
