@@ -1,13 +1,14 @@
-//! `reconciled new <name> --lang rust|ts|python`: a reconciler project that builds with one
+//! `reconciled new <name> --lang rust|ts|python|go`: a reconciler project that builds with one
 //! command (`./build.sh`, into `dev/<name>.wasm`), tests its logic without a cluster, and runs
 //! with `reconciled dev dev`: the reconciler, a CRD for a new kind, a sample object, a test and
 //! a short README.
 //!
 //! Where it may surprise: the SDKs are not published packages yet, so the project refers to
 //! them in a reconciled checkout (`--sdk`, by default the one this binary was built from): the
-//! Rust crate by path, the TypeScript and Python toolchains through their `build.sh`. A Rust
-//! project starts from the example's `Cargo.lock`, so it builds with the dependency versions the
-//! SDK is tested with (and, with a shared `CARGO_TARGET_DIR`, reuses their compiled code).
+//! Rust crate by path, the Go module by a `replace`, the TypeScript, Python and Go toolchains
+//! through their `build.sh`. A Rust project starts from the example's `Cargo.lock` (a Go project
+//! from the SDK's `go.sum`), so it builds with the dependency versions the SDK is tested with
+//! (and, with a shared `CARGO_TARGET_DIR`, reuses their compiled code).
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +23,8 @@ pub(crate) enum Lang {
     Ts,
     /// Python, with `guests/python` (componentize-py).
     Python,
+    /// Go, with `guests/go` (standard Go for wasip1, then wasm-tools).
+    Go,
 }
 
 /// `reconciled new`.
@@ -226,6 +229,20 @@ fn files(lang: Lang) -> Vec<(&'static str, &'static str, bool)> {
             ("build.sh", include_str!("templates/build.python.sh"), true),
             ("test.sh", include_str!("templates/test.python.sh"), true),
         ],
+        // `.tmpl`: no Go tool mistakes a template for source.
+        Lang::Go => vec![
+            ("README.md", include_str!("templates/README.go.md"), false),
+            ("go.mod", include_str!("templates/go.mod.tmpl"), false),
+            ("main.go", include_str!("templates/main.go.tmpl"), false),
+            ("status.go", include_str!("templates/status.go.tmpl"), false),
+            (
+                "status_test.go",
+                include_str!("templates/status_test.go.tmpl"),
+                false,
+            ),
+            ("build.sh", include_str!("templates/build.go.sh"), true),
+            ("test.sh", include_str!("templates/test.go.sh"), true),
+        ],
     });
     files
 }
@@ -255,7 +272,7 @@ pub(crate) fn new(args: NewArgs) -> anyhow::Result<()> {
         .any(|c| matches!(c, '"' | '$' | '`' | '\\' | '\n'))
     {
         anyhow::bail!(
-            "--sdk {}: the path goes into the project's shell scripts, Cargo.toml and tsconfig.json, so it may not hold \", $, ` or \\; use a path without them",
+            "--sdk {}: the path goes into the project's shell scripts, Cargo.toml, tsconfig.json and go.mod, so it may not hold \", $, ` or \\; use a path without them",
             sdk.display()
         );
     }
@@ -294,14 +311,18 @@ pub(crate) fn new(args: NewArgs) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("cannot make {} executable: {e}", to.display()))?;
         }
     }
-    if args.lang == Lang::Rust {
-        // The example's lockfile: the versions the SDK is tested with (cargo adjusts the rest).
-        let lock = sdk.join("examples/configmap-generator/Cargo.lock");
-        if let Ok(text) = std::fs::read_to_string(&lock) {
-            std::fs::write(dir.join("Cargo.lock"), text).map_err(|e| {
-                anyhow::anyhow!("cannot write {}: {e}", dir.join("Cargo.lock").display())
-            })?;
-        }
+    // The lockfile the SDK is tested with: Rust takes the example's (cargo adjusts the rest);
+    // Go needs the SDK module's go.sum, without which go build refuses its dependencies.
+    let lock = match args.lang {
+        Lang::Rust => Some(("examples/configmap-generator/Cargo.lock", "Cargo.lock")),
+        Lang::Go => Some(("guests/go/go.sum", "go.sum")),
+        Lang::Ts | Lang::Python => None,
+    };
+    if let Some((from, to)) = lock
+        && let Ok(text) = std::fs::read_to_string(sdk.join(from))
+    {
+        std::fs::write(dir.join(to), text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", dir.join(to).display()))?;
     }
     eprintln!(
         "wrote {} ({:?}, kind {}/{}/{}); next: cd {} && ./build.sh, then see README.md",
@@ -372,10 +393,56 @@ mod tests {
     #[test]
     fn every_placeholder_of_every_template_is_filled() {
         let n = Names::new("x", None, Path::new("/sdk")).unwrap();
-        for lang in [Lang::Rust, Lang::Ts, Lang::Python] {
+        for lang in [Lang::Rust, Lang::Ts, Lang::Python, Lang::Go] {
             for (path, template, _) in files(lang) {
                 assert!(!n.fill(template).contains("{{"), "{lang:?} {path}");
             }
         }
+    }
+
+    #[test]
+    fn a_go_project_takes_the_sdk_module_from_the_checkout_with_its_go_sum() {
+        let sdk = std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).unwrap();
+        let dir = std::env::temp_dir().join(format!("reconciled-new-go-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        new(NewArgs {
+            name: "hello-go".into(),
+            lang: Lang::Go,
+            kind: Some("apps.example.com/v1/Greeting".into()),
+            dir: Some(dir.clone()),
+            sdk: Some(sdk.clone()),
+        })
+        .unwrap();
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        let go_mod = read("go.mod");
+        assert!(go_mod.starts_with("module hello-go\n"), "{go_mod}");
+        assert!(
+            go_mod.contains(&format!(
+                "replace reconciled.dev/guest => {}/guests/go",
+                sdk.display()
+            )),
+            "{go_mod}"
+        );
+        let sdk_mod = std::fs::read_to_string(sdk.join("guests/go/go.mod")).unwrap();
+        let pkg = sdk_mod
+            .lines()
+            .find(|l| l.contains("go.bytecodealliance.org/pkg"))
+            .unwrap();
+        let pkg = pkg.trim().trim_start_matches("require ");
+        assert!(
+            go_mod.contains(&format!("require {pkg} // indirect")),
+            "the template requires the SDK's version of {pkg}:\n{go_mod}"
+        );
+        assert_eq!(
+            read("go.sum"),
+            std::fs::read_to_string(sdk.join("guests/go/go.sum")).unwrap()
+        );
+        assert!(
+            read("main.go")
+                .contains(r#"reconciled.NewKind[Greeting]("apps.example.com", "v1", "Greeting")"#)
+        );
+        assert!(read("status.go").contains("type GreetingStatus struct"));
+        assert!(read("build.sh").contains(&format!("\"{}/guests/go/build.sh\"", sdk.display())));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Vets the reconciler and tests its logic with go test (natively: no cluster, no host).
+set -euo pipefail
+cd "$(dirname "$0")"
+go vet ./...
+go test ./...
