@@ -19,7 +19,9 @@ if [[ $# -ne 2 ]]; then
     exit 2
 fi
 pkg="$(cd "$1" && pwd)"
-out="$2"
+# Absolute: go build runs in the package's folder.
+mkdir -p "$(dirname "$2")"
+out="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 
@@ -31,7 +33,6 @@ eval "$("$here/tools.sh")"
 export WIT_BINDGEN
 "$here/bindings.sh" --check
 
-mkdir -p "$(dirname "$out")"
 name="$(basename "$out" .wasm)"
 work="$(dirname "$out")/.$name.go"
 mkdir -p "$work"
