@@ -2,7 +2,8 @@
 //! a real cluster: ConfigMaps created, updated and pruned through server-side apply, status kept
 //! current, an Event recorded, and garbage collection through owner references on delete. The
 //! same test for each language the example is written in: Rust (`examples/configmap-generator`),
-//! TypeScript (`examples/configmap-generator-ts`) and Python (`examples/configmap-generator-py`).
+//! TypeScript (`examples/configmap-generator-ts`), Python (`examples/configmap-generator-py`)
+//! and Go (`examples/configmap-generator-go`).
 
 use crate::common;
 
@@ -77,6 +78,11 @@ async fn the_typescript_configmap_generator_passes_the_same_test() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_configmap_generator_passes_the_same_test() {
     converges("configmap_generator_py", "cmgen-py").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_go_configmap_generator_passes_the_same_test() {
+    converges("configmap_generator_go", "cmgen-go").await;
 }
 
 /// The example built as `stem` (a file stem from guests/build.sh) converges in namespace `ns`.

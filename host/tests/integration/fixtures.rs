@@ -1,4 +1,4 @@
-//! `reconciled test`: the ConfigMapGenerator in all three languages passes the same fixtures
+//! `reconciled test`: the ConfigMapGenerator in every language passes the same fixtures
 //! (including the error paths) with no cluster, a changed outcome fails with a diff and JUnit
 //! failure, and `--update` writes the outcome back.
 //!
@@ -44,12 +44,13 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 #[test]
-fn the_three_configmap_generators_pass_the_same_fixtures_with_no_cluster() {
+fn every_configmap_generator_passes_the_same_fixtures_with_no_cluster() {
     let junit_dir = TempDir::new("fixtures-junit");
     for (module, example) in [
         ("configmap_generator", "configmap-generator"),
         ("configmap_generator_ts", "configmap-generator-ts"),
         ("configmap_generator_py", "configmap-generator-py"),
+        ("configmap_generator_go", "configmap-generator-go"),
     ] {
         let fixtures = examples().join(example).join("fixtures");
         let junit = junit_dir.0.join(format!("{module}.xml"));
