@@ -140,6 +140,7 @@ done
 go_builds=(
     "$root/examples/configmap-generator-go:configmap_generator_go"
     "$root/examples/reservation-go:reservation_go"
+    "$here/go/test/errors:errors_go"
 )
 # The example with k8s.io/api types instead of the SDK's own, for the languages benchmark (16 MB).
 if $bench; then
