@@ -42,25 +42,30 @@ type Write struct {
 	PatchType string
 	// Body is what was sent: the object, the patch or the applied object.
 	Body json.RawMessage
-	// FieldManager and Force are an apply's.
+	// FieldManager is an apply's field manager.
 	FieldManager string
-	Force        bool
+	// Force is whether an apply was forced.
+	Force bool
 }
 
 // Event is one Event a reconciler recorded.
 type Event struct {
+	// Kind, Namespace and Name are the object the Event is about.
 	Kind            reconciled.Gvk
 	Namespace, Name string
 	// Type is "Normal" or "Warning".
-	Type    string
-	Reason  string
+	Type string
+	// Reason is the UpperCamelCase reason.
+	Reason string
+	// Message is the Event's text.
 	Message string
 }
 
 // Log is one log line.
 type Log struct {
 	// Level is "debug", "info", "warn" or "error".
-	Level   string
+	Level string
+	// Message is the line.
 	Message string
 }
 
@@ -86,10 +91,12 @@ type Host struct {
 	rv      int
 	// SettingsJSON is what reconciled.Settings reads; "{}" by default.
 	SettingsJSON string
-	// Writes, Events and Logs are what the reconciler did, in order.
+	// Writes are the reconciler's writes, in order.
 	Writes []Write
+	// Events are the Events it recorded, in order.
 	Events []Event
-	Logs   []Log
+	// Logs are its log lines, in order.
+	Logs []Log
 }
 
 // New is an empty fake host.

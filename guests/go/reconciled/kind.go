@@ -1,7 +1,6 @@
 package reconciled
 
 import (
-	"encoding/json"
 	"reflect"
 	"strings"
 	"sync"
@@ -12,9 +11,12 @@ import (
 
 // Gvk is a kind: API group (empty for the core group), version and kind.
 type Gvk struct {
-	Group   string
+	// Group is the API group, empty for the core group ("", "apps").
+	Group string
+	// Version is the API version ("v1").
 	Version string
-	Kind    string
+	// Kind is the kind, in CamelCase ("ConfigMap").
+	Kind string
 }
 
 // APIVersion is the kind's apiVersion: "v1" for the core group, else "<group>/<version>".
@@ -44,6 +46,7 @@ func (g Gvk) host() host.Gvk { return host.Gvk(g) }
 
 // Kinded is anything that names a kind: a [Gvk] or a [Kind].
 type Kinded interface {
+	// GVK is the kind named.
 	GVK() Gvk
 }
 
@@ -120,10 +123,4 @@ func kindOf(obj any, h object.Head) (Gvk, error) {
 	return Gvk{}, Errorf(Invalid,
 		"cannot tell the kind of a %v (%s): set its apiVersion and kind, or declare its type with reconciled.NewKind",
 		t, object.Key(h.Metadata.Namespace, h.Metadata.Name))
-}
-
-// rawJSON reports whether T holds JSON text rather than a decoded value.
-func rawJSON[T any]() bool {
-	t := reflect.TypeFor[T]()
-	return t == reflect.TypeFor[json.RawMessage]()
 }

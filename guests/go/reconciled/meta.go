@@ -8,39 +8,60 @@ import (
 // TypeMeta is an object's apiVersion and kind, as k8s.io/apimachinery's metav1.TypeMeta.
 // Embed it in an object type of your own.
 type TypeMeta struct {
+	// APIVersion is "<group>/<version>", or "<version>" for the core group.
 	APIVersion string `json:"apiVersion,omitempty"`
-	Kind       string `json:"kind,omitempty"`
+	// Kind is the object's kind.
+	Kind string `json:"kind,omitempty"`
 }
 
 // ObjectMeta is an object's metadata, as k8s.io/apimachinery's metav1.ObjectMeta and with the
 // same JSON, for object types of your own: `Metadata reconciled.ObjectMeta `json:"metadata"“.
 // Fields left empty are left out of the JSON, so an apply sends only what was set.
 type ObjectMeta struct {
-	Name                       string            `json:"name,omitempty"`
-	GenerateName               string            `json:"generateName,omitempty"`
-	Namespace                  string            `json:"namespace,omitempty"`
-	UID                        string            `json:"uid,omitempty"`
-	ResourceVersion            string            `json:"resourceVersion,omitempty"`
-	Generation                 int64             `json:"generation,omitempty"`
-	CreationTimestamp          Time              `json:"creationTimestamp,omitzero"`
-	DeletionTimestamp          *Time             `json:"deletionTimestamp,omitempty"`
-	DeletionGracePeriodSeconds *int64            `json:"deletionGracePeriodSeconds,omitempty"`
-	Labels                     map[string]string `json:"labels,omitempty"`
-	Annotations                map[string]string `json:"annotations,omitempty"`
-	OwnerReferences            []OwnerReference  `json:"ownerReferences,omitempty"`
-	Finalizers                 []string          `json:"finalizers,omitempty"`
+	// Name is unique among the kind's objects in a namespace.
+	Name string `json:"name,omitempty"`
+	// GenerateName asks the server to make a unique name with this prefix on create.
+	GenerateName string `json:"generateName,omitempty"`
+	// Namespace is empty for cluster-scoped kinds.
+	Namespace string `json:"namespace,omitempty"`
+	// UID identifies this object for its whole life; set by the server.
+	UID string `json:"uid,omitempty"`
+	// ResourceVersion is the version an update is guarded by; set by the server.
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// Generation counts changes of the spec; set by the server.
+	Generation int64 `json:"generation,omitempty"`
+	// CreationTimestamp is when the object was created; set by the server.
+	CreationTimestamp Time `json:"creationTimestamp,omitzero"`
+	// DeletionTimestamp is set once the object is being deleted (it waits for its finalizers).
+	DeletionTimestamp *Time `json:"deletionTimestamp,omitempty"`
+	// DeletionGracePeriodSeconds is the grace period of a deletion under way.
+	DeletionGracePeriodSeconds *int64 `json:"deletionGracePeriodSeconds,omitempty"`
+	// Labels are for selecting objects.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Annotations are for anything else.
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// OwnerReferences name the objects this one belongs to; see ControllerReference.
+	OwnerReferences []OwnerReference `json:"ownerReferences,omitempty"`
+	// Finalizers hold the object while it is being deleted; see WithFinalizer.
+	Finalizers []string `json:"finalizers,omitempty"`
 	// ManagedFields is kept as it was read, so that an update sends it back unchanged.
 	ManagedFields json.RawMessage `json:"managedFields,omitempty"`
 }
 
 // OwnerReference is an entry of metadata.ownerReferences, as metav1.OwnerReference.
 type OwnerReference struct {
-	APIVersion         string `json:"apiVersion"`
-	Kind               string `json:"kind"`
-	Name               string `json:"name"`
-	UID                string `json:"uid"`
-	Controller         *bool  `json:"controller,omitempty"`
-	BlockOwnerDeletion *bool  `json:"blockOwnerDeletion,omitempty"`
+	// APIVersion is the owner's apiVersion.
+	APIVersion string `json:"apiVersion"`
+	// Kind is the owner's kind.
+	Kind string `json:"kind"`
+	// Name is the owner's name, in the same namespace.
+	Name string `json:"name"`
+	// UID is the owner's uid: ownership is by uid.
+	UID string `json:"uid"`
+	// Controller marks the one owner that controls the object.
+	Controller *bool `json:"controller,omitempty"`
+	// BlockOwnerDeletion makes a foreground deletion of the owner wait for this object.
+	BlockOwnerDeletion *bool `json:"blockOwnerDeletion,omitempty"`
 }
 
 // IsController reports whether r is a controller reference (controller: true).
@@ -99,7 +120,10 @@ type Condition struct {
 
 // The condition statuses.
 const (
-	ConditionTrue    = "True"
-	ConditionFalse   = "False"
+	// ConditionTrue: the condition holds.
+	ConditionTrue = "True"
+	// ConditionFalse: it does not.
+	ConditionFalse = "False"
+	// ConditionUnknown: it cannot be told.
 	ConditionUnknown = "Unknown"
 )

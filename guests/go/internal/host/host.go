@@ -55,20 +55,34 @@ const (
 	Error
 )
 
-// Host is every import of the `reconciler` world. Errors are made by [NewError].
+// Host is every import of the `reconciler` world, one method a WIT function, with the WIT's
+// meaning (see wit/runtime.wit). Errors are made by [NewError].
 type Host interface {
+	// CacheGet is cache.get.
 	CacheGet(kind Gvk, namespace, name string) (string, error)
+	// CacheList is cache.list.
 	CacheList(kind Gvk, options ListOptions) (Page, error)
+	// APIGet is api.get.
 	APIGet(kind Gvk, namespace, name string) (string, error)
+	// APIList is api.list.
 	APIList(kind Gvk, options ListOptions) (Page, error)
+	// Create is client.create.
 	Create(kind Gvk, namespace, object string) (string, error)
+	// Update is client.update.
 	Update(kind Gvk, namespace, object string) (string, error)
+	// Patch is client.patch.
 	Patch(kind Gvk, namespace, name string, patch Patch) (string, error)
+	// Delete is client.delete.
 	Delete(kind Gvk, namespace, name string) error
+	// UpdateStatus is client.update-status.
 	UpdateStatus(kind Gvk, namespace, object string) (string, error)
+	// PatchStatus is client.patch-status.
 	PatchStatus(kind Gvk, namespace, name string, patch Patch) (string, error)
+	// RecordEvent is client.record-event; warning picks the Warning event type.
 	RecordEvent(regarding Gvk, namespace, name string, warning bool, reason, message string) error
+	// Log is log.log.
 	Log(level Level, message string)
+	// Settings is settings.get.
 	Settings() string
 }
 
