@@ -11,7 +11,10 @@ fn main() -> ExitCode {
     // Through a temporary name, so that a reader never sees half an adapter.
     let tmp = std::path::PathBuf::from(format!("{}.tmp", out.to_string_lossy()));
     if let Err(e) = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, &out)) {
-        eprintln!("write-wasi-adapter: cannot write {}: {e}", out.to_string_lossy());
+        eprintln!(
+            "write-wasi-adapter: cannot write {}: {e}",
+            out.to_string_lossy()
+        );
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
