@@ -8,7 +8,7 @@ Reconcile, for one generator:
    ``GENERATOR_LABEL=<name>`` and controlled by the generator (so that deleting the generator
    deletes them, and a change to one of them reconciles the generator);
 2. delete the ones it controls with an index of ``copies`` or more;
-3. if the status is out of date, update it and record a ``Generated`` event.
+3. if the status is out of date, server-side apply it and record a ``Generated`` event.
 """
 
 from typing import Optional
@@ -19,12 +19,14 @@ from reconciled_guest import (
     Outcome,
     ReconcileError,
     Reconciler,
-    api_version,
     cache,
     client,
+    controller_reference,
     describe,
+    events,
     export,
     gvk,
+    is_controlled_by,
     log,
 )
 
@@ -34,7 +36,7 @@ CONFIG_MAP_GENERATOR = gvk("example.reconciled.dev/v1alpha1", "ConfigMapGenerato
 # Label on each generated ConfigMap; its value is the generator's name.
 GENERATOR_LABEL = "example.reconciled.dev/generator"
 
-# Server-side apply field manager.
+# Server-side apply field manager, of the ConfigMaps and of the status.
 FIELD_MANAGER = "configmap-generator"
 
 
@@ -55,22 +57,11 @@ class Generator(Reconciler):
         # Gone (the garbage collector deletes what it controlled), or going.
         if generator is None or generator["metadata"].get("deletionTimestamp"):
             return Outcome.done()
-        meta = generator["metadata"]
-        uid = meta.get("uid")
-        if not uid:
-            raise ReconcileError("invalid", f"ConfigMapGenerator {namespace}/{name} has no metadata.uid")
         spec = generator.get("spec") or {}
         copies = max(int(spec.get("copies", 1)), 0)
         data = spec.get("data") or {}
-
-        owner = {
-            "apiVersion": api_version(CONFIG_MAP_GENERATOR),
-            "kind": CONFIG_MAP_GENERATOR.kind,
-            "name": name,
-            "uid": uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+        # An ``invalid`` error when the generator has no uid: nothing could be controlled by it.
+        owner = controller_reference(CONFIG_MAP_GENERATOR, generator)
         for i in range(copies):
             client.apply(
                 Kinds.CONFIG_MAP,
@@ -87,15 +78,11 @@ class Generator(Reconciler):
                 force=True,
             )
 
-        generated = ListOptions().in_namespace(namespace).with_labels(f"{GENERATOR_LABEL}={name}")
+        generated = ListOptions().in_namespace(namespace).labels(f"{GENERATOR_LABEL}={name}")
         for cm in cache.list(Kinds.CONFIG_MAP, generated):
             cm_name = cm["metadata"].get("name", "")
             index = copy_index(name, cm_name)
-            controlled = any(
-                o.get("controller") and o.get("uid") == uid
-                for o in cm["metadata"].get("ownerReferences") or []
-            )
-            if index is not None and index >= copies and controlled:
+            if index is not None and index >= copies and is_controlled_by(cm, generator):
                 try:
                     client.delete(Kinds.CONFIG_MAP, namespace, cm_name)
                     log.info(f"deleted {namespace}/{cm_name}")
@@ -103,13 +90,12 @@ class Generator(Reconciler):
                     if not e.is_not_found():
                         raise
 
-        status = {"generated": copies, "observedGeneration": meta.get("generation", 0)}
+        status = {"generated": copies, "observedGeneration": generator["metadata"].get("generation", 0)}
         if generator.get("status") != status:
-            client.update_status(CONFIG_MAP_GENERATOR, {**generator, "status": status})
+            # Apply, not update: a spec edit since the cache read cannot make this write conflict.
+            client.apply_status(CONFIG_MAP_GENERATOR, {**generator, "status": status}, FIELD_MANAGER, force=True)
             try:
-                client.record_event(
-                    CONFIG_MAP_GENERATOR, namespace, name, False, "Generated", f"generated {copies} ConfigMaps"
-                )
+                events.normal(CONFIG_MAP_GENERATOR, generator, "Generated", f"generated {copies} ConfigMaps")
             except ReconcileError as e:
                 # The status is written; a lost event is not worth a retry that would not resend it.
                 log.warn(f"cannot record event on {namespace}/{name}: {e}")

@@ -7,7 +7,7 @@
 //    `GENERATOR_LABEL=<name>` and controlled by the generator (so that deleting the generator
 //    deletes them, and a change to one of them reconciles the generator);
 // 2. delete the ones it controls with an index of `copies` or more;
-// 3. if the status is out of date, update it and record a `Generated` event.
+// 3. if the status is out of date, server-side apply it and record a `Generated` event.
 
 import {
   type KubeObject,
@@ -16,12 +16,14 @@ import {
   Outcome,
   ReconcileError,
   type Request,
-  apiVersion,
   cache,
   client,
+  controllerReference,
   describe as describeKind,
+  events,
   exportReconciler,
   gvk,
+  isControlledBy,
   log,
 } from '../../../guests/js/src/index';
 
@@ -31,7 +33,7 @@ const ConfigMapGenerator = gvk('example.reconciled.dev/v1alpha1', 'ConfigMapGene
 /** Label on each generated ConfigMap; its value is the generator's name. */
 const GENERATOR_LABEL = 'example.reconciled.dev/generator';
 
-/** Server-side apply field manager. */
+/** Server-side apply field manager, of the ConfigMaps and of the status. */
 const FIELD_MANAGER = 'configmap-generator';
 
 interface Generator extends KubeObject {
@@ -46,21 +48,10 @@ function reconcileGenerator(req: Request): Outcome {
   if (!generator || generator.metadata.deletionTimestamp) {
     return Outcome.done();
   }
-  const uid = generator.metadata.uid;
-  if (!uid) {
-    throw new ReconcileError('invalid', `ConfigMapGenerator ${namespace}/${name} has no metadata.uid`);
-  }
   const copies = Math.max(generator.spec?.copies ?? 1, 0);
   const data = generator.spec?.data ?? {};
-
-  const owner = {
-    apiVersion: apiVersion(ConfigMapGenerator),
-    kind: ConfigMapGenerator.kind,
-    name,
-    uid,
-    controller: true,
-    blockOwnerDeletion: true,
-  };
+  // An `invalid` error when the generator has no uid: nothing could be controlled by it.
+  const owner = controllerReference(ConfigMapGenerator, generator);
   for (let i = 0; i < copies; i++) {
     client.apply(
       Kinds.ConfigMap,
@@ -82,8 +73,7 @@ function reconcileGenerator(req: Request): Outcome {
   for (const cm of cache.list(Kinds.ConfigMap, generated)) {
     const cmName = cm.metadata.name ?? '';
     const index = copyIndex(name, cmName);
-    const controlled = (cm.metadata.ownerReferences ?? []).some((o) => o.controller && o.uid === uid);
-    if (index !== undefined && index >= copies && controlled) {
+    if (index !== undefined && index >= copies && isControlledBy(cm, generator)) {
       try {
         client.delete(Kinds.ConfigMap, namespace, cmName);
         log.info(`deleted ${namespace}/${cmName}`);
@@ -98,9 +88,10 @@ function reconcileGenerator(req: Request): Outcome {
   const status = { generated: copies, observedGeneration: generator.metadata.generation ?? 0 };
   const current = generator.status;
   if (current?.generated !== status.generated || current?.observedGeneration !== status.observedGeneration) {
-    client.updateStatus(ConfigMapGenerator, { ...generator, status });
+    // Apply, not update: a spec edit since the cache read cannot make this write conflict.
+    client.applyStatus(ConfigMapGenerator, { ...generator, status }, FIELD_MANAGER, true);
     try {
-      client.recordEvent(ConfigMapGenerator, namespace, name, 'normal', 'Generated', `generated ${copies} ConfigMaps`);
+      events.normal(ConfigMapGenerator, generator, 'Generated', `generated ${copies} ConfigMaps`);
     } catch (e) {
       // The status is written; a lost event is not worth a retry that would not resend it.
       log.warn(`cannot record event on ${namespace}/${name}: ${String(e)}`);
