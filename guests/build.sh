@@ -117,6 +117,7 @@ fi
 # TypeScript guests: the SDK in guests/js, built by componentize-js (about 11 MB each).
 ts_builds=(
     "$root/examples/configmap-generator-ts/src/index.ts:configmap_generator_ts"
+    "$root/examples/reservation-ts/src/index.ts:reservation_ts"
     "$here/js/test/errors.ts:errors_ts"
 )
 for build in "${ts_builds[@]}"; do
@@ -127,6 +128,7 @@ done
 # Python guests: the SDK in guests/python, built by componentize-py (about 18 MB each).
 py_builds=(
     "$root/examples/configmap-generator-py:app:configmap_generator_py"
+    "$root/examples/reservation-py:app:reservation_py"
     "$here/python/test:errors:errors_py"
 )
 for build in "${py_builds[@]}"; do
