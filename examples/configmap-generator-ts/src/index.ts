@@ -94,7 +94,7 @@ function reconcileGenerator(req: Request): Outcome {
       events.normal(ConfigMapGenerator, generator, 'Generated', `generated ${copies} ConfigMaps`);
     } catch (e) {
       // The status is written; a lost event is not worth a retry that would not resend it.
-      log.warn(`cannot record event on ${namespace}/${name}: ${String(e)}`);
+      log.warn(`cannot record event on ${namespace}/${name}: ${ReconcileError.from(e).message}`);
     }
   }
   return Outcome.done();

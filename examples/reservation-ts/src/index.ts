@@ -100,7 +100,7 @@ function reserve(reservation: ReservationObject): Outcome {
       }
     } catch (e) {
       // The status is written; a lost event is not worth a retry that would not resend it.
-      log.warn(`cannot record event on ${namespace}/${name}: ${String(e)}`);
+      log.warn(`cannot record event on ${namespace}/${name}: ${ReconcileError.from(e).message}`);
     }
   }
   return Outcome.done();
@@ -125,7 +125,7 @@ function release(reservation: ReservationObject): Outcome {
   try {
     events.normal(Reservation, reservation, 'Released', `released ${slots} slots in ConfigMap ${pool}`);
   } catch (e) {
-    log.warn(`cannot record event on ${namespace}/${name}: ${String(e)}`);
+    log.warn(`cannot record event on ${namespace}/${name}: ${ReconcileError.from(e).message}`);
   }
   return Outcome.done();
 }
