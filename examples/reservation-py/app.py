@@ -70,7 +70,7 @@ def reserve(reservation):
     before = find_condition(conditions, "Ready")
     before_status = before["status"] if before is not None else None
     changed = set_condition(conditions, ready)
-    if changed or status.get("observedGeneration") != generation:
+    if changed or status.get("observedGeneration", 0) != generation:
         client.apply_status(
             RESERVATION,
             {

@@ -83,7 +83,7 @@ function reserve(reservation: ReservationObject): Outcome {
 
   const before = findCondition(conditions, 'Ready')?.status;
   const changed = setCondition(conditions, ready);
-  if (changed || reservation.status?.observedGeneration !== generation) {
+  if (changed || (reservation.status?.observedGeneration ?? 0) !== generation) {
     client.applyStatus(
       Reservation,
       { metadata: { name, namespace }, status: { observedGeneration: generation, conditions } },
