@@ -344,6 +344,11 @@ fn calls(req: &Request) -> String {
             "invalid",
             client::patch(&cm, ns, &name, &apply("{}", "hostile")),
         );
+        t.check(
+            &format!("client.patch-status(apply) name={n}"),
+            "invalid",
+            client::patch_status(&cm, ns, &name, &apply("{}", "hostile")),
+        );
         let named = json!({"metadata": {"name": name}}).to_string();
         t.check(
             &format!("client.create name={n}"),
@@ -442,6 +447,11 @@ fn calls(req: &Request) -> String {
             &format!("client.patch(apply) body={label}"),
             expected,
             client::patch(&cm, ns, &req.name, &apply(body, "hostile")),
+        );
+        t.check(
+            &format!("client.patch-status(apply) body={label}"),
+            expected,
+            client::patch_status(&cm, ns, &req.name, &apply(body, "hostile")),
         );
         // A JSON patch is an array: `[]` is a valid one, and an object stands in for the wrong
         // shape.

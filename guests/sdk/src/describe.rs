@@ -54,6 +54,13 @@ impl DescriptionBuilder {
         self
     }
 
+    /// Watch `K`, reconciling the `for` object that controls it (through its controller
+    /// ownerReference), like [`owns`](Self::owns); for a kind the primary controls but that
+    /// reads better as watched.
+    pub fn watches_owner<K: Kind>(self) -> Self {
+        self.watches::<K>(Mapping::Owner)
+    }
+
     /// Watch `K`: the value of label `key` on a changed object names the primary to reconcile,
     /// in the object's namespace. Objects without the label trigger nothing.
     pub fn watches_label<K: Kind>(self, key: impl Into<String>) -> Self {

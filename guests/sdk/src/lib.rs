@@ -34,11 +34,16 @@
 pub mod api;
 pub mod cache;
 pub mod client;
+mod conditions;
 mod describe;
 mod error;
+pub mod events;
+mod finalizer;
 mod kind;
 pub mod log;
+mod meta;
 mod object;
+mod owner;
 mod settings;
 
 /// The raw bindings generated from `wit/` (world `reconciler`).
@@ -60,13 +65,13 @@ pub mod bindings {
         default_bindings_module: "reconciled_guest::bindings",
         // Our own `Error`, with a useful `Display`; same shape as the WIT variant.
         with: {
-            "reconciled:runtime/types@0.1.1/error": crate::error::Error,
+            "reconciled:runtime/types@0.1.2/error": crate::error::Error,
         },
         generate_all,
         additional_derives: [PartialEq, Eq],
         additional_type_attributes: {
-            "reconciled:runtime/types@0.1.1/gvk": [#[derive(Hash, PartialOrd, Ord)]],
-            "reconciled:runtime/types@0.1.1/request": [#[derive(Hash, PartialOrd, Ord)]],
+            "reconciled:runtime/types@0.1.2/gvk": [#[derive(Hash, PartialOrd, Ord)]],
+            "reconciled:runtime/types@0.1.2/request": [#[derive(Hash, PartialOrd, Ord)]],
         },
     });
 }
@@ -77,7 +82,15 @@ pub use bindings::reconciled::runtime::declaration::{Consistency, FieldIndex, Ma
 pub use bindings::{Description, Gvk, Outcome, Request};
 pub use describe::{DescriptionBuilder, describe};
 pub use error::{Error, Result};
+pub use client::Changed;
+pub use conditions::{
+    condition, find_condition, is_condition_true, remove_condition, set_condition,
+};
+pub use finalizer::{has_finalizer, with_finalizer};
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 pub use kind::Kind;
+pub use meta::Object;
+pub use owner::{controller_of, controller_reference, is_controlled_by, set_controller_reference};
 pub use settings::{settings, settings_json};
 
 // Re-exported so that guests use the same versions as the SDK.

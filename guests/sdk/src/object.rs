@@ -96,6 +96,23 @@ pub(crate) fn list_all<K: DeserializeOwned>(
     }
 }
 
+/// Whether `held` has every field of `wanted` with the same value: objects by key (a `null`
+/// wanted means absent or null), lists element by element with the same length, numbers by
+/// value (`1` and `1.0` agree).
+pub(crate) fn contains(held: &Value, wanted: &Value) -> bool {
+    match (held, wanted) {
+        (Value::Object(h), Value::Object(w)) => w.iter().all(|(k, wv)| match h.get(k) {
+            Some(hv) => contains(hv, wv),
+            None => wv.is_null(),
+        }),
+        (Value::Array(h), Value::Array(w)) => {
+            h.len() == w.len() && h.iter().zip(w).all(|(hv, wv)| contains(hv, wv))
+        }
+        (Value::Number(h), Value::Number(w)) => h.as_f64() == w.as_f64(),
+        _ => held == wanted,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -177,5 +194,21 @@ mod tests {
         };
         let all: Vec<u32> = list_all(&ConfigMap::gvk(), ListOptions::new(), pages).unwrap();
         assert_eq!(all, [1, 2, 3]);
+    }
+
+    #[test]
+    fn contains_holds_every_wanted_field_and_ignores_the_rest() {
+        use serde_json::json;
+        let held = json!({
+            "metadata": {"name": "a", "resourceVersion": "7", "labels": {"x": "1"}},
+            "data": {"k": "v"}, "spec": {"replicas": 2, "list": [{"a": 1, "b": 2}]},
+        });
+        assert!(contains(&held, &json!({"metadata": {"name": "a"}, "data": {"k": "v"}})));
+        assert!(contains(&held, &json!({"spec": {"replicas": 2.0, "list": [{"a": 1}]}})));
+        assert!(contains(&held, &json!({"data": {"gone": null}})));
+        assert!(!contains(&held, &json!({"data": {"k": "w"}})));
+        assert!(!contains(&held, &json!({"data": {"new": "v"}})));
+        assert!(!contains(&held, &json!({"spec": {"list": [{"a": 1}, {"a": 2}]}})));
+        assert!(!contains(&held, &json!({"metadata": {"labels": null}})));
     }
 }

@@ -227,15 +227,28 @@ fn field_manager(manager: &str) -> Result<(), GuestError> {
     Ok(())
 }
 
+/// Which part of an object a patch changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// The object (`patch`); a status in the body is ignored by kinds with a status subresource.
+    Whole,
+    /// The status subresource (`patch-status`): only `status` is changed, and an apply never
+    /// creates the object.
+    Status,
+}
+
 async fn patch(
     state: &mut HostState,
     ctx: &GuestContext,
-    kind: Gvk,
-    namespace: String,
-    name: String,
+    target: (Gvk, String, String),
     patch: Patch,
+    part: Part,
 ) -> Result<String, GuestError> {
+    let (kind, namespace, name) = target;
     let (mut url, declared) = item_url(ctx, &kind, &namespace, &name)?;
+    if part == Part::Status {
+        url.push_str("/status");
+    }
     let (content_type, body) = match patch {
         Patch::Merge(b) => {
             parse(&b, "merge patch", Shape::Object)?;
@@ -431,9 +444,22 @@ impl Host for HostState {
         name: String,
         p: Patch,
     ) -> wasmtime::Result<Result<String, GuestError>> {
-        let asked = || Asked::patch(&kind, &namespace, &name, &p);
+        let asked = || Asked::patch(&kind, &namespace, &name, &p, false);
         let (ctx, call) = self.enter_noted(asked)?;
-        let answer = patch(self, &ctx, kind, namespace, name, p).await;
+        let answer = patch(self, &ctx, (kind, namespace, name), p, Part::Whole).await;
+        Ok(call.answered(self, answer))
+    }
+
+    async fn patch_status(
+        &mut self,
+        kind: Gvk,
+        namespace: String,
+        name: String,
+        p: Patch,
+    ) -> wasmtime::Result<Result<String, GuestError>> {
+        let asked = || Asked::patch(&kind, &namespace, &name, &p, true);
+        let (ctx, call) = self.enter_noted(asked)?;
+        let answer = patch(self, &ctx, (kind, namespace, name), p, Part::Status).await;
         Ok(call.answered(self, answer))
     }
 

@@ -85,8 +85,15 @@ impl Asked {
         }))
     }
 
-    /// A patch of `kind` `namespace/name`, as the verb of its patch type.
-    pub(crate) fn patch(kind: &Gvk, namespace: &str, name: &str, patch: &Patch) -> Self {
+    /// A patch of `kind` `namespace/name`, or of its status subresource (`status`), as the verb
+    /// of its patch type.
+    pub(crate) fn patch(
+        kind: &Gvk,
+        namespace: &str,
+        name: &str,
+        patch: &Patch,
+        status: bool,
+    ) -> Self {
         let (verb, body, field_manager, force) = match patch {
             Patch::Merge(b) => ("merge-patch", b, None, None),
             Patch::Json(b) => ("json-patch", b, None, None),
@@ -102,7 +109,7 @@ impl Asked {
             kind: kind.clone(),
             namespace: namespace.into(),
             name: name.into(),
-            status: false,
+            status,
             field_manager,
             force,
             body: Some(body.clone()),
@@ -356,7 +363,7 @@ mod tests {
             force: true,
         });
         let (_, call) = s
-            .enter_noted(|| Asked::patch(&cm(), "ns", "d", &apply))
+            .enter_noted(|| Asked::patch(&cm(), "ns", "d", &apply, false))
             .unwrap();
         let refused: Result<String, _> = Err(GuestError::Conflict("held".into()));
         let _ = call.answered(&mut s, refused);

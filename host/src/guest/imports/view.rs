@@ -117,6 +117,10 @@ impl HostState {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         let mut wasi = wasmtime_wasi::WasiCtxBuilder::new();
         wasi.stderr(stderr.clone());
+        // Programs assume an argv[0]: Go's klog (imported by k8s.io/apimachinery) reads
+        // os.Args[0] at init, in `describe` too, and panics on an empty list. One name for every
+        // guest, so that nothing of the deployment leaks in and replays see what recordings saw.
+        wasi.arg("reconciler");
         let mut tape = None;
         if let Some(ctx) = &ctx {
             ctx.world.apply(&mut wasi);
