@@ -47,6 +47,7 @@ fi
 builds=(
     "$here:probe"
     "$root/examples/configmap-generator:configmap_generator"
+    "$root/examples/reservation:reservation"
     # Built against the frozen reconciled:runtime@0.1.0 WIT and SDK: a module from before the
     # host's current WIT, which the host must still run.
     "$here/frozen/0.1.0:frozen_stamp"

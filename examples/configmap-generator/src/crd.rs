@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use reconciled_guest::{Gvk, Kind};
+use reconciled_guest::{Gvk, Kind, Object};
 use serde::{Deserialize, Serialize};
 
 /// API group of the custom resource.
@@ -69,5 +69,15 @@ pub struct ConfigMapGeneratorStatus {
 impl Kind for ConfigMapGenerator {
     fn gvk() -> Gvk {
         Gvk::new(GROUP, VERSION, KIND)
+    }
+}
+
+impl Object for ConfigMapGenerator {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }

@@ -6,17 +6,18 @@
 //!    [`GENERATOR_LABEL`]`=<name>` and controlled by the generator (so that deleting the generator
 //!    deletes them, and a change to one of them reconciles the generator);
 //! 2. delete the ones it controls with an index of `copies` or more;
-//! 3. if the status is out of date, update it and record a `Generated` event.
+//! 3. if the status is out of date, apply it (server-side apply of the status subresource, which
+//!    a spec edit made meanwhile cannot make conflict) and record a `Generated` event.
 
 pub mod crd;
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use reconciled_guest::{
-    Description, Error, EventType, Kind, ListOptions, Outcome, Reconciler, Request, Result, cache,
-    client, describe,
+    Description, ListOptions, Outcome, Reconciler, Request, Result, cache, client,
+    controller_reference, describe, events, is_controlled_by,
 };
 
 use crate::crd::{ConfigMapGenerator, ConfigMapGeneratorStatus};
@@ -44,21 +45,8 @@ impl Reconciler for Generator {
             return Ok(Outcome::Done);
         }
         let (namespace, name) = (req.namespace.as_str(), req.name.as_str());
-        let uid = generator.metadata.uid.clone().ok_or_else(|| {
-            Error::Invalid(format!(
-                "ConfigMapGenerator {namespace}/{name} has no metadata.uid"
-            ))
-        })?;
         let copies = generator.spec.copies.max(0);
-
-        let owner = OwnerReference {
-            api_version: ConfigMapGenerator::gvk().api_version(),
-            kind: crd::KIND.to_owned(),
-            name: name.to_owned(),
-            uid: uid.clone(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        };
+        let owner = controller_reference(&generator)?;
         for i in 0..copies {
             let copy = ConfigMap {
                 metadata: ObjectMeta {
@@ -85,7 +73,7 @@ impl Reconciler for Generator {
                 continue;
             };
             let surplus = copy_index(name, cm_name).is_some_and(|i| i >= copies);
-            if surplus && controlled_by(&cm, &uid) {
+            if surplus && is_controlled_by(&cm, &generator) {
                 match client::delete::<ConfigMap>(namespace, cm_name) {
                     Ok(()) => reconciled_guest::info!("deleted {namespace}/{cm_name}"),
                     Err(e) if e.is_not_found() => {}
@@ -99,21 +87,14 @@ impl Reconciler for Generator {
             observed_generation: generator.metadata.generation.unwrap_or_default(),
         };
         if generator.status.as_ref() != Some(&status) {
-            let updated = ConfigMapGenerator {
+            let applied = ConfigMapGenerator {
                 status: Some(status),
                 ..generator
             };
-            client::update_status(&updated)?;
+            client::apply_status(&applied, FIELD_MANAGER, true)?;
             let message = format!("generated {copies} ConfigMaps");
-            let event = client::record_event::<ConfigMapGenerator>(
-                namespace,
-                name,
-                EventType::Normal,
-                "Generated",
-                &message,
-            );
             // The status is written; a lost event is not worth a retry that would not resend it.
-            if let Err(e) = event {
+            if let Err(e) = events::normal(&applied, "Generated", &message) {
                 reconciled_guest::warn!("cannot record event on {namespace}/{name}: {e}");
             }
         }
@@ -130,13 +111,4 @@ fn copy_index(generator: &str, configmap: &str) -> Option<i32> {
         .strip_prefix('-')?
         .parse()
         .ok()
-}
-
-/// Whether `cm`'s controller ownerReference has this uid.
-fn controlled_by(cm: &ConfigMap, uid: &str) -> bool {
-    cm.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.uid == uid)
 }

@@ -90,12 +90,28 @@ mod tests {
     #[test]
     fn the_transition_time_moves_only_when_the_status_changes() {
         let mut conds = Vec::new();
-        assert!(set_condition(&mut conds, at(condition("Ready", false, "Waiting", "m"), 10)));
-        assert!(set_condition(&mut conds, at(condition("Ready", false, "Still", "m2"), 20)));
+        assert!(set_condition(
+            &mut conds,
+            at(condition("Ready", false, "Waiting", "m"), 10)
+        ));
+        assert!(set_condition(
+            &mut conds,
+            at(condition("Ready", false, "Still", "m2"), 20)
+        ));
         let ready = find_condition(&conds, "Ready").unwrap();
-        assert_eq!((ready.reason.as_str(), ready.message.as_str()), ("Still", "m2"));
-        assert_eq!(ready.last_transition_time.0.as_second(), 10, "same status: time kept");
-        assert!(set_condition(&mut conds, at(condition("Ready", true, "Done", "m3"), 30)));
+        assert_eq!(
+            (ready.reason.as_str(), ready.message.as_str()),
+            ("Still", "m2")
+        );
+        assert_eq!(
+            ready.last_transition_time.0.as_second(),
+            10,
+            "same status: time kept"
+        );
+        assert!(set_condition(
+            &mut conds,
+            at(condition("Ready", true, "Done", "m3"), 30)
+        ));
         assert_eq!(conds[0].last_transition_time.0.as_second(), 30);
         assert!(is_condition_true(&conds, "Ready"));
     }
@@ -103,11 +119,17 @@ mod tests {
     #[test]
     fn setting_the_same_condition_again_changes_nothing_whatever_its_time() {
         let mut conds = vec![at(condition("Ready", true, "Done", "m"), 10)];
-        assert!(!set_condition(&mut conds, at(condition("Ready", true, "Done", "m"), 99)));
+        assert!(!set_condition(
+            &mut conds,
+            at(condition("Ready", true, "Done", "m"), 99)
+        ));
         assert_eq!(conds[0].last_transition_time.0.as_second(), 10);
         let mut tracked = condition("Ready", true, "Done", "m");
         tracked.observed_generation = Some(2);
-        assert!(set_condition(&mut conds, tracked), "a new observedGeneration is a change");
+        assert!(
+            set_condition(&mut conds, tracked),
+            "a new observedGeneration is a change"
+        );
     }
 
     #[test]

@@ -69,11 +69,7 @@ enum Plan {
 
 fn plan<K: Object>(obj: &K, name: &str) -> Plan {
     let meta = obj.meta();
-    let index = meta
-        .finalizers
-        .iter()
-        .flatten()
-        .position(|f| f == name);
+    let index = meta.finalizers.iter().flatten().position(|f| f == name);
     match (meta.deletion_timestamp.is_some(), index) {
         (false, Some(_)) => Plan::Apply,
         (false, None) => Plan::Add(match &meta.finalizers {

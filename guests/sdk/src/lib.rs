@@ -80,12 +80,12 @@ pub use bindings::reconciled::runtime::cache::{ListOptions, ListPage};
 pub use bindings::reconciled::runtime::client::EventType;
 pub use bindings::reconciled::runtime::declaration::{Consistency, FieldIndex, Mapping, Watch};
 pub use bindings::{Description, Gvk, Outcome, Request};
-pub use describe::{DescriptionBuilder, describe};
-pub use error::{Error, Result};
 pub use client::Changed;
 pub use conditions::{
     condition, find_condition, is_condition_true, remove_condition, set_condition,
 };
+pub use describe::{DescriptionBuilder, describe};
+pub use error::{Error, Result};
 pub use finalizer::{has_finalizer, with_finalizer};
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 pub use kind::Kind;

@@ -203,12 +203,21 @@ mod tests {
             "metadata": {"name": "a", "resourceVersion": "7", "labels": {"x": "1"}},
             "data": {"k": "v"}, "spec": {"replicas": 2, "list": [{"a": 1, "b": 2}]},
         });
-        assert!(contains(&held, &json!({"metadata": {"name": "a"}, "data": {"k": "v"}})));
-        assert!(contains(&held, &json!({"spec": {"replicas": 2.0, "list": [{"a": 1}]}})));
+        assert!(contains(
+            &held,
+            &json!({"metadata": {"name": "a"}, "data": {"k": "v"}})
+        ));
+        assert!(contains(
+            &held,
+            &json!({"spec": {"replicas": 2.0, "list": [{"a": 1}]}})
+        ));
         assert!(contains(&held, &json!({"data": {"gone": null}})));
         assert!(!contains(&held, &json!({"data": {"k": "w"}})));
         assert!(!contains(&held, &json!({"data": {"new": "v"}})));
-        assert!(!contains(&held, &json!({"spec": {"list": [{"a": 1}, {"a": 2}]}})));
+        assert!(!contains(
+            &held,
+            &json!({"spec": {"list": [{"a": 1}, {"a": 2}]}})
+        ));
         assert!(!contains(&held, &json!({"metadata": {"labels": null}})));
     }
 }

@@ -128,7 +128,10 @@ mod tests {
             ("apps/v1", "Deployment", "web")
         );
         assert_eq!(r.uid, "u1");
-        assert_eq!((r.controller, r.block_owner_deletion), (Some(true), Some(true)));
+        assert_eq!(
+            (r.controller, r.block_owner_deletion),
+            (Some(true), Some(true))
+        );
         let err = controller_reference(&deployment("web", "")).unwrap_err();
         assert!(err.message().contains("metadata.uid"), "{err}");
     }
@@ -147,18 +150,25 @@ mod tests {
         set_controller_reference(&web, &mut cm).unwrap();
         assert_eq!(cm.metadata.owner_references.as_ref().unwrap().len(), 2);
         assert!(is_controlled_by(&cm, &web));
-        assert!(!is_controlled_by(&cm, &api), "a plain owner is not the controller");
+        assert!(
+            !is_controlled_by(&cm, &api),
+            "a plain owner is not the controller"
+        );
         assert_eq!(controller_of(&cm).unwrap().name, "web");
 
         let err = set_controller_reference(&api, &mut cm).unwrap_err();
-        assert!(matches!(&err, Error::Invalid(m) if m.contains("already controlled by Deployment web")));
+        assert!(
+            matches!(&err, Error::Invalid(m) if m.contains("already controlled by Deployment web"))
+        );
     }
 
     #[test]
     fn an_owner_cannot_control_an_object_in_another_namespace() {
         let err = set_controller_reference(&deployment("web", "u1"), &mut configmap("other"))
             .unwrap_err();
-        assert!(matches!(&err, Error::Invalid(m) if m.contains("only own objects in that namespace")));
+        assert!(
+            matches!(&err, Error::Invalid(m) if m.contains("only own objects in that namespace"))
+        );
     }
 
     #[test]

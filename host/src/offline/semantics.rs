@@ -280,14 +280,33 @@ pub fn json_patch(stored: &Value, ops: &Value) -> Result<Value, Refusal> {
         )
     })?;
     let mut doc = stored.clone();
-    json_patch::patch(&mut doc, &patch).map_err(|e| {
-        Refusal::new(
-            422,
-            "Invalid",
-            format!("the JSON patch does not apply: {e}"),
-        )
-    })?;
+    for op in patch.0 {
+        if absent_and_tested_null(&doc, &op) {
+            continue;
+        }
+        json_patch::patch(&mut doc, &[op]).map_err(|e| {
+            Refusal::new(
+                422,
+                "Invalid",
+                format!("the JSON patch does not apply: {e}"),
+            )
+        })?;
+    }
     Ok(doc)
+}
+
+/// Whether `op` tests that a member absent from an existing object is `null`. The API server's
+/// JSON patch (evanphx/json-patch) lets that test pass, and finalizer helpers rely on it to say
+/// "no finalizers yet"; RFC 6902, and the `json-patch` crate, fail it.
+fn absent_and_tested_null(doc: &Value, op: &json_patch::PatchOperation) -> bool {
+    let json_patch::PatchOperation::Test(test) = op else {
+        return false;
+    };
+    if !test.value.is_null() || doc.pointer(test.path.as_str()).is_some() {
+        return false;
+    }
+    let parent = test.path.parent().map(|p| p.as_str().to_owned());
+    parent.is_some_and(|p| doc.pointer(&p).is_some_and(Value::is_object))
 }
 
 /// What offline apply cannot model, said once per report.
@@ -447,5 +466,26 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok["spec"]["size"], 3);
+    }
+
+    #[test]
+    fn a_json_patch_testing_an_absent_member_for_null_passes_as_the_api_server_lets_it() {
+        let add_first = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["example.com/x"]},
+        ]);
+        let added = json_patch(&stored(), &add_first).unwrap();
+        assert_eq!(added["metadata"]["finalizers"], json!(["example.com/x"]));
+        // Once the member exists, the same test fails: a concurrent first finalizer is caught.
+        assert_eq!(json_patch(&added, &add_first).unwrap_err().code, 422);
+        // An absent parent is not an absent member.
+        let orphan = json!([{"op": "test", "path": "/nope/finalizers", "value": null}]);
+        assert_eq!(json_patch(&stored(), &orphan).unwrap_err().code, 422);
+        // And the ops stay all or nothing.
+        let half = json!([
+            {"op": "replace", "path": "/spec/size", "value": 3},
+            {"op": "remove", "path": "/spec/nope"},
+        ]);
+        assert_eq!(json_patch(&stored(), &half).unwrap_err().code, 422);
     }
 }

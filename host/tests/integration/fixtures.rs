@@ -1,6 +1,6 @@
-//! `reconciled test`: the ConfigMapGenerator in every language passes the same fixtures
-//! (including the error paths) with no cluster, a changed outcome fails with a diff and JUnit
-//! failure, and `--update` writes the outcome back.
+//! `reconciled test`: the ConfigMapGenerator and the Reservation in every language pass the
+//! same fixtures (including the error paths) with no cluster, a changed outcome fails with a
+//! diff and JUnit failure, and `--update` writes the outcome back.
 //!
 //! No control plane here: the command must not need one. `KUBECONFIG` points nowhere to prove it.
 
@@ -43,24 +43,31 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-#[test]
-fn every_configmap_generator_passes_the_same_fixtures_with_no_cluster() {
+/// The four languages' modules of one example: its Rust crate, then `-ts`, `-py` and `-go`.
+fn in_every_language(example: &str) -> [(String, String); 4] {
+    let module = example.replace('-', "_");
+    ["", "_ts", "_py", "_go"].map(|suffix| {
+        (
+            format!("{module}{suffix}"),
+            format!("{example}{}", suffix.replace('_', "-")),
+        )
+    })
+}
+
+/// Runs `example`'s shared fixtures against its module in every language: each case in
+/// `cases` must run and pass, with the JUnit report counting them all.
+fn passes_the_same_fixtures(example: &str, cases: &[&str]) {
     let junit_dir = TempDir::new("fixtures-junit");
-    for (module, example) in [
-        ("configmap_generator", "configmap-generator"),
-        ("configmap_generator_ts", "configmap-generator-ts"),
-        ("configmap_generator_py", "configmap-generator-py"),
-        ("configmap_generator_go", "configmap-generator-go"),
-    ] {
-        let fixtures = examples().join(example).join("fixtures");
+    for (module, folder) in in_every_language(example) {
+        let fixtures = examples().join(&folder).join("fixtures");
         let junit = junit_dir.0.join(format!("{module}.xml"));
         // The first run may compile the module (seconds for TypeScript and Python) and store
         // it in the artifact cache; the second is what an author's loop costs.
-        let first = reconciled_test(&wasm(module), &fixtures, &[]);
+        let first = reconciled_test(&wasm(&module), &fixtures, &[]);
         assert!(first.status.success(), "{module}:\n{}", output_text(&first));
         let started = Instant::now();
         let out = reconciled_test(
-            &wasm(module),
+            &wasm(&module),
             &fixtures,
             &["--junit", junit.to_str().unwrap()],
         );
@@ -75,14 +82,7 @@ fn every_configmap_generator_passes_the_same_fixtures_with_no_cluster() {
                 .find(|l| l.contains("cases passed"))
                 .unwrap_or("")
         );
-        for case in [
-            "generates-copies",
-            "prunes-surplus",
-            "up-to-date",
-            "gone",
-            "status-conflict",
-            "apply-forbidden",
-        ] {
+        for case in cases {
             assert!(
                 report.contains(&format!("ok       {case} ")),
                 "{module}: case {case} ran and passed:\n{report}"
@@ -94,10 +94,39 @@ fn every_configmap_generator_passes_the_same_fixtures_with_no_cluster() {
         );
         let xml = std::fs::read_to_string(&junit).unwrap();
         assert!(
-            xml.contains(r#"tests="6""#) && xml.contains(r#"failures="0""#),
+            xml.contains(&format!(r#"tests="{}""#, cases.len())) && xml.contains(r#"failures="0""#),
             "{xml}"
         );
     }
+}
+
+#[test]
+fn every_configmap_generator_passes_the_same_fixtures_with_no_cluster() {
+    passes_the_same_fixtures(
+        "configmap-generator",
+        &[
+            "generates-copies",
+            "prunes-surplus",
+            "up-to-date",
+            "gone",
+            "status-races-spec-edit",
+            "apply-forbidden",
+        ],
+    );
+}
+
+#[test]
+fn every_reservation_passes_the_same_fixtures_with_no_cluster() {
+    passes_the_same_fixtures(
+        "reservation",
+        &[
+            "reserves",
+            "pool-missing",
+            "up-to-date",
+            "releases",
+            "status-races-spec-edit",
+        ],
+    );
 }
 
 #[test]

@@ -34,6 +34,7 @@ mod reconcilers;
 mod reconnect;
 mod replay;
 mod replicas;
+mod reservation;
 mod rollout;
 mod scaffold;
 mod settings;

@@ -241,38 +241,46 @@ pub async fn wait_state(informer: &Informer, state: State, timeout: Duration) ->
 /// two creates of one CRD race.
 pub async fn install_example_crd(cp: &testenv::ControlPlane) {
     static CRD: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    CRD.get_or_init(|| async {
-        let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../examples/configmap-generator/crd.yaml");
-        let out = cp
-            .kubectl()
-            .arg("apply")
-            .arg("-f")
-            .arg(&crd)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "kubectl apply crd: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = cp
-            .kubectl()
-            .args([
-                "wait",
-                "--for=condition=established",
-                "--timeout=30s",
-                "crd/configmapgenerators.example.reconciled.dev",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "CRD not established: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    })
-    .await;
+    CRD.get_or_init(|| install_crd(cp, "configmap-generator", "configmapgenerators"))
+        .await;
+}
+
+/// Installs the Reservation example's CRD once per test binary.
+pub async fn install_reservation_crd(cp: &testenv::ControlPlane) {
+    static CRD: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    CRD.get_or_init(|| install_crd(cp, "reservation", "reservations"))
+        .await;
+}
+
+/// Applies `examples/<example>/crd.yaml` and waits until `<plural>.example.reconciled.dev` is
+/// established.
+async fn install_crd(cp: &testenv::ControlPlane, example: &str, plural: &str) {
+    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../examples/{example}/crd.yaml"));
+    let out = cp
+        .kubectl()
+        .arg("apply")
+        .arg("-f")
+        .arg(&crd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply {}: {}",
+        crd.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cp
+        .kubectl()
+        .args(["wait", "--for=condition=established", "--timeout=30s"])
+        .arg(format!("crd/{plural}.example.reconciled.dev"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "CRD {plural} not established: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The `[tenants]` policy with these kinds allowed (tenants may declare none by default).
