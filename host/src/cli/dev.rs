@@ -18,8 +18,9 @@ use crate::cli::host::{ClusterArgs, Host, Wiring};
 pub(crate) struct DevArgs {
     /// The folder of .wasm files to run and watch.
     dir: PathBuf,
-    /// A guest crate to rebuild (cargo build --release --target wasm32-wasip2) when its
-    /// sources change; the built module is installed into the folder.
+    /// A guest crate to rebuild (cargo build --target wasm32-wasip2, in the `reconciled-dev`
+    /// profile: release without LTO, incremental) when its sources change; the built module is
+    /// installed into the folder.
     #[arg(long)]
     build: Option<PathBuf>,
     #[command(flatten)]
@@ -31,7 +32,7 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.dir)
         .map_err(|e| anyhow::anyhow!("cannot create the dev folder {}: {e}", args.dir.display()))?;
     let build = match &args.build {
-        Some(krate) => Some(reconciled::sources::cargo_build::CargoBuild::start(
+        Some(krate) => Some(reconciled::sources::dev_build::DevBuild::start(
             krate, &args.dir,
         )?),
         None => None,

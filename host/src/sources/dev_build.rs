@@ -1,10 +1,15 @@
-//! `reconciled dev --build <crate>`: rebuilds a guest crate when its sources change, and installs
-//! the `.wasm` into the folder that a [`DirSource`](super::dir::DirSource) watches.
+//! `reconciled dev --build <project>`: rebuilds a guest when its sources change, into the folder
+//! that a [`DirSource`](super::dir::DirSource) watches. A folder with a `Cargo.toml` is built by
+//! cargo, in the [`DEV_PROFILE`], and the `.wasm` installed; any other folder with a `build.sh`
+//! (what `reconciled new` writes for TypeScript, Python and Go) is built by running it with
+//! [`OUT_DIR_ENV`] naming the folder to write the module into.
 //!
 //! Where it may surprise:
-//! - Only the crate's `src/` (recursively), `Cargo.toml` and `build.rs` are watched: a change to
-//!   a path dependency, a workspace manifest or `.cargo/config.toml` needs a save in `src/` to
-//!   take effect. Editor temp files (`.x.swp`, `x~`, `#x#`) are ignored.
+//! - For cargo, only the crate's `src/` (recursively), `Cargo.toml` and `build.rs` are watched: a
+//!   change to a path dependency, a workspace manifest or `.cargo/config.toml` needs a save in
+//!   `src/` to take effect. For `build.sh`, the whole folder is, but for `dev/`, `node_modules/`,
+//!   `target/`, `__pycache__/`, hidden folders and the output folder. Editor temp files
+//!   (`.x.swp`, `x~`, `#x#`) are ignored.
 //! - Builds never overlap: a change during a build waits for it, then one more build covers every
 //!   change that came in meanwhile.
 //! - A failed build changes nothing in the output folder, so the previous version keeps serving.
@@ -37,14 +42,6 @@ const MAX_WAIT: Duration = Duration::from_secs(2);
 /// Why the crate cannot be watched, or why one build did not install anything.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The folder has no `Cargo.toml`.
-    #[error(
-        "{dir} has no Cargo.toml; `--build` takes the guest crate's folder (the one with its Cargo.toml)"
-    )]
-    NotACrate {
-        /// The folder given.
-        dir: PathBuf,
-    },
     /// The output folder could not be created.
     #[error(
         "cannot create the module folder {path}: {source}; check that this user may write there"
@@ -67,8 +64,16 @@ pub enum Error {
         #[source]
         source: notify::Error,
     },
-    /// `cargo` could not be started or its output read.
-    #[error("cannot run cargo in {dir}: {source}; is cargo on PATH?")]
+    /// The folder has neither a `Cargo.toml` nor a `build.sh`.
+    #[error(
+        "{dir} has neither a Cargo.toml nor a build.sh; `--build` takes a guest project's folder (`reconciled new` writes one)"
+    )]
+    NotAProject {
+        /// The folder given.
+        dir: PathBuf,
+    },
+    /// `cargo` (or `build.sh`) could not be started or its output read.
+    #[error("cannot run the build in {dir}: {source}; is cargo on PATH, and build.sh executable?")]
     Cargo {
         /// The crate.
         dir: PathBuf,
@@ -76,9 +81,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The build failed; cargo has printed why.
+    /// The build failed; cargo (or `build.sh`) has printed why.
     #[error(
-        "cargo build in {dir} failed ({status}); fix the error above; the previous version keeps serving"
+        "the build in {dir} failed ({status}); fix the error above; the previous version keeps serving"
     )]
     Failed {
         /// The crate.
@@ -107,36 +112,62 @@ pub enum Error {
     },
 }
 
-/// Rebuilds a guest crate on change and installs its module. Dropping it stops watching, and
+/// The environment variable that tells a project's `build.sh` where to write its module.
+pub const OUT_DIR_ENV: &str = "RECONCILED_OUT_DIR";
+
+/// How a project is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Toolchain {
+    /// `cargo build`, then the `.wasm` it reports installed.
+    Cargo,
+    /// `./build.sh`, which writes the module itself.
+    Script,
+}
+
+impl Toolchain {
+    /// A `Cargo.toml` wins over a `build.sh`: a Rust project's `build.sh` only wraps cargo.
+    fn of(dir: &Path) -> Option<Toolchain> {
+        if dir.join("Cargo.toml").is_file() {
+            Some(Toolchain::Cargo)
+        } else if dir.join("build.sh").is_file() {
+            Some(Toolchain::Script)
+        } else {
+            None
+        }
+    }
+}
+
+/// Rebuilds a guest project on change and installs its module. Dropping it stops watching, and
 /// kills a build in progress.
-pub struct CargoBuild {
+pub struct DevBuild {
     crate_dir: PathBuf,
     // Never read: owning it is what keeps the OS watches (and their thread) alive.
     _watcher: notify::RecommendedWatcher,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl std::fmt::Debug for CargoBuild {
+impl std::fmt::Debug for DevBuild {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CargoBuild")
+        f.debug_struct("DevBuild")
             .field("crate_dir", &self.crate_dir)
             .finish_non_exhaustive()
     }
 }
 
-impl Drop for CargoBuild {
+impl Drop for DevBuild {
     fn drop(&mut self) {
         // Drops a running build's future, whose child is `kill_on_drop`.
         self.task.abort();
     }
 }
 
-impl CargoBuild {
-    /// Watches `crate_dir`'s `src/` (recursively), `Cargo.toml` and `build.rs`; on change
-    /// (debounced 200 ms) runs `cargo build --release --target wasm32-wasip2` in `crate_dir`
-    /// and installs each `.wasm` it produces into `out_dir` under its own file name, atomically
-    /// (a dot-temp file renamed into place), for a [`DirSource`](super::dir::DirSource) on
-    /// `out_dir` to pick up. Also builds once at start.
+impl DevBuild {
+    /// Watches `crate_dir`'s sources (see the module docs); on change (debounced 200 ms) builds:
+    /// `cargo build --target wasm32-wasip2` in the [`DEV_PROFILE`], installing each `.wasm` it
+    /// produces into `out_dir` under its own file name, atomically (a dot-temp file renamed
+    /// into place); or `./build.sh` with [`OUT_DIR_ENV`] set to `out_dir`. A
+    /// [`DirSource`](super::dir::DirSource) on `out_dir` picks the module up. Also builds once at
+    /// start.
     ///
     /// `out_dir` is created if missing. Build failures are logged, not returned: cargo's own
     /// output (on stderr, passed through) says what to fix.
@@ -144,18 +175,19 @@ impl CargoBuild {
     /// # Panics
     ///
     /// Outside a tokio runtime.
-    pub fn start(crate_dir: &Path, out_dir: &Path) -> Result<CargoBuild, Error> {
-        if !crate_dir.join("Cargo.toml").is_file() {
-            return Err(Error::NotACrate {
-                dir: crate_dir.into(),
-            });
-        }
+    pub fn start(crate_dir: &Path, out_dir: &Path) -> Result<DevBuild, Error> {
+        let not_a_project = || Error::NotAProject {
+            dir: crate_dir.into(),
+        };
+        let toolchain = Toolchain::of(crate_dir).ok_or_else(not_a_project)?;
         // notify reports paths under the watched path as given; the source filter compares
         // them with `crate_dir`, which a relative path (`--build guests/x`) would defeat.
-        let crate_dir = &crate_dir.canonicalize().map_err(|_| Error::NotACrate {
-            dir: crate_dir.into(),
-        })?;
+        let crate_dir = &crate_dir.canonicalize().map_err(|_| not_a_project())?;
         std::fs::create_dir_all(out_dir).map_err(|source| Error::OutDir {
+            path: out_dir.into(),
+            source,
+        })?;
+        let out_dir = &out_dir.canonicalize().map_err(|source| Error::OutDir {
             path: out_dir.into(),
             source,
         })?;
@@ -176,8 +208,13 @@ impl CargoBuild {
                 path: crate_dir.into(),
                 source,
             })?;
-        let src = crate_dir.join("src");
-        if src.is_dir() {
+        let src = match toolchain {
+            Toolchain::Cargo => crate_dir.join("src"),
+            Toolchain::Script => crate_dir.to_path_buf(),
+        };
+        if toolchain == Toolchain::Script {
+            watch_script_project(&mut watcher, crate_dir)?;
+        } else if src.is_dir() {
             watcher
                 .watch(&src, RecursiveMode::Recursive)
                 .map_err(|source| Error::Watch {
@@ -189,16 +226,20 @@ impl CargoBuild {
         }
 
         let loop_ = BuildLoop {
-            crate_dir: crate_dir.into(),
+            sources: Sources {
+                toolchain,
+                dir: crate_dir.into(),
+                out_dir: out_dir.into(),
+            },
             events,
         };
         let (crate_dir2, out_dir) = (crate_dir.to_path_buf(), out_dir.to_path_buf());
         let task = tokio::spawn(loop_.run(move || {
             let (crate_dir, out_dir) = (crate_dir2.clone(), out_dir.clone());
-            Box::pin(async move { build_and_log(&crate_dir, &out_dir).await })
+            Box::pin(async move { build_and_log(toolchain, &crate_dir, &out_dir).await })
                 as Pin<Box<dyn Future<Output = ()> + Send>>
         }));
-        Ok(CargoBuild {
+        Ok(DevBuild {
             crate_dir: crate_dir.into(),
             _watcher: watcher,
             task,
@@ -207,10 +248,14 @@ impl CargoBuild {
 }
 
 /// Builds once and says how it went.
-async fn build_and_log(crate_dir: &Path, out_dir: &Path) {
+async fn build_and_log(toolchain: Toolchain, crate_dir: &Path, out_dir: &Path) {
     let started = std::time::Instant::now();
-    tracing::info!(crate_dir = %crate_dir.display(), "building guest crate");
-    match build(crate_dir, out_dir).await {
+    tracing::info!(crate_dir = %crate_dir.display(), "building guest project");
+    let built = match toolchain {
+        Toolchain::Cargo => build(crate_dir, out_dir).await,
+        Toolchain::Script => run_build_sh(crate_dir, out_dir).await,
+    };
+    match built {
         Ok(installed) if installed.is_empty() => {
             tracing::info!(crate_dir = %crate_dir.display(), took = ?started.elapsed(), "build finished; module unchanged");
         }
@@ -221,6 +266,32 @@ async fn build_and_log(crate_dir: &Path, out_dir: &Path) {
     }
 }
 
+/// Runs `./build.sh` once with [`OUT_DIR_ENV`] set; it writes the module itself, so no file is
+/// reported installed (the folder's watcher sees it).
+async fn run_build_sh(dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let status = tokio::process::Command::new(dir.join("build.sh"))
+        .env(OUT_DIR_ENV, out_dir)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        // Its progress and errors, straight to the developer.
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .status()
+        .await
+        .map_err(|source| Error::Cargo {
+            dir: dir.into(),
+            source,
+        })?;
+    if !status.success() {
+        return Err(Error::Failed {
+            dir: dir.into(),
+            status,
+        });
+    }
+    Ok(Vec::new())
+}
+
 /// Runs cargo once and installs what it built; returns the files that changed in `out_dir`.
 async fn build(crate_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error> {
     let cargo_err = |source| Error::Cargo {
@@ -228,13 +299,9 @@ async fn build(crate_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error> 
         source,
     };
     let mut child = tokio::process::Command::new("cargo")
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--message-format=json-render-diagnostics",
-        ])
+        .args(["build", "--target", "wasm32-wasip2"])
+        .args(dev_profile())
+        .arg("--message-format=json-render-diagnostics")
         .current_dir(crate_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -276,6 +343,37 @@ async fn build(crate_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error> 
         source: std::io::Error::other(e),
     })?
 }
+
+/// cargo's arguments for the profile a rebuild uses, [`DEV_PROFILE`], defined on the command line so that a guest
+/// crate needs nothing in its manifest: the release profile (so `panic = "abort"`, `strip` and
+/// the crate's own release settings hold) without what makes a release build slow to repeat.
+/// Link-time optimisation and one codegen unit are what took a one-line edit to 5 s; incremental
+/// compilation keeps the crate's unchanged functions. `opt-level = 1` keeps the module small
+/// enough that Cranelift compiles it about as fast as the release build's.
+pub fn dev_profile() -> Vec<String> {
+    let set = |key: &str, value: &str| {
+        [
+            "--config".into(),
+            format!("profile.{DEV_PROFILE}.{key}={value}"),
+        ]
+    };
+    let mut args = vec!["--profile".to_owned(), DEV_PROFILE.to_owned()];
+    for (key, value) in [
+        ("inherits", "\"release\""),
+        ("opt-level", "1"),
+        ("lto", "false"),
+        ("codegen-units", "16"),
+        ("incremental", "true"),
+    ] {
+        args.extend(set(key, value));
+    }
+    args
+}
+
+/// The cargo profile of `reconciled dev --build`: its output is in
+/// `target/wasm32-wasip2/reconciled-dev/`, beside, never over, a release build's. A crate may
+/// define `[profile.reconciled-dev]` itself; the settings above take precedence over it.
+pub const DEV_PROFILE: &str = "reconciled-dev";
 
 /// One line of cargo's JSON output, as far as artifacts go.
 #[derive(Debug, Deserialize)]
@@ -337,26 +435,81 @@ fn install(artifact: &Path, out_dir: &Path) -> Result<Option<PathBuf>, Error> {
     Ok(Some(to))
 }
 
-/// Whether an event is a change to something the build reads.
-fn is_source_change(crate_dir: &Path, event: &Event) -> bool {
-    match event.kind {
-        EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
-        // Opens and reads: cargo and rustc reading the sources would otherwise loop forever.
-        EventKind::Access(_) => return false,
-        _ => {}
+/// Folders of a `build.sh` project that hold what tools write, not sources: watching them would
+/// rebuild on every build.
+const NOT_SOURCES: [&str; 5] = ["dev", "node_modules", "target", "__pycache__", "dist"];
+
+/// Watches `dir` and every folder under it that may hold sources, each on its own (so that
+/// `node_modules/` costs no watches). A folder created later is not watched: save a file beside
+/// it, or restart.
+fn watch_script_project(watcher: &mut notify::RecommendedWatcher, dir: &Path) -> Result<(), Error> {
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        watcher
+            .watch(&folder, RecursiveMode::NonRecursive)
+            .map_err(|source| Error::Watch {
+                path: folder.clone(),
+                source,
+            })?;
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if path.is_dir() && !name.starts_with('.') && !NOT_SOURCES.contains(&&*name) {
+                folders.push(path);
+            }
+        }
     }
-    let src = crate_dir.join("src");
-    event.paths.iter().any(|path| {
+    Ok(())
+}
+
+/// What a project's builds read, to tell its changes from everything else's.
+#[derive(Debug)]
+struct Sources {
+    toolchain: Toolchain,
+    dir: PathBuf,
+    out_dir: PathBuf,
+}
+
+impl Sources {
+    /// Whether an event is a change to something the build reads.
+    fn changed_by(&self, event: &Event) -> bool {
+        match event.kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
+            // Opens and reads: the build reading the sources would otherwise loop forever.
+            EventKind::Access(_) => return false,
+            _ => {}
+        }
+        event.paths.iter().any(|path| self.is_source(path))
+    }
+
+    fn is_source(&self, path: &Path) -> bool {
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             return false;
         };
-        if path.starts_with(&src) && path != &src {
-            !(name.starts_with('.') || name.starts_with('#') || name.ends_with('~'))
-        } else {
-            // Not Cargo.lock or target/: cargo writes those itself.
-            path.parent() == Some(crate_dir) && (name == "Cargo.toml" || name == "build.rs")
+        let temp = name.starts_with('.') || name.starts_with('#') || name.ends_with('~');
+        match self.toolchain {
+            Toolchain::Cargo => {
+                let src = self.dir.join("src");
+                if path.starts_with(&src) && path != src {
+                    !temp
+                } else {
+                    // Not Cargo.lock or target/: cargo writes those itself.
+                    path.parent() == Some(&self.dir) && (name == "Cargo.toml" || name == "build.rs")
+                }
+            }
+            Toolchain::Script => {
+                let Ok(inside) = path.strip_prefix(&self.dir) else {
+                    return false;
+                };
+                let written = inside.components().any(|c| {
+                    let c = c.as_os_str().to_string_lossy();
+                    c.starts_with('.') || NOT_SOURCES.contains(&&*c)
+                });
+                !temp && !written && !path.starts_with(&self.out_dir) && path != self.dir
+            }
         }
-    })
+    }
 }
 
 /// Decides when builds run: at most one at a time, and one more after it if anything changed
@@ -390,10 +543,10 @@ impl Coalesce {
     }
 }
 
-/// The task behind a [`CargoBuild`], with the build itself left to the caller (so tests can
+/// The task behind a [`DevBuild`], with the build itself left to the caller (so tests can
 /// drive it without cargo).
 struct BuildLoop {
-    crate_dir: PathBuf,
+    sources: Sources,
     events: mpsc::UnboundedReceiver<notify::Result<Event>>,
 }
 
@@ -413,14 +566,14 @@ impl BuildLoop {
             tokio::select! {
                 event = self.events.recv() => match event {
                     Some(Ok(event)) => {
-                        if is_source_change(&self.crate_dir, &event) {
+                        if self.sources.changed_by(&event) {
                             let now = Instant::now();
                             let first = pending.map_or(now, |(first, _)| first);
                             pending = Some((first, (now + DEBOUNCE).min(first + MAX_WAIT)));
                         }
                     }
                     Some(Err(e)) => {
-                        tracing::error!(crate_dir = %self.crate_dir.display(), error = %e, "watching the guest crate failed; it is no longer rebuilt on change (restart `reconciled dev`)");
+                        tracing::error!(crate_dir = %self.sources.dir.display(), error = %e, "watching the guest project failed; it is no longer rebuilt on change (restart `reconciled dev`)");
                         return;
                     }
                     None => return,
@@ -500,19 +653,28 @@ mod tests {
         assert!(!c.finished());
     }
 
+    fn sources(toolchain: Toolchain) -> Sources {
+        Sources {
+            toolchain,
+            dir: "/g".into(),
+            out_dir: "/g/modules".into(),
+        }
+    }
+
+    fn modify(p: &str) -> Event {
+        Event::new(EventKind::Modify(ModifyKind::Data(DataChange::Any))).add_path(p.into())
+    }
+
     #[test]
     fn only_the_crates_sources_count() {
-        let dir = Path::new("/g");
-        let modify = |p: &str| {
-            Event::new(EventKind::Modify(ModifyKind::Data(DataChange::Any))).add_path(p.into())
-        };
+        let cargo = sources(Toolchain::Cargo);
         for p in [
             "/g/src/lib.rs",
             "/g/src/a/b.rs",
             "/g/Cargo.toml",
             "/g/build.rs",
         ] {
-            assert!(is_source_change(dir, &modify(p)), "{p}");
+            assert!(cargo.changed_by(&modify(p)), "{p}");
         }
         for p in [
             "/g/Cargo.lock",
@@ -523,14 +685,62 @@ mod tests {
             "/g/README.md",
             "/g/sub/Cargo.toml",
         ] {
-            assert!(!is_source_change(dir, &modify(p)), "{p}");
+            assert!(!cargo.changed_by(&modify(p)), "{p}");
         }
         let open = Event::new(EventKind::Access(AccessKind::Open(AccessMode::Any)))
             .add_path("/g/src/lib.rs".into());
-        assert!(!is_source_change(dir, &open), "rustc reading sources");
+        assert!(!cargo.changed_by(&open), "rustc reading sources");
         let close = Event::new(EventKind::Access(AccessKind::Close(AccessMode::Write)))
             .add_path("/g/src/lib.rs".into());
-        assert!(is_source_change(dir, &close));
+        assert!(cargo.changed_by(&close));
+    }
+
+    #[test]
+    fn a_build_sh_project_counts_everything_but_what_tools_write() {
+        let script = sources(Toolchain::Script);
+        for p in [
+            "/g/src/index.ts",
+            "/g/app.py",
+            "/g/main.go",
+            "/g/go.mod",
+            "/g/lib/x.py",
+        ] {
+            assert!(script.changed_by(&modify(p)), "{p}");
+        }
+        for p in [
+            "/g/modules/hello.wasm",
+            "/g/dev/hello.wasm",
+            "/g/node_modules/x/index.js",
+            "/g/__pycache__/app.cpython-311.pyc",
+            "/g/.venv/lib/site.py",
+            "/g/.app.py.swp",
+            "/g/app.py~",
+            "/g",
+            "/elsewhere/app.py",
+        ] {
+            assert!(!script.changed_by(&modify(p)), "{p}");
+        }
+    }
+
+    #[test]
+    fn a_cargo_toml_wins_over_a_build_sh_and_a_folder_with_neither_is_refused() {
+        let dir = std::env::temp_dir().join(format!(
+            "reconciled-dev-build-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let found = [
+            ("build.sh", Some(Toolchain::Script)),
+            ("Cargo.toml", Some(Toolchain::Cargo)),
+        ]
+        .map(|(file, _)| {
+            std::fs::write(dir.join(file), "").unwrap();
+            Toolchain::of(&dir)
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(found, [Some(Toolchain::Script), Some(Toolchain::Cargo)]);
+        assert_eq!(Toolchain::of(Path::new("/nonexistent")), None);
     }
 
     /// Drives the real loop with fake builds that wait for a permit; yields the number of builds
@@ -550,7 +760,7 @@ mod tests {
             let (b, p) = (builds.clone(), permits.clone());
             let task = tokio::spawn(
                 BuildLoop {
-                    crate_dir: "/g".into(),
+                    sources: sources(Toolchain::Cargo),
                     events: rx,
                 }
                 .run(move || {
@@ -614,16 +824,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn start_refuses_a_folder_without_cargo_toml() {
+    async fn start_refuses_a_folder_without_cargo_toml_or_build_sh() {
         let dir = std::env::temp_dir().join(format!(
             "reconciled-cargo-build-{}-{}",
             std::process::id(),
             fastrand::u64(..)
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let err = CargoBuild::start(&dir, &dir.join("out")).unwrap_err();
+        let err = DevBuild::start(&dir, &dir.join("out")).unwrap_err();
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(matches!(err, Error::NotACrate { .. }), "{err}");
+        assert!(matches!(err, Error::NotAProject { .. }), "{err}");
         assert!(err.to_string().contains(&*dir.to_string_lossy()), "{err}");
     }
 

@@ -2,8 +2,8 @@
 //! guest crate rebuilt on change, ConfigMaps and `Reconciler` objects that tenants put in the
 //! cluster, and OCI registries that any of them may name.
 
-pub mod cargo_build;
 pub mod configmap;
+pub mod dev_build;
 pub mod dir;
 pub mod oci;
 pub mod offer;

@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
-# Builds dev/{{name}}.wasm with the reconciled TypeScript SDK's toolchain (componentize-js).
+# Builds {{name}}.wasm into dev/ (or into $RECONCILED_OUT_DIR, which `reconciled dev --build .`
+# sets) with the reconciled TypeScript SDK's toolchain (componentize-js).
 set -euo pipefail
 cd "$(dirname "$0")"
-"{{sdk}}/guests/js/build.sh" "$PWD/src/index.ts" "$PWD/dev/{{name}}.wasm"
-echo "built dev/{{name}}.wasm" >&2
+out="${RECONCILED_OUT_DIR:-$PWD/dev}"
+mkdir -p "$out"
+# Built beside its place and renamed into it, so a watcher never reads half a module.
+tmp="$(mktemp -d "$out/.build.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+"{{sdk}}/guests/js/build.sh" "$PWD/src/index.ts" "$tmp/{{name}}.wasm"
+mv -f "$tmp/{{name}}.wasm" "$out/{{name}}.wasm"
+echo "built $out/{{name}}.wasm" >&2
