@@ -62,7 +62,7 @@ fi
 step "control-plane and registry binaries (built once per machine, then cached)"
 cargo run --quiet -p testenv -- prepare
 
-step "wasm guests (guests/build.sh: the SDK's test guests and the examples in Rust, TypeScript and Python)"
+step "wasm guests (guests/build.sh: the SDK's test guests and the examples in Rust, TypeScript, Python and Go)"
 # Built once here; the test binaries take the paths instead of running build.sh each.
 RECONCILED_GUEST_WASMS="$(CARGO_TARGET_DIR="$target_dir/wasm-guests" guests/build.sh)"
 export RECONCILED_GUEST_WASMS
@@ -90,6 +90,10 @@ step "cargo fmt --check"
 cargo fmt --all --check
 (cd guests && cargo fmt --all --check)
 (cd examples/configmap-generator && cargo fmt --all --check)
+(cd examples/reservation && cargo fmt --all --check)
+(cd guests/go/adapter && cargo fmt --check)
+unformatted="$(gofmt -l guests/go examples/configmap-generator-go examples/reservation-go)"
+[ -z "$unformatted" ] || { echo "gofmt: these files need gofmt -w: $unformatted" >&2; exit 1; }
 
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets "${features[@]}" --quiet -- -D warnings
@@ -98,11 +102,20 @@ step "cargo doc (warnings denied: a broken doc link fails)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --document-private-items --quiet
 
 step "the guest workspaces: clippy for wasm32-wasip2, and the Rust SDK's own tests"
-for ws in guests examples/configmap-generator; do
+for ws in guests examples/configmap-generator examples/reservation; do
   (cd "$ws" && CARGO_TARGET_DIR="$target_dir/wasm-guests" \
     cargo clippy --workspace --all-targets --target wasm32-wasip2 --quiet -- -D warnings)
 done
 (cd guests && CARGO_TARGET_DIR="$target_dir/wasm-guests" cargo test -p reconciled-guest --quiet)
+
+step "the TypeScript, Python and Go SDKs' own tests, and their examples' (no wasm, no cluster)"
+guests/js/test.sh
+guests/python/test.sh
+guests/go/bindings.sh --check
+(cd guests/go && go vet ./... && go test ./...)
+for m in examples/configmap-generator-go examples/reservation-go guests/go/bench/typed; do
+  (cd "$m" && go vet ./... && go test ./...)
+done
 
 step "cargo test"
 cargo test --workspace "${features[@]}"

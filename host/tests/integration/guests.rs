@@ -366,16 +366,17 @@ async fn watched_kinds_map_to_their_primary_by_label_and_by_guest_map() {
     wait_for("sa:1,pod:1").await;
 }
 
-/// An error a TypeScript or Python guest throws reaches the host as the WIT's typed error: the
-/// SDK's `ReconcileError` as its case, any other exception as `other` with its message; neither
-/// is a trap.
+/// An error a TypeScript, Python or Go guest throws (or returns) reaches the host as the WIT's
+/// typed error: the SDK's error type as its case, any other error as `other` with its message;
+/// neither is a trap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn typescript_and_python_errors_reach_the_host_typed_never_as_traps() {
+async fn typescript_python_and_go_errors_reach_the_host_typed_never_as_traps() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     for (stem, ns, thrown) in [
         ("errors_ts", "errors-ts", "\"a plain failure\""),
         ("errors_py", "errors-py", "ValueError: a plain failure"),
+        ("errors_go", "errors-go", "a plain failure"),
     ] {
         namespace(&client, ns).await;
         let (controller, _factory, _runtime) =

@@ -165,3 +165,8 @@ async fn a_new_typescript_project_builds_tests_and_reconciles() {
 async fn a_new_python_project_builds_tests_and_reconciles() {
     scaffold_builds_tests_and_reconciles("python", &["./test.sh"]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_go_project_builds_tests_and_reconciles() {
+    scaffold_builds_tests_and_reconciles("go", &["./test.sh"]).await;
+}
