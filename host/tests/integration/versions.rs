@@ -1,6 +1,6 @@
-//! A host upgrade never breaks a module: a guest built against the frozen
-//! `reconciled:runtime@0.1.0` WIT and SDK (`guests/frozen/0.1.0`) runs beside one built against
-//! the current WIT, on one host; a module built against a newer version runs if it uses nothing
+//! A host upgrade never breaks a module: guests built against the frozen
+//! `reconciled:runtime@0.1.0` and `@0.1.1` WITs and SDKs (`guests/frozen/`) run beside one built
+//! against the current WIT, on one host; a module built against a newer version runs if it uses nothing
 //! new, and is refused, naming both versions, if it does.
 
 use crate::common;
@@ -14,6 +14,7 @@ use kube::Api;
 use kube::api::PostParams;
 use reconciled::controller::Settings;
 use reconciled::guest::grant::Grant;
+use reconciled::guest::settings::GuestSettings;
 use reconciled::guest::wit_version::SERVED;
 use reconciled::guest::{LoadError, Runtime};
 use reconciled::supervisor::{Applied, Source};
@@ -36,51 +37,70 @@ fn names(bytes: &[u8], text: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_module_built_against_wit_0_1_0_runs_beside_one_built_against_the_current_wit() {
+async fn modules_built_against_wit_0_1_0_and_0_1_1_run_beside_one_built_against_the_current_wit() {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
-    let (old_ns, new_ns) = ("wit-0-1-0", "wit-current");
-    namespace(&client, old_ns).await;
-    namespace(&client, new_ns).await;
-    let (old, new) = (wasm("frozen_stamp"), wasm("stamp_v1"));
-    // The modules are what they claim: one imports only 0.1.0, the other the served version.
-    let current = format!("reconciled:runtime/cache@{SERVED}");
-    assert!(names(&old, "reconciled:runtime/cache@0.1.0") && !names(&old, &current));
-    assert!(names(&new, &current) && names(&new, "reconciled:runtime/settings@"));
-
+    // (guest, module, the version its imports name, its namespace, what it stamps)
+    let guests = [
+        (
+            "v0-1-0",
+            "frozen_stamp",
+            "0.1.0",
+            "wit-0-1-0",
+            "wit-0.1.0:1",
+        ),
+        // Its settings name the version to stamp: the interface 0.1.1 added, still served.
+        (
+            "v0-1-1",
+            "frozen_stamp_0_1_1",
+            "0.1.1",
+            "wit-0-1-1",
+            "frozen-0.1.1:1",
+        ),
+        ("current", "stamp_v1", SERVED, "wit-current", "v1:1"),
+    ];
     let sup = supervisor_with(&cp.admin_config(), None);
-    let source = Source::File("frozen_stamp.wasm".into());
-    let applied = sup.apply("old", source, settings("old", old_ns), old).await;
-    assert!(matches!(applied, Applied::Loaded { .. }), "{applied:?}");
-    let source = Source::File("stamp_v1.wasm".into());
-    let applied = sup.apply("new", source, settings("new", new_ns), new).await;
-    assert!(matches!(applied, Applied::Loaded { .. }), "{applied:?}");
-
-    for ns in [old_ns, new_ns] {
+    for (name, module, version, ns, _) in guests {
+        namespace(&client, ns).await;
+        let bytes = wasm(module);
+        // The modules are what they claim: each imports only its own version.
+        for other in ["0.1.0", "0.1.1", SERVED] {
+            let imported = names(&bytes, &format!("reconciled:runtime/cache@{other}"));
+            assert_eq!(imported, other == version, "{module} imports cache@{other}");
+        }
+        let mut settings = settings(name, ns);
+        if version == "0.1.1" {
+            settings.guest_settings =
+                GuestSettings::parse(r#"{"version": "frozen-0.1.1"}"#).unwrap();
+        }
+        let source = Source::File(format!("{module}.wasm").into());
+        let applied = sup.apply(name, source, settings, bytes).await;
+        assert!(matches!(applied, Applied::Loaded { .. }), "{applied:?}");
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         api.create(&PostParams::default(), &stamped("work", "1"))
             .await
             .unwrap();
     }
-    let old_api: Api<ConfigMap> = Api::namespaced(client.clone(), old_ns);
-    let new_api: Api<ConfigMap> = Api::namespaced(client.clone(), new_ns);
-    let mut last = (None, None);
-    let stamped_both = async {
+
+    let mut last = Vec::new();
+    let stamped_all = async {
         loop {
-            last = (
-                seen_all(&old_api).await.remove("work").flatten(),
-                seen_all(&new_api).await.remove("work").flatten(),
-            );
-            if last.0.as_deref() == Some("wit-0.1.0:1") && last.1.as_deref() == Some("v1:1") {
+            last.clear();
+            for (_, _, _, ns, _) in guests {
+                let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+                last.push(seen_all(&api).await.remove("work").flatten());
+            }
+            let want = guests.map(|(.., stamp)| Some(stamp.to_owned()));
+            if last == want {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    let done = tokio::time::timeout(Duration::from_secs(30), stamped_both).await;
+    let done = tokio::time::timeout(Duration::from_secs(30), stamped_all).await;
     assert!(
         done.is_ok(),
-        "both modules reconcile on one host; saw {last:?}"
+        "every module reconciles on one host; saw {last:?}"
     );
     sup.shutdown().await;
 }
