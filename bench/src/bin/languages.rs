@@ -1,5 +1,6 @@
 //! What a guest costs by the language it is written in: the ConfigMapGenerator example built
-//! from Rust, TypeScript (componentize-js) and Python (componentize-py), in one run.
+//! from Rust, TypeScript (componentize-js), Python (componentize-py) and Go (wasip1, with its
+//! own JSON types and with k8s.io/api's), in one run.
 //!
 //! ```text
 //! cargo run --release -p reconciled-bench --bin languages
@@ -36,14 +37,17 @@ use reconciled::informer::{InformerKey, Options, Scope};
 use reconciled_bench::median;
 
 const NS: &str = "bench-languages";
-const BUILDS: [(&str, &str); 3] = [
+const BUILDS: [(&str, &str); 5] = [
     ("Rust", "configmap_generator"),
     ("TypeScript", "configmap_generator_ts"),
     ("Python", "configmap_generator_py"),
+    ("Go", "configmap_generator_go"),
+    ("Go, k8s.io/api types", "configmap_generator_go_typed"),
 ];
 
 fn main() -> anyhow::Result<()> {
-    let wasms = reconciled_bench::guest_wasms(&[])?;
+    // --bench: the Go example with k8s.io/api types is built only for benchmarks.
+    let wasms = reconciled_bench::guest_wasms(&["--bench"])?;
     let cp = testenv::ControlPlane::start()?;
     let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../examples/configmap-generator/crd.yaml");
@@ -120,6 +124,12 @@ async fn run(
         std::env::temp_dir().join(format!("reconciled-bench-languages-{}", std::process::id()));
     let mut rows = Vec::new();
     for (language, stem) in BUILDS {
+        if stem.ends_with("_typed") && !wasms.contains_key(stem) {
+            eprintln!(
+                "languages: {language}: skipped, {stem}.wasm is built by guests/build.sh --bench only"
+            );
+            continue;
+        }
         let bytes = std::fs::read(reconciled_bench::wasm(wasms, stem)?)?;
         eprintln!("languages: {language}: {} bytes", bytes.len());
         let mut cold = Vec::new();
@@ -201,7 +211,7 @@ async fn run(
     }
     let _ = std::fs::remove_dir_all(&cache);
 
-    println!("## Guests by language: the ConfigMapGenerator in Rust, TypeScript and Python\n");
+    println!("## Guests by language: the ConfigMapGenerator in Rust, TypeScript, Python and Go\n");
     println!("Command: `cargo run --release -p reconciled-bench --bin languages`\n");
     println!(
         "| language | component | cold compile ms | warm load ms | describe, fresh instance µs | reconcile with one cache.get, fresh instance µs | the same, kept instance µs |"
