@@ -122,7 +122,7 @@ mod tests {
                 namespace: Some("ns".into()),
                 finalizers: finalizers.map(|f| f.iter().map(|s| s.to_string()).collect()),
                 deletion_timestamp: deleting
-                    .then(|| Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+                    .then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
                 ..ObjectMeta::default()
             },
             ..ConfigMap::default()

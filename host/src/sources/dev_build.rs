@@ -344,9 +344,10 @@ async fn build(crate_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error> 
     })?
 }
 
-/// cargo's arguments for the profile a rebuild uses, [`DEV_PROFILE`], defined on the command line so that a guest
-/// crate needs nothing in its manifest: the release profile (so `panic = "abort"`, `strip` and
-/// the crate's own release settings hold) without what makes a release build slow to repeat.
+/// cargo's arguments for the profile a rebuild uses, [`DEV_PROFILE`], defined on the command
+/// line so that a guest crate needs nothing in its manifest: the release profile (so
+/// `panic = "abort"`, `strip` and the crate's own release settings hold) without what makes a
+/// release build slow to repeat.
 /// Link-time optimisation and one codegen unit are what made a one-line edit take seconds;
 /// incremental compilation keeps the crate's unchanged functions. `opt-level = 1` keeps the
 /// module near the release build's size (the scaffolded project: 0.50 MB against 0.39 MB), so
