@@ -49,18 +49,7 @@ pub fn apply<K: Kind + Serialize + DeserializeOwned>(
     field_manager: &str,
     force: bool,
 ) -> Result<K> {
-    let gvk = K::gvk();
-    let Encoded {
-        namespace,
-        name,
-        body,
-    } = encode(obj)?;
-    let patch = PatchBody::Apply(ApplyPatch {
-        body,
-        field_manager: field_manager.to_owned(),
-        force,
-    });
-    decode(&gvk, &raw::patch(&gvk, &namespace, &name, &patch)?)
+    applied(obj, field_manager, force, false)
 }
 
 /// Server-side apply of `obj`'s status subresource as `field_manager`: how a controller writes
@@ -77,18 +66,38 @@ pub fn apply_status<K: Kind + Serialize + DeserializeOwned>(
     field_manager: &str,
     force: bool,
 ) -> Result<K> {
+    applied(obj, field_manager, force, true)
+}
+
+/// [`apply`], or with `status` [`apply_status`].
+fn applied<K: Kind + Serialize + DeserializeOwned>(
+    obj: &K,
+    field_manager: &str,
+    force: bool,
+    status: bool,
+) -> Result<K> {
     let gvk = K::gvk();
     let Encoded {
         namespace,
         name,
         body,
     } = encode(obj)?;
+    let body = if status {
+        status_only(&body, &namespace, &name)?
+    } else {
+        body
+    };
     let patch = PatchBody::Apply(ApplyPatch {
-        body: status_only(&body, &namespace, &name)?,
+        body,
         field_manager: field_manager.to_owned(),
         force,
     });
-    decode(&gvk, &raw::patch_status(&gvk, &namespace, &name, &patch)?)
+    let answer = if status {
+        raw::patch_status(&gvk, &namespace, &name, &patch)?
+    } else {
+        raw::patch(&gvk, &namespace, &name, &patch)?
+    };
+    decode(&gvk, &answer)
 }
 
 /// JSON merge patch (RFC 7386) of `namespace`/`name`'s status subresource: `patch` is the

@@ -10,19 +10,14 @@ use crate::common;
 use std::time::Duration;
 
 use common::namespace;
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use common::wait::wait_until_async;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    PostParams,
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
-use reconciled::controller::fair_share::Share;
-use reconciled::controller::gate::Gate;
-use reconciled::controller::{Controller, Settings};
-use reconciled::guest::Runtime;
+use reconciled::controller::Settings;
 use reconciled::guest::grant::Grant;
-use reconciled::informer::Options;
-use reconciled::informer::factory::InformerFactory;
 use serde_json::{Value, json};
 use testenv::ControlPlane;
 
@@ -48,21 +43,8 @@ async fn the_go_reservation_passes_the_same_test() {
     converges("reservation_go", "rsv-go").await;
 }
 
-/// Polls `check` every 100 ms until it returns `Some`, or fails after a minute with `what`.
-async fn eventually<T, F: AsyncFnMut() -> Option<T>>(what: &str, mut check: F) -> T {
-    let timeout = Duration::from_secs(60);
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {timeout:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+/// How long anything here may take to converge.
+const CONVERGES: Duration = Duration::from_secs(60);
 
 /// The `Ready` condition of `r`, and its status's observedGeneration.
 fn ready(r: &DynamicObject) -> (Value, Value) {
@@ -76,9 +58,10 @@ fn ready(r: &DynamicObject) -> (Value, Value) {
 }
 
 struct Cluster {
+    client: kube::Client,
+    ns: String,
     reservations: Api<DynamicObject>,
     pools: Api<ConfigMap>,
-    events: Api<Event>,
 }
 
 impl Cluster {
@@ -89,24 +72,22 @@ impl Cluster {
 
     /// Waits until `name` is Ready with `status` and `reason` at its current generation.
     async fn until_ready(&self, name: &str, status: &str, reason: &str) {
-        eventually(&format!("{name} Ready {status} ({reason})"), async || {
+        let what = format!("{name} Ready {status} ({reason})");
+        wait_until_async(&what, CONVERGES, || async {
             let r = self.reservations.get(name).await.unwrap();
             let generation = r.metadata.generation.unwrap();
             let (ready, observed) = ready(&r);
-            (ready["status"] == status
+            ready["status"] == status
                 && ready["reason"] == reason
                 && ready["observedGeneration"] == generation
-                && observed == generation)
-                .then_some(())
+                && observed == generation
         })
         .await;
     }
 
     async fn has_event(&self, name: &str, reason: &str) -> bool {
-        let events = self.events.list(&ListParams::default()).await.unwrap();
-        events.items.iter().any(|e| {
-            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
-        })
+        let events = common::wait::events(&self.client, &self.ns, name).await;
+        events.iter().any(|(r, _)| r == reason)
     }
 }
 
@@ -118,33 +99,22 @@ async fn converges(stem: &str, ns: &str) {
     namespace(&admin, ns).await;
     common::install_reservation_crd(cp).await;
 
-    let runtime = Runtime::new().unwrap();
-    let module = runtime
-        .compile(std::fs::read(common::guests::wasm(stem)).unwrap())
-        .await
-        .unwrap();
-    let factory = InformerFactory::new(admin.clone(), Options::default());
     let settings = Settings {
         grant: Grant::namespaces([ns]),
         ..Settings::new(ns)
     };
-    let share = Share::alone(&settings.name);
-    let controller = Controller::start(
-        &factory,
-        admin.clone(),
-        module,
-        settings,
-        share,
-        Gate::open(),
-    )
-    .await
-    .unwrap();
+    let Ok((controller, _factory, _runtime)) =
+        common::controllers::start(admin.clone(), stem, settings).await
+    else {
+        panic!("{stem} is refused at load");
+    };
 
     let gvk = GroupVersionKind::gvk("example.reconciled.dev", "v1alpha1", "Reservation");
     let c = Cluster {
+        client: admin.clone(),
+        ns: ns.to_owned(),
         reservations: Api::namespaced_with(admin.clone(), ns, &ApiResource::from_gvk(&gvk)),
         pools: Api::namespaced(admin.clone(), ns),
-        events: Api::namespaced(admin.clone(), ns),
     };
     let pp = PostParams::default();
     let pool = |name: &str| -> ConfigMap {
@@ -195,8 +165,8 @@ async fn converges(stem: &str, ns: &str) {
             .unwrap();
     }
     c.until_ready("training", "True", "Reserved").await;
-    eventually("the pool records the last edit", async || {
-        (c.pool_entry("gpus", "training").await.as_deref() == Some("12")).then_some(())
+    wait_until_async("the pool records the last edit", CONVERGES, || async {
+        c.pool_entry("gpus", "training").await.as_deref() == Some("12")
     })
     .await;
     let snap = controller.snapshot();
@@ -210,18 +180,13 @@ async fn converges(stem: &str, ns: &str) {
         .delete("training", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("training deleted", async || {
-        c.reservations
-            .get_opt("training")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
+    wait_until_async("training deleted", CONVERGES, || async {
+        c.reservations.get_opt("training").await.unwrap().is_none()
     })
     .await;
     assert_eq!(c.pool_entry("gpus", "training").await, None);
-    eventually("a Released Event", async || {
-        c.has_event("training", "Released").await.then_some(())
+    wait_until_async("a Released Event", CONVERGES, || async {
+        c.has_event("training", "Released").await
     })
     .await;
 
