@@ -13,10 +13,13 @@ use common::guests::wasm;
 use common::host::{TempDir, free_port, output_text};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use reconciled::guest::tape::Recording;
+use reconciled::guest::tape::{Recording, Write};
 use testenv::ControlPlane;
 
 const RECONCILES: usize = 200;
+
+/// The generator's kind, as a write names it (its status is applied).
+const GENERATOR: &str = "example.reconciled.dev/v1alpha1/ConfigMapGenerator";
 
 struct Host(Child);
 
@@ -198,6 +201,15 @@ async fn two_hundred_recorded_reconciles_replay_the_same_and_a_changed_version_d
         .iter()
         .map(|r| r.writes.iter().filter(|w| w.verb == "apply").count())
         .sum();
+    // The generator's own status is applied too, by the same field manager.
+    let status_applies: usize = all
+        .iter()
+        .map(|r| {
+            let status =
+                |w: &&Write| w.verb == "apply" && w.subresource.as_deref() == Some("status");
+            r.writes.iter().filter(status).count()
+        })
+        .sum();
     let deletes: usize = all
         .iter()
         .map(|r| r.writes.iter().filter(|w| w.verb == "delete").count())
@@ -207,8 +219,8 @@ async fn two_hundred_recorded_reconciles_replay_the_same_and_a_changed_version_d
         all.len()
     );
     assert!(
-        applies > 0 && deletes > 0,
-        "the recording has applies and prunes"
+        applies > status_applies && status_applies > 0 && deletes > 0,
+        "the recording has applies of ConfigMaps and of status, and prunes"
     );
 
     let same = replay(&recorded, &module, &[]);
@@ -231,16 +243,17 @@ async fn two_hundred_recorded_reconciles_replay_the_same_and_a_changed_version_d
         !differs.status.success(),
         "a changed version fails the replay:\n{report}"
     );
-    let changed_writes = report
-        .lines()
-        .filter(|l| {
-            l.trim_start()
-                .starts_with("write changed: apply v1/ConfigMap")
-        })
-        .count();
+    let changed_applies = |prefix: &str| {
+        let prefix = format!("write changed: apply {prefix}");
+        let lines = report.lines();
+        lines
+            .filter(|l| l.trim_start().starts_with(&prefix))
+            .count()
+    };
     assert_eq!(
-        changed_writes, applies,
-        "every recorded apply is reported changed:\n{report}"
+        (changed_applies("v1/ConfigMap"), changed_applies(GENERATOR)),
+        (applies - status_applies, status_applies),
+        "every recorded apply, of a ConfigMap or of the status, is reported changed:\n{report}"
     );
     for other in [
         "write added",
@@ -260,7 +273,11 @@ async fn two_hundred_recorded_reconciles_replay_the_same_and_a_changed_version_d
             && report.contains("+fieldManager: configmap-generator-v2"),
         "the diff shows the field manager:\n{report}"
     );
-    let allowed = replay(&recorded, &changed, &["--allow", "v1/ConfigMap"]);
+    let allowed = replay(
+        &recorded,
+        &changed,
+        &["--allow", "v1/ConfigMap", "--allow", GENERATOR],
+    );
     assert!(
         allowed.status.success(),
         "differences named by --allow do not fail:\n{}",
