@@ -122,6 +122,16 @@ pub fn guest_wasms(args: &[&str]) -> anyhow::Result<HashMap<String, PathBuf>> {
         .collect())
 }
 
+/// `target/release/reconciled`, under `$CARGO_TARGET_DIR` if that is set: the host binary the
+/// benchmarks that run it as a process start (build it first with
+/// `cargo build --release -p reconciled`).
+pub fn release_host_bin() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("release/reconciled")
+}
+
 /// The `.wasm` named `stem` among `wasms` (from [`guest_wasms`]).
 pub fn wasm(wasms: &HashMap<String, PathBuf>, stem: &str) -> anyhow::Result<PathBuf> {
     wasms

@@ -119,7 +119,7 @@ impl Args {
                 retry_ms: 2_000,
             },
             only: None,
-            host_bin: default_host_bin(),
+            host_bin: reconciled_bench::release_host_bin(),
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -185,14 +185,6 @@ impl Args {
     fn runs(&self, s: Scenario) -> bool {
         self.only.is_none_or(|o| o == s)
     }
-}
-
-/// `target/release/reconciled`, under `$CARGO_TARGET_DIR` if that is set.
-fn default_host_bin() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("release/reconciled")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

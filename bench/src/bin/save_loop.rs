@@ -27,7 +27,7 @@
 //! that `--build` ran before it had a profile of its own.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -51,7 +51,7 @@ fn main() -> anyhow::Result<()> {
         || EDITS.iter().map(|(l, _)| (*l).to_owned()).collect(),
         |a| a.split(',').map(str::to_owned).collect(),
     );
-    let host_bin = host_bin();
+    let host_bin = reconciled_bench::release_host_bin();
     if !host_bin.is_file() {
         bail!(
             "{} is missing; build it first: cargo build --release -p reconciled",
@@ -115,14 +115,6 @@ fn pct(v: &[Duration], p: usize) -> f64 {
     v.sort();
     let rank = (v.len() * p).div_ceil(100).clamp(1, v.len());
     v[rank - 1].as_secs_f64()
-}
-
-/// `target/release/reconciled`, under `$CARGO_TARGET_DIR` if that is set.
-fn host_bin() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("release/reconciled")
 }
 
 /// Kills `reconciled dev` when dropped.

@@ -42,13 +42,10 @@ where
         Plan::Cleanup(patch) => {
             let outcome = cleanup(obj.clone())?;
             match patch_finalizers(obj, &patch) {
-                // Someone else let it go first: it is deleted, which is what was wanted.
-                Err(e) if e.is_not_found() => {}
-                other => {
-                    other?;
-                }
+                // Not found: someone else let it go first; it is deleted, which was wanted.
+                Err(e) if !e.is_not_found() => Err(e),
+                _ => Ok(outcome),
             }
-            Ok(outcome)
         }
         Plan::Nothing => Ok(Outcome::Done),
     }

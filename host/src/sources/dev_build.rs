@@ -74,7 +74,7 @@ pub enum Error {
     },
     /// `cargo` (or `build.sh`) could not be started or its output read.
     #[error("cannot run the build in {dir}: {source}; is cargo on PATH, and build.sh executable?")]
-    Cargo {
+    Run {
         /// The crate.
         dir: PathBuf,
         /// What the OS said.
@@ -200,29 +200,9 @@ impl DevBuild {
             path: crate_dir.into(),
             source,
         })?;
-        // The folder rather than the two files: editors save by renaming a new file over the
-        // old one, which would end a watch on the file itself.
-        watcher
-            .watch(crate_dir, RecursiveMode::NonRecursive)
-            .map_err(|source| Error::Watch {
-                path: crate_dir.into(),
-                source,
-            })?;
-        let src = match toolchain {
-            Toolchain::Cargo => crate_dir.join("src"),
-            Toolchain::Script => crate_dir.to_path_buf(),
-        };
-        if toolchain == Toolchain::Script {
-            watch_script_project(&mut watcher, crate_dir)?;
-        } else if src.is_dir() {
-            watcher
-                .watch(&src, RecursiveMode::Recursive)
-                .map_err(|source| Error::Watch {
-                    path: src.clone(),
-                    source,
-                })?;
-        } else {
-            tracing::warn!(crate_dir = %crate_dir.display(), "the crate has no src/ folder; only Cargo.toml and build.rs are watched");
+        match toolchain {
+            Toolchain::Cargo => watch_crate(&mut watcher, crate_dir)?,
+            Toolchain::Script => watch_script_project(&mut watcher, crate_dir)?,
         }
 
         let loop_ = BuildLoop {
@@ -279,7 +259,7 @@ async fn run_build_sh(dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error>
         .kill_on_drop(true)
         .status()
         .await
-        .map_err(|source| Error::Cargo {
+        .map_err(|source| Error::Run {
             dir: dir.into(),
             source,
         })?;
@@ -294,7 +274,7 @@ async fn run_build_sh(dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error>
 
 /// Runs cargo once and installs what it built; returns the files that changed in `out_dir`.
 async fn build(crate_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error> {
-    let cargo_err = |source| Error::Cargo {
+    let cargo_err = |source| Error::Run {
         dir: crate_dir.into(),
         source,
     };
@@ -338,7 +318,7 @@ async fn build(crate_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error> 
         Ok(installed)
     })
     .await
-    .map_err(|e| Error::Cargo {
+    .map_err(|e| Error::Run {
         dir: crate_dir.into(),
         source: std::io::Error::other(e),
     })?
@@ -435,6 +415,26 @@ fn install(artifact: &Path, out_dir: &Path) -> Result<Option<PathBuf>, Error> {
         return Err(err(e));
     }
     Ok(Some(to))
+}
+
+/// Watches a crate's folder (for `Cargo.toml` and `build.rs`) and its `src/`, recursively.
+fn watch_crate(watcher: &mut notify::RecommendedWatcher, dir: &Path) -> Result<(), Error> {
+    let watch = |watcher: &mut notify::RecommendedWatcher, path: &Path, mode| {
+        watcher.watch(path, mode).map_err(|source| Error::Watch {
+            path: path.into(),
+            source,
+        })
+    };
+    // The folder rather than the two files: editors save by renaming a new file over the old
+    // one, which would end a watch on the file itself.
+    watch(watcher, dir, RecursiveMode::NonRecursive)?;
+    let src = dir.join("src");
+    if src.is_dir() {
+        watch(watcher, &src, RecursiveMode::Recursive)?;
+    } else {
+        tracing::warn!(crate_dir = %dir.display(), "the crate has no src/ folder; only Cargo.toml and build.rs are watched");
+    }
+    Ok(())
 }
 
 /// Folders of a `build.sh` project that hold what tools write, not sources: watching them would

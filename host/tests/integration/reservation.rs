@@ -191,6 +191,11 @@ async fn converges(stem: &str, ns: &str) {
     .await;
 
     let snap = controller.snapshot();
-    assert_eq!((snap.traps, snap.reconciles_failed), (0, 0), "{snap:?}");
+    let errors = ["training", "inference"].map(|n| controller.last_error(&format!("{ns}/{n}")));
+    assert_eq!(
+        (snap.traps, snap.reconciles_failed),
+        (0, 0),
+        "{stem}: last errors {errors:?}; {snap:?}"
+    );
     eprintln!("{stem} converged: {snap:?}");
 }
