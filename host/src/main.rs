@@ -56,6 +56,9 @@ fn main() -> ExitCode {
     // `reconciled test` and `replay` print their report on stdout: logs (the guests' own included, with
     // RUST_LOG=info) go to stderr, and only warnings by default.
     let testing = matches!(cli.command, Command::Test(_) | Command::Replay(_));
+    // A chaos sweep makes guests fail on purpose, hundreds of times: their warnings would bury
+    // the report. A single plan (`--plan`) shows them.
+    let sweeping = matches!(&cli.command, Command::Test(t) if t.chaos && t.plan.is_none());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -63,7 +66,9 @@ fn main() -> ExitCode {
                 // embedded control plane's readiness polls; our own modules log failures with
                 // their context, so its lines are only noise.
                 .unwrap_or_else(|_| {
-                    tracing_subscriber::EnvFilter::new(if testing {
+                    tracing_subscriber::EnvFilter::new(if sweeping {
+                        "warn,guest=off"
+                    } else if testing {
                         "warn"
                     } else {
                         "info,kube_client::client::builder=off"

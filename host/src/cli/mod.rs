@@ -1,8 +1,9 @@
 //! The binary's subcommands, one file each; `main.rs` only parses, sets up logging and
 //! dispatches. `run` and `dev` run guests on a [`host::Host`]; `status` reads a running host;
-//! `pack` and `push` deliver modules; `rollout` resumes a Reconciler's rollout; `new`, `test` and `replay` help authors. Also the
+//! `pack` and `push` deliver modules; `rollout` resumes a Reconciler's rollout; `new`, `test` (and its `--chaos`, in `chaos`) and `replay` help authors. Also the
 //! binary's allocator in musl builds.
 
+pub(crate) mod chaos;
 pub(crate) mod dev;
 pub(crate) mod host;
 pub(crate) mod new;

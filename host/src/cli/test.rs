@@ -1,5 +1,6 @@
 //! `reconciled test module.wasm fixtures/`: runs a guest against fixture cases with no cluster,
-//! compares each outcome with its `expected.yaml`, and exits non-zero on any difference.
+//! compares each outcome with its `expected.yaml`, and exits non-zero on any difference. With
+//! `--chaos`, runs each case to its fixed point under perturbations instead ([`super::chaos`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -14,20 +15,38 @@ use reconciled::offline::suite::{self, Verdict};
 #[derive(Args)]
 pub(crate) struct TestArgs {
     /// The guest (.wasm component).
-    module: PathBuf,
+    pub(crate) module: PathBuf,
     /// The fixtures folder: one folder per case (fixture.yaml, objects.yaml, expected.yaml),
     /// and CustomResourceDefinitions in top-level .yaml files.
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Rewrite each case's expected.yaml with what the run came to (review the diff before
     /// committing it).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "chaos")]
     update: bool,
     /// Also write the results as JUnit XML here, for CI.
     #[arg(long)]
-    junit: Option<PathBuf>,
+    pub(crate) junit: Option<PathBuf>,
     /// A file of CustomResourceDefinitions of kinds the guest reads; repeatable.
     #[arg(long = "crd")]
     crds: Vec<PathBuf>,
+    /// Only the case in this folder (its name, not a path).
+    #[arg(long = "case")]
+    pub(crate) only_case: Option<String>,
+    /// Run each case to its fixed point, then again under each plan of one perturbation
+    /// (crashes, stale reads, skipped states, injected answers, early requeues), and fail on
+    /// any end state, create/delete count or swallowed error that differs from the
+    /// undisturbed run's. expected.yaml is not read; the guests' logs show only with --plan.
+    #[arg(long)]
+    pub(crate) chaos: bool,
+    /// With --chaos: at most this many plans a case.
+    #[arg(long, default_value_t = reconciled::offline::chaos::DEFAULT_BUDGET, requires = "chaos")]
+    pub(crate) budget: usize,
+    /// With --chaos: chooses which plans run when a case has more than the budget.
+    #[arg(long, default_value_t = 0, requires = "chaos")]
+    pub(crate) seed: u64,
+    /// With --chaos: only this plan, as a failing run prints it (e.g. crash@2:1).
+    #[arg(long, requires = "chaos")]
+    pub(crate) plan: Option<String>,
 }
 
 /// The guest in `module`, compiled (through the precompile cache, so that a TypeScript or
@@ -62,7 +81,10 @@ pub(crate) async fn subject(
 pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let subject = subject(&args.module, Some(&args.dir), &args.crds).await?;
-    let results = suite::run(&subject, &args.dir, args.update).await?;
+    if args.chaos {
+        return super::chaos::chaos(&args, &subject, started).await;
+    }
+    let results = suite::run(&subject, &args.dir, args.update, args.only_case.as_deref()).await?;
 
     let mut notes = std::collections::BTreeSet::new();
     for r in &results {

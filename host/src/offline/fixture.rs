@@ -20,7 +20,20 @@
 //!   - {verb: update, subresource: status, kind: ConfigMapGenerator, answer: conflict, times: 1}
 //! stale:                         # the cache holds these one version behind the server
 //!   - {apiVersion: v1, kind: ConfigMap, namespace: default, name: greeting-0}
+//! # Read by `--chaos` only:
+//! changes:                       # a user's edits, each once the guest has settled
+//!   - apply: {apiVersion: v1, kind: ConfigMap, metadata: {name: greeting, namespace: default},
+//!             data: {copies: "2"}}
+//!   - delete: {apiVersion: v1, kind: ConfigMap, namespace: default, name: greeting}
+//! settle: 10                     # reconciles a run may take to stop writing, per change
+//! nondeterministic:              # paths left out when end states are compared
+//!   - status.conditions.*.lastTransitionTime
 //! ```
+//!
+//! `--chaos` also reads, when present, Chainsaw-style assertions on the end state: `assert.yaml`
+//! (each document a partial object that must match an object there) and `error.yaml` (each an
+//! object that must not be there, or must not match). Plain `reconciled test` runs one
+//! reconcile and compares `expected.yaml` only.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -30,7 +43,7 @@ use serde_json::Value;
 
 use crate::guest::settings::GuestSettings;
 pub use crate::guest::tape::RequestKey;
-use crate::offline::server::{Event, Fault, Write};
+use crate::offline::server::{Change, Event, Fault, Write};
 
 /// A fixture that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +111,19 @@ pub struct Setup {
     /// What the guest's `settings` import returns: a map \[`{}`\].
     #[serde(default)]
     pub settings: Option<GuestSettings>,
+    /// A user's changes, each made once the guest has settled (`--chaos` only).
+    #[serde(default)]
+    pub changes: Vec<Change>,
+    /// Reconciles a `--chaos` run may take to stop writing, after each change \[10\].
+    #[serde(default = "default_settle")]
+    pub settle: u32,
+    /// Paths (dotted, `*` for any key or item) left out when `--chaos` compares end states.
+    #[serde(default)]
+    pub nondeterministic: Vec<String>,
+}
+
+fn default_settle() -> u32 {
+    10
 }
 
 /// What a reconcile came to: `expected.yaml`, and what a run is compared with it as.
@@ -137,6 +163,10 @@ pub struct Case {
     pub objects: Vec<Value>,
     /// `expected.yaml`, if there is one.
     pub expected: Option<Outcome>,
+    /// `assert.yaml`: partial objects the end state must hold (`--chaos` only).
+    pub asserts: Vec<Value>,
+    /// `error.yaml`: objects the end state must not hold (`--chaos` only).
+    pub errors: Vec<Value>,
 }
 
 /// The default start of the guest's clock: 2026-01-01T00:00:00Z.
@@ -204,6 +234,14 @@ impl Case {
         } else {
             None
         };
+        let optional = |file: &str| {
+            let path = dir.join(file);
+            if path.exists() {
+                documents(&path)
+            } else {
+                Ok(Vec::new())
+            }
+        };
         Ok(Self {
             name,
             dir: dir.to_path_buf(),
@@ -211,6 +249,8 @@ impl Case {
             now,
             objects,
             expected,
+            asserts: optional("assert.yaml")?,
+            errors: optional("error.yaml")?,
         })
     }
 

@@ -7,6 +7,7 @@
 //! modelled ([`semantics`]) and says where they cannot. The guest's clocks and randomness are
 //! fixed ([`crate::guest::world`]), so that a run is repeatable.
 
+pub mod chaos;
 mod feed;
 pub mod fixture;
 pub mod kinds;

@@ -166,6 +166,9 @@ pub fn case_of(name: &str, recording: &Recording) -> Case {
             faults,
             stale: Vec::new(),
             settings: recording.settings.clone(),
+            changes: Vec::new(),
+            settle: 10,
+            nondeterministic: Vec::new(),
         },
         now,
         objects,
@@ -174,6 +177,8 @@ pub fn case_of(name: &str, recording: &Recording) -> Case {
             writes: recording.writes.clone(),
             events: recording.events.clone(),
         }),
+        asserts: Vec::new(),
+        errors: Vec::new(),
     }
 }
 

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::controller::Settings;
 use crate::controller::plan::{self, Plan};
-use crate::guest::bindings::{Description, Request};
+use crate::guest::bindings::{Description, Gvk, Request};
 use crate::guest::imports::{Declared, GuestContext, Limits};
 use crate::guest::world::World;
-use crate::guest::{CallError, Module};
+use crate::guest::{CallError, Module, Reconciled};
 use crate::informer::Informer;
 use crate::offline::fixture::{Case, Outcome};
 use crate::offline::kinds::Kinds;
@@ -38,6 +38,24 @@ pub struct Subject {
     plan: Plan,
     kinds: Kinds,
     limits: Limits,
+}
+
+/// One case's server and the guest's caches over it, kept across the calls of a run.
+#[derive(Debug)]
+pub struct Rig {
+    /// The in-memory API server.
+    pub server: Server,
+    declared: HashMap<Gvk, Declared>,
+}
+
+impl Rig {
+    /// Forgets what the guest wrote, as a restarted host does: read-your-writes waits for
+    /// nothing written before.
+    pub fn restart(&mut self) {
+        for d in self.declared.values_mut() {
+            d.floors = Arc::default();
+        }
+    }
 }
 
 /// What one case came to.
@@ -93,6 +111,28 @@ impl Subject {
     /// Runs `case`: builds its server and caches, calls `reconcile` once and collects what
     /// happened.
     pub async fn run(&self, case: &Case) -> Result<Ran, CaseError> {
+        let rig = self.rig(case)?;
+        let started = Instant::now();
+        let reconciled = self.reconcile(&rig, case, case.now).await;
+        let took = started.elapsed();
+        let (outcome, message) = crate::guest::tape::outcome_of(&reconciled.result);
+        let server = &rig.server;
+        Ok(Ran {
+            outcome: Outcome {
+                outcome,
+                writes: server.writes(),
+                events: server.events(),
+            },
+            message,
+            notes: server.notes(),
+            took,
+            recording: reconciled.recording,
+        })
+    }
+
+    /// Builds `case`'s server, with its objects, stale entries and faults, and the guest's
+    /// caches over it.
+    pub fn rig(&self, case: &Case) -> Result<Rig, CaseError> {
         let server = Server::new(self.kinds.clone(), case.now);
         for o in &case.objects {
             server.seed(o.clone())?;
@@ -131,9 +171,15 @@ impl Subject {
         for f in &case.setup.faults {
             server.fail(f.clone());
         }
+        Ok(Rig { server, declared })
+    }
+
+    /// Calls `reconcile` for `case`'s request once on `rig`, with the guest's clock at `now`
+    /// (since the Unix epoch). Each call is a fresh instance, as live.
+    pub async fn reconcile(&self, rig: &Rig, case: &Case, now: Duration) -> Reconciled {
         let ctx = Arc::new(GuestContext {
             name: case.name.clone(),
-            client,
+            client: rig.server.client(),
             identity: None,
             // Everything, uncached reads included: what a guest may do is the host config's
             // business, not the fixture's (recordings hold the guest's api reads).
@@ -141,11 +187,11 @@ impl Subject {
                 uncached_reads: true,
                 ..Default::default()
             },
-            declared,
+            declared: rig.declared.clone(),
             read_your_writes: self.plan.read_your_writes,
             limits: self.limits,
             metrics: Arc::default(),
-            world: World::fixed(SystemTime::UNIX_EPOCH + case.now, case.setup.seed),
+            world: World::fixed(SystemTime::UNIX_EPOCH + now, case.setup.seed),
             settings: case.setup.settings.clone().unwrap_or_default(),
             recorder: None,
             taped: true,
@@ -154,20 +200,22 @@ impl Subject {
             namespace: case.setup.request.namespace.clone(),
             name: case.setup.request.name.clone(),
         };
-        let started = Instant::now();
-        let reconciled = self.module.reconcile(ctx, request).await;
-        let took = started.elapsed();
-        let (outcome, message) = crate::guest::tape::outcome_of(&reconciled.result);
-        Ok(Ran {
-            outcome: Outcome {
-                outcome,
-                writes: server.writes(),
-                events: server.events(),
-            },
-            message,
-            notes: server.notes(),
-            took,
-            recording: reconciled.recording,
-        })
+        self.module.reconcile(ctx, request).await
+    }
+
+    /// Whether the guest waits for its own writes to reach the cache before reading
+    /// (read-your-writes), or reads whatever the cache holds (eventual consistency).
+    pub fn reads_its_writes(&self) -> bool {
+        self.plan.read_your_writes
+    }
+
+    /// The kinds the guest caches, as `apiVersion/Kind`.
+    pub fn cached_kinds(&self) -> Vec<String> {
+        self.plan
+            .kinds
+            .iter()
+            .filter_map(|k| self.kinds.get(&k.kind).ok())
+            .map(|k| format!("{}/{}", k.resource.api_version, k.resource.kind))
+            .collect()
     }
 }

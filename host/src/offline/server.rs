@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::informer::Scope;
@@ -52,6 +53,58 @@ struct State {
     caches: Vec<Cache>,
     /// What this server could not model, for the report.
     notes: BTreeSet<&'static str>,
+    /// What `--chaos` imposes on the call under way.
+    interference: Interference,
+    /// What the current call's interference did.
+    interfered: Interfered,
+    /// Writes to the caches held back while [`Interference::hold_feed`] is on.
+    held: Vec<(String, String, Value, bool)>,
+    /// Per object (`apiVersion/Kind namespace/name`): how many times it came into being and
+    /// how many times it went.
+    lifecycle: BTreeMap<String, Lifecycle>,
+}
+
+/// What `--chaos` imposes on one call: the host crashing after a write, an answer in place of
+/// the modelled one, the watch holding back the call's own writes. Writes are counted from 1
+/// per call, Events aside.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Interference {
+    /// Everything after this write (reads, writes, Events) is refused, as if the host had died.
+    pub crash_after: Option<u32>,
+    /// This write gets this answer (a [`Fault`] answer: `conflict`, `forbidden`…).
+    pub answer: Option<(u32, String)>,
+    /// The caches see none of the call's writes until the call ends.
+    pub hold_feed: bool,
+}
+
+/// What the interference of one call came to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Interfered {
+    /// The writes the call made (answered or refused).
+    pub writes: u32,
+    /// Whether the host "died" during the call: its outcome is not the guest's to give.
+    pub crashed: bool,
+    /// The write that got the injected answer, and the answer's error case.
+    pub injected: Option<(u32, String)>,
+}
+
+/// How many times an object was created and deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Lifecycle {
+    /// Times it came into being (a create, or an apply of an absent object).
+    pub created: u32,
+    /// Times it went (a delete, or its last finalizer removed while being deleted).
+    pub deleted: u32,
+}
+
+/// A change made by someone other than the guest: a user's edit or delete.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Change {
+    /// Merged onto the stored object (a merge patch of everything given), or created.
+    Apply(Value),
+    /// Deleted (marked for deletion if it has finalizers).
+    Delete(crate::offline::fixture::ObjectName),
 }
 
 /// The in-memory API server. Cheap to clone; clones share the state.
@@ -101,6 +154,10 @@ impl Server {
                 events: Vec::new(),
                 caches: Vec::new(),
                 notes: BTreeSet::new(),
+                interference: Interference::default(),
+                interfered: Interfered::default(),
+                held: Vec::new(),
+                lifecycle: BTreeMap::new(),
             })),
         }
     }
@@ -193,6 +250,131 @@ impl Server {
         s.caches.push(cache);
     }
 
+    /// Starts a call under `interference`; [`Server::end_call`] says what it came to.
+    pub fn begin_call(&self, interference: Interference) {
+        let mut s = self.state.lock().unwrap();
+        s.interference = interference;
+        s.interfered = Interfered::default();
+    }
+
+    /// Ends the call begun last: the caches get the writes held back, and the interference
+    /// stops.
+    pub fn end_call(&self) -> Interfered {
+        let mut s = self.state.lock().unwrap();
+        s.interference = Interference::default();
+        for (group, plural, object, gone) in std::mem::take(&mut s.held) {
+            s.feed(&group, &plural, &object, gone);
+        }
+        std::mem::take(&mut s.interfered)
+    }
+
+    /// Makes the caches of the object named `key` (as [`Server::objects`] names it) show
+    /// `version` (an older copy; `None`: absent) instead of the server's, until
+    /// [`Server::resync`]. A write the guest makes meanwhile reaches the caches as usual.
+    pub fn show(&self, key: &str, version: Option<&Value>) {
+        let s = self.state.lock().unwrap();
+        let Some((api_version, kind, namespace, name)) = split_key(key) else {
+            return;
+        };
+        let Ok(kind) = s.kinds.of_object(api_version, kind) else {
+            return;
+        };
+        for c in s.caches_of(&kind.resource.group, &kind.resource.plural) {
+            match version {
+                Some(v) => c.put(v),
+                None => {
+                    c.writer
+                        .remove(&crate::object::object_key(Some(namespace), name));
+                    c.writer.publish_watermarks();
+                }
+            }
+        }
+    }
+
+    /// Refills every cache from the server's objects, as a relist does.
+    pub fn resync(&self) {
+        let s = self.state.lock().unwrap();
+        for cache in &s.caches {
+            let items: Vec<_> = s
+                .objects
+                .iter()
+                .filter(|(k, v)| k.0 == cache.group && k.1 == cache.plural && cache.holds(v))
+                .filter_map(|(_, v)| {
+                    Object::from_value(v.clone(), &cache.scope.transform, None).ok()
+                })
+                .map(Arc::new)
+                .collect();
+            cache.writer.replace(items, s.rv);
+        }
+    }
+
+    /// Makes `change` as a user would: not a guest write (not in [`Server::writes`]), but seen
+    /// by the caches as any other.
+    pub fn change(&self, change: &Change) -> Result<(), Error> {
+        let mut s = self.state.lock().unwrap();
+        let (api_version, kind_name, namespace, name) = match change {
+            Change::Apply(v) => (
+                v["apiVersion"].as_str().unwrap_or(""),
+                v["kind"].as_str().unwrap_or(""),
+                meta(v, "namespace"),
+                meta(v, "name"),
+            ),
+            Change::Delete(o) => (
+                o.api_version.as_str(),
+                o.kind.as_str(),
+                o.namespace.as_str(),
+                o.name.as_str(),
+            ),
+        };
+        let kind = s.kinds.of_object(api_version, kind_name)?.clone();
+        let target = |name: Option<&str>| Target {
+            kind: kind.clone(),
+            namespace: namespace.to_string(),
+            name: name.map(str::to_string),
+            subresource: None,
+        };
+        let what = format!("{api_version}/{kind_name} {namespace}/{name}");
+        let refused = |r: Refusal| Error::Object {
+            what: what.clone(),
+            reason: r.status()["message"].as_str().unwrap_or("").to_string(),
+        };
+        let none = BTreeMap::new();
+        match change {
+            Change::Delete(_) => s
+                .perform("delete", &target(Some(name)), name, &none, None)
+                .map(drop)
+                .map_err(refused),
+            Change::Apply(v) => {
+                let exists = s.objects.contains_key(&key_of(&kind, namespace, name));
+                let answer = if exists {
+                    let mut patch = v.clone();
+                    if let Some(m) = patch["metadata"].as_object_mut() {
+                        m.remove("resourceVersion");
+                    }
+                    s.perform("merge-patch", &target(Some(name)), name, &none, Some(patch))
+                } else {
+                    s.perform("create", &target(None), name, &none, Some(v.clone()))
+                };
+                answer.map(drop).map_err(refused)
+            }
+        }
+    }
+
+    /// Every object the server holds, by `apiVersion/Kind namespace/name` (`apiVersion/Kind
+    /// name` for a cluster-scoped one).
+    pub fn objects(&self) -> BTreeMap<String, Value> {
+        let s = self.state.lock().unwrap();
+        s.objects
+            .values()
+            .map(|v| (object_name(v), v.clone()))
+            .collect()
+    }
+
+    /// How many times each object came and went, keyed as [`Server::objects`] keys them.
+    pub fn lifecycle(&self) -> BTreeMap<String, Lifecycle> {
+        self.state.lock().unwrap().lifecycle.clone()
+    }
+
     /// The writes so far, in order.
     pub fn writes(&self) -> Vec<Write> {
         self.state.lock().unwrap().writes.clone()
@@ -252,6 +434,30 @@ impl Server {
             &body,
         ))
     }
+}
+
+/// How [`Server::objects`] names an object: `apiVersion/Kind namespace/name`, or
+/// `apiVersion/Kind name` when it has no namespace.
+pub fn object_name(v: &Value) -> String {
+    let (namespace, name) = (meta(v, "namespace"), meta(v, "name"));
+    let at = if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
+    };
+    format!(
+        "{}/{} {at}",
+        v["apiVersion"].as_str().unwrap_or(""),
+        v["kind"].as_str().unwrap_or("")
+    )
+}
+
+/// The apiVersion, kind, namespace and name of an [`object_name`].
+pub fn split_key(key: &str) -> Option<(&str, &str, &str, &str)> {
+    let (kind, at) = key.split_once(' ')?;
+    let (api_version, kind) = kind.rsplit_once('/')?;
+    let (namespace, name) = at.split_once('/').unwrap_or(("", at));
+    Some((api_version, kind, namespace, name))
 }
 
 fn respond(answer: Result<Value, Refusal>) -> http::Response<Full<Bytes>> {
@@ -337,6 +543,13 @@ impl State {
         content_type: &str,
         body: &[u8],
     ) -> Result<Value, Refusal> {
+        if self.interfered.crashed {
+            return Err(Refusal::new(
+                503,
+                "ServiceUnavailable",
+                "the host crashed before this request (injected by --chaos)".into(),
+            ));
+        }
         let target = self.route(path)?;
         let query: BTreeMap<String, String> = form_urlencoded::parse(query.as_bytes())
             .into_owned()
@@ -411,7 +624,39 @@ impl State {
                 chosen = Some(i);
             }
         }
+        let write = !matches!(verb, "get" | "list");
+        let nth = if write {
+            self.interfered.writes += 1;
+            Some(self.interfered.writes)
+        } else {
+            None
+        };
+        let chaos = match &self.interference.answer {
+            Some((n, answer)) if Some(*n) == nth => {
+                let fault = Fault {
+                    verb: None,
+                    kind: None,
+                    namespace: None,
+                    name: None,
+                    subresource: None,
+                    answer: answer.clone(),
+                    times: None,
+                    after: 0,
+                };
+                Some(
+                    fault
+                        .refusal(&format!("{} {:?}", r.plural, name))
+                        .map_err(|e| Refusal::new(500, "InternalError", e.to_string()))?,
+                )
+            }
+            _ => None,
+        };
+        if let (Some(n), Some(refusal)) = (nth, &chaos) {
+            let case = error_case(refusal.code, refusal.reason);
+            self.interfered.injected = Some((n, case.to_string()));
+        }
         let injected = match chosen.map(|i| &mut self.faults[i]) {
+            _ if chaos.is_some() => chaos,
             Some(f) => {
                 if let Some(t) = &mut f.times {
                     *t -= 1;
@@ -446,6 +691,9 @@ impl State {
                 record.error = Some(error_case(r.code, r.reason).into());
             }
             self.writes.push(record.clone());
+        }
+        if nth.is_some() && nth == self.interference.crash_after {
+            self.interfered.crashed = true;
         }
         answer
     }
@@ -525,15 +773,10 @@ impl State {
                     meta_mut(&mut stored).insert("deletionTimestamp".into(), now.into());
                     return Ok(self.store(kind, key, stored));
                 }
-                self.objects.remove(&key);
+                self.remove(kind, &key, &stored);
                 let uid = meta(&stored, "uid").to_string();
                 if self.objects.values().any(|o| owned_by(o, &uid)) {
                     self.notes.insert(GC_LIMITS);
-                }
-                for c in &self.caches {
-                    if c.group == kind.resource.group && c.plural == kind.resource.plural {
-                        c.gone(&stored);
-                    }
                 }
                 Ok(json!({
                     "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
@@ -601,12 +844,7 @@ impl State {
                     Some(next) if semantics::finalized(&next) => {
                         // Its last finalizer gone while it was being deleted: now it is.
                         self.rv = rv;
-                        self.objects.remove(&key);
-                        for c in &self.caches {
-                            if c.group == kind.resource.group && c.plural == kind.resource.plural {
-                                c.gone(&next);
-                            }
-                        }
+                        self.remove(kind, &key, &next);
                         Ok(next)
                     }
                     Some(next) => {
@@ -620,13 +858,45 @@ impl State {
     }
 
     fn store(&mut self, kind: &Kind, key: Key, object: Value) -> Value {
-        for c in &self.caches {
-            if c.group == kind.resource.group && c.plural == kind.resource.plural {
-                c.put(&object);
-            }
+        if !self.objects.contains_key(&key) {
+            self.lifecycle
+                .entry(object_name(&object))
+                .or_default()
+                .created += 1;
         }
+        self.feed(&kind.resource.group, &kind.resource.plural, &object, false);
         self.objects.insert(key, object.clone());
         object
+    }
+
+    /// Takes the object `key` off the server: deleted, or finalized.
+    fn remove(&mut self, kind: &Kind, key: &Key, last: &Value) {
+        self.objects.remove(key);
+        self.lifecycle.entry(object_name(last)).or_default().deleted += 1;
+        self.feed(&kind.resource.group, &kind.resource.plural, last, true);
+    }
+
+    fn caches_of<'a>(&'a self, group: &'a str, plural: &'a str) -> impl Iterator<Item = &'a Cache> {
+        self.caches
+            .iter()
+            .filter(move |c| c.group == group && c.plural == plural)
+    }
+
+    /// Tells the caches of the kind that `object` was written (or, with `gone`, deleted), as
+    /// its watch would; later, if the call's feed is held.
+    fn feed(&mut self, group: &str, plural: &str, object: &Value, gone: bool) {
+        if self.interference.hold_feed {
+            self.held
+                .push((group.into(), plural.into(), object.clone(), gone));
+            return;
+        }
+        for c in self.caches_of(group, plural) {
+            if gone {
+                c.gone(object);
+            } else {
+                c.put(object);
+            }
+        }
     }
 
     fn list(
@@ -848,6 +1118,90 @@ mod tests {
         assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
         api.delete("a", &Default::default()).await.unwrap();
         assert!(s.get("v1", "ConfigMap", "ns", "a").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_crash_refuses_everything_after_its_write_and_an_injected_answer_hits_only_its_own() {
+        let s = server();
+        let api: Api<ConfigMap> = Api::namespaced(s.client(), "ns");
+        let cm = |name: &str| -> ConfigMap {
+            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()
+        };
+        s.begin_call(Interference {
+            answer: Some((1, "conflict".into())),
+            crash_after: Some(2),
+            hold_feed: false,
+        });
+        let kube::Error::Api(e) = api
+            .create(&PostParams::default(), &cm("b"))
+            .await
+            .unwrap_err()
+        else {
+            panic!("not an API error")
+        };
+        assert_eq!(e.code, 409, "the first write gets the injected answer");
+        api.create(&PostParams::default(), &cm("c")).await.unwrap();
+        assert!(
+            api.get("a").await.is_err(),
+            "after the crash even a read is refused"
+        );
+        let done = s.end_call();
+        assert_eq!(
+            done,
+            Interfered {
+                writes: 2,
+                crashed: true,
+                injected: Some((1, "conflict".into())),
+            }
+        );
+        assert!(api.get("a").await.is_ok(), "the next call runs as modelled");
+        assert_eq!(s.lifecycle()["v1/ConfigMap ns/c"].created, 1);
+        assert!(!s.lifecycle().contains_key("v1/ConfigMap ns/b"));
+    }
+
+    #[tokio::test]
+    async fn held_writes_reach_the_cache_when_the_call_ends_and_a_change_is_not_a_guest_write() {
+        let s = server();
+        let kind = Kinds::builtin()
+            .of_object("v1", "ConfigMap")
+            .unwrap()
+            .clone();
+        let writer = Writer::new();
+        let store = writer.reader();
+        s.attach(&kind, Scope::default(), writer);
+        s.begin_call(Interference {
+            hold_feed: true,
+            ..Interference::default()
+        });
+        let api: Api<ConfigMap> = Api::namespaced(s.client(), "ns");
+        api.delete("a", &Default::default()).await.unwrap();
+        assert!(store.get("ns/a").is_some(), "held back from the cache");
+        s.end_call();
+        assert!(store.get("ns/a").is_none());
+        s.change(&Change::Apply(
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns"}, "data": {"k": "2"}}),
+        ))
+        .unwrap();
+        assert_eq!(s.writes().len(), 1, "only the guest's delete");
+        assert_eq!(
+            store.get("ns/a").unwrap().resource_version(),
+            s.get("v1", "ConfigMap", "ns", "a").unwrap()["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+        );
+        assert_eq!(
+            s.lifecycle()["v1/ConfigMap ns/a"],
+            Lifecycle {
+                created: 1,
+                deleted: 1
+            },
+            "seeded objects were not created here; the change created it again"
+        );
+        s.show("v1/ConfigMap ns/a", None);
+        assert!(store.get("ns/a").is_none(), "shown absent");
+        s.resync();
+        assert!(store.get("ns/a").is_some(), "a relist brings it back");
     }
 
     #[tokio::test]

@@ -63,6 +63,16 @@ pub enum Error {
     /// The folder holds no case.
     #[error("no cases in {0}: a case is a folder holding a fixture.yaml")]
     NoCases(String),
+    /// `--case` names no case of the folder.
+    #[error("no case {case:?} in {dir}; its cases: {cases}")]
+    NoSuchCase {
+        /// The name asked for.
+        case: String,
+        /// The folder.
+        dir: String,
+        /// The cases it holds.
+        cases: String,
+    },
 }
 
 /// The kinds a suite in `dir` can serve: the built-in ones, and those defined by any
@@ -93,12 +103,38 @@ pub fn kinds(dir: Option<&Path>, crds: &[&Path]) -> Result<Kinds, Error> {
     Ok(kinds)
 }
 
-/// Runs every case in `dir`; with `update`, rewrites the `expected.yaml` of each that differs.
-pub async fn run(subject: &Subject, dir: &Path, update: bool) -> Result<Vec<CaseResult>, Error> {
-    let (cases, _) = fixture::scan(dir)?;
+/// The case folders of `dir`, or only the one named `only`.
+pub fn cases(dir: &Path, only: Option<&str>) -> Result<Vec<std::path::PathBuf>, Error> {
+    let (mut cases, _) = fixture::scan(dir)?;
+    if let Some(only) = only {
+        let names: Vec<String> = cases
+            .iter()
+            .filter_map(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        cases.retain(|c| c.file_name().is_some_and(|n| n == only));
+        if cases.is_empty() {
+            return Err(Error::NoSuchCase {
+                case: only.to_string(),
+                dir: dir.display().to_string(),
+                cases: names.join(", "),
+            });
+        }
+    }
     if cases.is_empty() {
         return Err(Error::NoCases(dir.display().to_string()));
     }
+    Ok(cases)
+}
+
+/// Runs every case in `dir` (or only the one named `only`); with `update`, rewrites the
+/// `expected.yaml` of each that differs.
+pub async fn run(
+    subject: &Subject,
+    dir: &Path,
+    update: bool,
+    only: Option<&str>,
+) -> Result<Vec<CaseResult>, Error> {
+    let cases = cases(dir, only)?;
     let mut results = Vec::new();
     for path in cases {
         let name = path

@@ -1,0 +1,156 @@
+//! One run of a case to its fixed point: reconcile until a call changes nothing, make the
+//! fixture's next change, settle again; under at most one [`Perturbation`].
+//!
+//! The guest's clock stands still except when a requeue-after fires, so that a perturbed run
+//! stamps the same times as the reference wherever it does the same thing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::guest::bindings::Outcome as GuestOutcome;
+use crate::offline::chaos::plans::Perturbation;
+use crate::offline::fixture::Case;
+use crate::offline::runner::{CaseError, Subject};
+use crate::offline::server::{Interfered, Interference, Lifecycle, Write};
+
+/// One reconcile of a run.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// Its writes, answered or refused, in order.
+    pub writes: Vec<Write>,
+    /// How it ended (as in `expected.yaml`), `crashed` if the host died during it.
+    pub outcome: String,
+    /// The guest's error or trap message.
+    pub message: Option<String>,
+    /// What the perturbation did to it.
+    pub interfered: Interfered,
+    /// The server's objects as it began.
+    pub before: BTreeMap<String, Value>,
+}
+
+/// A run: its steps and where it ended.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The reconciles, in order.
+    pub steps: Vec<Step>,
+    /// The server's objects at the end.
+    pub end: BTreeMap<String, Value>,
+    /// How many times each object was created and deleted, changes included.
+    pub lifecycle: BTreeMap<String, Lifecycle>,
+    /// `None` if every change settled; otherwise the change (0: the start) after which the guest
+    /// was still writing, or failing, when the case's `settle` reconciles ran out.
+    pub unsettled: Option<usize>,
+}
+
+/// Runs `case` on `subject` under `perturbation` (none: the reference).
+pub async fn run(
+    subject: &Subject,
+    case: &Case,
+    perturbation: Option<&Perturbation>,
+) -> Result<Run, CaseError> {
+    let mut rig = subject.rig(case)?;
+    let server = rig.server.clone();
+    let mut steps: Vec<Step> = Vec::new();
+    let mut now = case.now;
+    let changes = &case.setup.changes;
+    for phase in 0..=changes.len() {
+        if phase > 0 {
+            server.change(&changes[phase - 1])?;
+            let skipped = matches!(perturbation, Some(Perturbation::SkipState { change })
+                if *change as usize == phase);
+            if skipped && phase < changes.len() {
+                continue;
+            }
+        }
+        let mut settled = false;
+        for _ in 0..case.setup.settle.max(1) {
+            let at = u32::try_from(steps.len() + 1).unwrap_or(u32::MAX);
+            let mine = perturbation.filter(|p| p.at() == Some(at));
+            let before = server.objects();
+            let mut interference = Interference::default();
+            let mut relist = false;
+            match mine {
+                Some(Perturbation::CrashAfterWrite { write, .. }) => {
+                    interference.crash_after = Some(*write);
+                    relist = true;
+                }
+                Some(Perturbation::Inject { write, answer, .. }) => {
+                    interference.answer = Some((*write, answer.clone()));
+                }
+                Some(Perturbation::UnseenWrites { .. }) => interference.hold_feed = true,
+                Some(Perturbation::Stale {
+                    object, seen_at, ..
+                }) => {
+                    // Time travel: a restarted host whose watch a lagging API server serves.
+                    rig.restart();
+                    let seen = steps
+                        .get((*seen_at as usize).saturating_sub(1))
+                        .and_then(|s| s.before.get(object));
+                    server.show(object, seen);
+                    relist = true;
+                }
+                _ => {}
+            }
+            let written = server.writes().len();
+            server.begin_call(interference);
+            let reconciled = subject.reconcile(&rig, case, now).await;
+            let interfered = server.end_call();
+            if relist {
+                // The host restarted, or its watch caught up: the caches hold what the server does.
+                server.resync();
+            }
+            if interfered.crashed {
+                rig.restart();
+            }
+            let (mut outcome, message) = crate::guest::tape::outcome_of(&reconciled.result);
+            if interfered.crashed {
+                outcome = "crashed".into();
+            }
+            let step = Step {
+                writes: server.writes()[written..].to_vec(),
+                outcome,
+                message,
+                interfered,
+                before,
+            };
+            let requeue = match &reconciled.result {
+                Ok(Ok(GuestOutcome::RequeueAfter(ms))) if !step.interfered.crashed => {
+                    Some(Duration::from_millis(*ms))
+                }
+                _ => None,
+            };
+            let early = matches!(mine, Some(Perturbation::EarlyRequeue { .. }));
+            if let (Some(after), false) = (requeue, early) {
+                now += after;
+            }
+            // An apply that changes nothing is no write: only a changed object keeps it going.
+            // A stale view catching up is an event too, which reconciles again.
+            let quiet = server.objects() == step.before
+                && !matches!(mine, Some(Perturbation::Stale { .. }))
+                && !step.interfered.crashed
+                && (step.outcome == "done" || requeue.is_some());
+            steps.push(step);
+            // An early requeue is one more reconcile, however quiet this one was.
+            if quiet && !early {
+                settled = true;
+                break;
+            }
+        }
+        if !settled {
+            return Ok(Run {
+                steps,
+                end: server.objects(),
+                lifecycle: server.lifecycle(),
+                unsettled: Some(phase),
+            });
+        }
+    }
+    Ok(Run {
+        steps,
+        end: server.objects(),
+        lifecycle: server.lifecycle(),
+        unsettled: None,
+    })
+}
