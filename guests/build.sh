@@ -46,6 +46,8 @@ fi
 # Each workspace, and the cdylib crates it produces (lib names: dashes become underscores).
 builds=(
     "$here:probe"
+    # The same workspace again (cargo finds nothing to do): the line lists its second cdylib.
+    "$here:chaos_bugs"
     "$root/examples/configmap-generator:configmap_generator"
     "$root/examples/reservation:reservation"
     # Built against the frozen reconciled:runtime@0.1.0 and 0.1.1 WITs and SDKs: modules from
