@@ -1,4 +1,4 @@
-//! Seven classic controller bugs of the kinds Sieve (OSDI'22) and Acto (SOSP'23) found, each
+//! Eight classic controller bugs of the kinds Sieve (OSDI'22) and Acto (SOSP'23) found, each
 //! beside its fix, over one small custom resource, the Widget. The settings pick one:
 //! `{"scenario": "create-after-crash", "buggy": true}`; without `buggy`, the fix runs.
 //!
@@ -11,6 +11,7 @@
 //! | `status-unseen-write` | counts its children from a cache that may not show the one it just created | counts from the API server |
 //! | `finalizer-before-cleanup` | removes its finalizer, then unregisters the Widget | unregisters, then removes the finalizer |
 //! | `conflict-done` | answers a conflict on its status update with `done` | returns the error, so it is retried |
+//! | `uid-blind` | keeps a child it finds by name, though its owner was deleted and made again | replaces a child whose controller is another uid; confirms the Widget with the API server before a create or a delete |
 //!
 //! The guest declares eventual consistency, so that its reads can miss its own writes: the
 //! host's read-your-writes would otherwise rule that bug out.
@@ -102,10 +103,13 @@ impl Reconciler for Bugs {
 
     fn reconcile(req: Request) -> Result<Outcome> {
         let settings: Settings = reconciled_guest::settings()?;
+        let buggy = settings.buggy;
         let Some(w) = cache::get_opt::<Widget>(&req.namespace, &req.name)? else {
+            if settings.scenario == "uid-blind" {
+                return gone(&req, buggy);
+            }
             return Ok(Outcome::Done);
         };
-        let buggy = settings.buggy;
         match settings.scenario.as_str() {
             "create-unchecked" => create_unchecked(&w, buggy),
             "create-after-crash" => create_after_crash(&w, buggy),
@@ -114,6 +118,7 @@ impl Reconciler for Bugs {
             "status-unseen-write" => status_unseen_write(&w, buggy),
             "finalizer-before-cleanup" => finalizer_before_cleanup(&w, buggy),
             "conflict-done" => conflict_done(&w, buggy),
+            "uid-blind" => uid_blind(&w, buggy),
             other => Err(Error::Invalid(format!(
                 "settings: no scenario {other:?}; see the table in chaos-bugs/src/lib.rs"
             ))),
@@ -308,5 +313,55 @@ fn conflict_done(w: &Widget, buggy: bool) -> Result<Outcome> {
         Ok(_) => Ok(Outcome::Done),
         Err(e) if buggy && e.is_conflict() => Ok(Outcome::Done),
         Err(e) => Err(e),
+    }
+}
+
+/// `uid-blind`: the Widget is gone, so its child goes too (as an external resource would, which
+/// no garbage collector tidies). The fix makes sure first: a cache that lags may not show a
+/// Widget made again.
+fn gone(req: &Request, buggy: bool) -> Result<Outcome> {
+    if !buggy && quorum_uid(&req.namespace, &req.name)?.is_some() {
+        return Ok(Outcome::Done);
+    }
+    let child = format!("{}-child", req.name);
+    match client::delete::<ConfigMap>(&req.namespace, &child) {
+        Err(e) if !e.is_not_found() => Err(e),
+        _ => Ok(Outcome::Done),
+    }
+}
+
+/// The uid of the Widget the API server holds, if any: a read no cache can make stale.
+fn quorum_uid(namespace: &str, name: &str) -> Result<Option<String>> {
+    match api::get::<Widget>(namespace, name) {
+        Ok(w) => Ok(w.metadata.uid),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Bug: a Widget deleted and made again between two reconciles looks like an update, and the
+/// child of the old one, found by name, is kept with its dead owner. The fix replaces a child
+/// another incarnation controls, and acts only for the Widget the API server holds.
+fn uid_blind(w: &Widget, buggy: bool) -> Result<Outcome> {
+    let (namespace, name) = names(w);
+    if !buggy && quorum_uid(namespace, name)? != w.metadata.uid {
+        // The cache shows a Widget that is no more: its events are on their way.
+        return Ok(Outcome::Done);
+    }
+    let child_name = format!("{name}-child");
+    if let Some(found) = cache::get_opt::<ConfigMap>(namespace, &child_name)? {
+        if buggy || reconciled_guest::is_controlled_by(&found, w) {
+            return Ok(Outcome::Done);
+        }
+        match client::delete::<ConfigMap>(namespace, &child_name) {
+            Err(e) if !e.is_not_found() => return Err(e),
+            _ => {}
+        }
+    }
+    let mut made = child(w, Some(child_name));
+    reconciled_guest::set_controller_reference(w, &mut made)?;
+    match client::create(&made) {
+        Err(e) if !e.is_conflict() => Err(e),
+        _ => Ok(Outcome::Done),
     }
 }

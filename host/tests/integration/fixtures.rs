@@ -1,6 +1,7 @@
 //! `reconciled test`: the ConfigMapGenerator and the Reservation in every language pass the
-//! same fixtures (including the error paths) with no cluster, a changed outcome fails with a
-//! diff and JUnit failure, and `--update` writes the outcome back.
+//! same fixtures (including the error paths) with no cluster, and `--chaos` with its default
+//! budget; a changed outcome fails with a diff and JUnit failure, and `--update` writes the
+//! outcome back.
 //!
 //! No control plane here: the command must not need one. `KUBECONFIG` points nowhere to prove it.
 
@@ -96,6 +97,32 @@ fn passes_the_same_fixtures(example: &str, cases: &[&str]) {
         assert!(
             xml.contains(&format!(r#"tests="{}""#, cases.len())) && xml.contains(r#"failures="0""#),
             "{xml}"
+        );
+
+        // The same cases, each to its fixed point under every plan of the default budget.
+        let started = Instant::now();
+        let out = reconciled_test(&wasm(&module), &fixtures, &["--chaos"]);
+        let report = output_text(&out);
+        assert!(out.status.success(), "{module} under --chaos:\n{report}");
+        eprintln!(
+            "{module}: {} in {:?}",
+            report.lines().last().unwrap_or(""),
+            started.elapsed()
+        );
+        for case in cases {
+            assert!(
+                report.contains(&format!("ok       {case}: "))
+                    || report.contains(&format!("skipped  {case}: the reference does not settle")),
+                "{module}: case {case} was swept:\n{report}"
+            );
+        }
+        let held = report
+            .lines()
+            .filter(|l| l.starts_with("ok       "))
+            .count();
+        assert!(
+            held + 1 >= cases.len(),
+            "{module}: only a case whose fixture refuses every time may be skipped:\n{report}"
         );
     }
 }

@@ -9,6 +9,7 @@
 //!
 //! Run one area with a filter: `cargo test --test integration hot_reload::`.
 
+mod chaos;
 mod common;
 mod container;
 mod deploy;
