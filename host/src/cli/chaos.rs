@@ -2,6 +2,7 @@
 //! [`reconciled::offline::chaos`]), prints each failing plan with its replay command, and exits
 //! non-zero if any failed.
 
+use std::path::Path;
 use std::time::Instant;
 
 use reconciled::offline::chaos::{self, Options, Perturbation, report};
@@ -9,24 +10,40 @@ use reconciled::offline::fixture::Case;
 use reconciled::offline::runner::Subject;
 use reconciled::offline::suite;
 
-use super::test::TestArgs;
+/// What a sweep needs from the command line.
+pub(crate) struct ChaosArgs<'a> {
+    /// The guest, as given (the replay command names it so).
+    pub(crate) module: &'a Path,
+    /// The fixtures folder, as given.
+    pub(crate) dir: &'a Path,
+    /// `--case`.
+    pub(crate) only_case: Option<&'a str>,
+    /// `--budget`.
+    pub(crate) budget: usize,
+    /// `--seed`.
+    pub(crate) seed: u64,
+    /// `--plan`.
+    pub(crate) plan: Option<&'a str>,
+    /// `--junit`.
+    pub(crate) junit: Option<&'a Path>,
+}
 
 /// Failing plans shown in full per case; the rest are listed by name.
 const SHOWN: usize = 3;
 
 /// Runs `reconciled test --chaos`.
 pub(crate) async fn chaos(
-    args: &TestArgs,
+    args: ChaosArgs<'_>,
     subject: &Subject,
     started: Instant,
 ) -> anyhow::Result<()> {
-    let only = args.plan.as_deref().map(Perturbation::parse).transpose()?;
+    let only = args.plan.map(Perturbation::parse).transpose()?;
     let options = Options {
         budget: args.budget,
         seed: args.seed,
         only,
     };
-    let cases = suite::cases(&args.dir, args.only_case.as_deref())?;
+    let cases = suite::cases(args.dir, args.only_case)?;
     let mut swept = Vec::new();
     let (mut plans, mut failed_cases) = (0, 0);
     for path in cases {
@@ -61,8 +78,7 @@ pub(crate) async fn chaos(
                 println!("    {f}");
             }
             for f in s.failed.iter().take(SHOWN) {
-                for line in report::describe(&args.module, &args.dir, &s.case, args.seed, f).lines()
-                {
+                for line in report::describe(args.module, args.dir, &s.case, args.seed, f).lines() {
                     println!("    {line}");
                 }
             }
@@ -80,13 +96,13 @@ pub(crate) async fn chaos(
         }
         swept.push(s);
     }
-    if let Some(path) = &args.junit {
+    if let Some(path) = args.junit {
         let name = args
             .module
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let xml = report::junit(&name, &args.module, &args.dir, args.seed, &swept);
+        let xml = report::junit(&name, args.module, args.dir, args.seed, &swept);
         std::fs::write(path, xml)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }

@@ -82,7 +82,16 @@ pub(crate) async fn test(args: TestArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let subject = subject(&args.module, Some(&args.dir), &args.crds).await?;
     if args.chaos {
-        return super::chaos::chaos(&args, &subject, started).await;
+        let chaos = super::chaos::ChaosArgs {
+            module: &args.module,
+            dir: &args.dir,
+            only_case: args.only_case.as_deref(),
+            budget: args.budget,
+            seed: args.seed,
+            plan: args.plan.as_deref(),
+            junit: args.junit.as_deref(),
+        };
+        return super::chaos::chaos(chaos, &subject, started).await;
     }
     let results = suite::run(&subject, &args.dir, args.update, args.only_case.as_deref()).await?;
 

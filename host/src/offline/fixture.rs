@@ -43,7 +43,8 @@ use serde_json::Value;
 
 use crate::guest::settings::GuestSettings;
 pub use crate::guest::tape::RequestKey;
-use crate::offline::server::{Change, Event, Fault, Write};
+pub use crate::offline::records::ObjectName;
+use crate::offline::records::{Change, Event, Fault, Write};
 
 /// A fixture that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -72,22 +73,6 @@ pub enum Error {
         /// What is wrong, and what would be right.
         reason: String,
     },
-}
-
-/// An object named by kind and key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ObjectName {
-    /// `v1`, `apps/v1`…
-    #[serde(rename = "apiVersion")]
-    pub api_version: String,
-    /// Its kind.
-    pub kind: String,
-    /// Empty for cluster-scoped kinds.
-    #[serde(default)]
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
 }
 
 /// `fixture.yaml`.

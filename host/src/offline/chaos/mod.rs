@@ -13,6 +13,7 @@ pub mod oracle;
 pub mod plans;
 pub mod report;
 pub mod session;
+pub mod trace;
 
 use std::time::{Duration, Instant};
 

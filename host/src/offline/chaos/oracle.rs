@@ -16,7 +16,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::offline::chaos::session::Run;
+use crate::offline::chaos::trace::Run;
 use crate::offline::fixture::Case;
 
 /// One way a run failed.

@@ -10,7 +10,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::offline::chaos::session::Step;
+use crate::offline::chaos::trace::Step;
 use crate::offline::server::{Change, Write};
 
 /// One perturbation of a run. Steps count the run's reconciles from 1.

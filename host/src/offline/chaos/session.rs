@@ -4,45 +4,14 @@
 //! The guest's clock stands still except when a requeue-after fires, so that a perturbed run
 //! stamps the same times as the reference wherever it does the same thing.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
-
-use serde_json::Value;
 
 use crate::guest::bindings::Outcome as GuestOutcome;
 use crate::offline::chaos::plans::Perturbation;
+use crate::offline::chaos::trace::{Run, Step};
 use crate::offline::fixture::Case;
 use crate::offline::runner::{CaseError, Subject};
-use crate::offline::server::{Interfered, Interference, Lifecycle, Write};
-
-/// One reconcile of a run.
-#[derive(Debug, Clone)]
-pub struct Step {
-    /// Its writes, answered or refused, in order.
-    pub writes: Vec<Write>,
-    /// How it ended (as in `expected.yaml`), `crashed` if the host died during it.
-    pub outcome: String,
-    /// The guest's error or trap message.
-    pub message: Option<String>,
-    /// What the perturbation did to it.
-    pub interfered: Interfered,
-    /// The server's objects as it began.
-    pub before: BTreeMap<String, Value>,
-}
-
-/// A run: its steps and where it ended.
-#[derive(Debug, Clone)]
-pub struct Run {
-    /// The reconciles, in order.
-    pub steps: Vec<Step>,
-    /// The server's objects at the end.
-    pub end: BTreeMap<String, Value>,
-    /// How many times each object was created and deleted, changes included.
-    pub lifecycle: BTreeMap<String, Lifecycle>,
-    /// `None` if every change settled; otherwise the change (0: the start) after which the guest
-    /// was still writing, or failing, when the case's `settle` reconciles ran out.
-    pub unsettled: Option<usize>,
-}
+use crate::offline::server::Interference;
 
 /// Runs `case` on `subject` under `perturbation` (none: the reference).
 pub async fn run(

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::informer::Scope;
@@ -23,11 +22,16 @@ use crate::object::Object;
 use crate::offline::feed::{Cache, fields_match};
 use crate::offline::kinds::{Kind, Kinds};
 use crate::offline::records::shown;
-pub use crate::offline::records::{Event, Fault, Write, error_case};
+pub use crate::offline::records::{
+    Change, Event, Fault, Interfered, Interference, Lifecycle, Write, error_case, object_name,
+    split_key,
+};
 use crate::offline::semantics::{
     self, Assigned, GC_LIMITS, Refusal, meta, meta_mut, owned_by, timestamp,
 };
 use crate::selector::{FieldSelector, LabelSelector};
+
+mod perturb;
 
 type Key = (String, String, String, String);
 
@@ -62,49 +66,6 @@ struct State {
     /// Per object (`apiVersion/Kind namespace/name`): how many times it came into being and
     /// how many times it went.
     lifecycle: BTreeMap<String, Lifecycle>,
-}
-
-/// What `--chaos` imposes on one call: the host crashing after a write, an answer in place of
-/// the modelled one, the watch holding back the call's own writes. Writes are counted from 1
-/// per call, Events aside.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Interference {
-    /// Everything after this write (reads, writes, Events) is refused, as if the host had died.
-    pub crash_after: Option<u32>,
-    /// This write gets this answer (a [`Fault`] answer: `conflict`, `forbidden`…).
-    pub answer: Option<(u32, String)>,
-    /// The caches see none of the call's writes until the call ends.
-    pub hold_feed: bool,
-}
-
-/// What the interference of one call came to.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Interfered {
-    /// The writes the call made (answered or refused).
-    pub writes: u32,
-    /// Whether the host "died" during the call: its outcome is not the guest's to give.
-    pub crashed: bool,
-    /// The write that got the injected answer, and the answer's error case.
-    pub injected: Option<(u32, String)>,
-}
-
-/// How many times an object was created and deleted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Lifecycle {
-    /// Times it came into being (a create, or an apply of an absent object).
-    pub created: u32,
-    /// Times it went (a delete, or its last finalizer removed while being deleted).
-    pub deleted: u32,
-}
-
-/// A change made by someone other than the guest: a user's edit or delete.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub enum Change {
-    /// Merged onto the stored object (a merge patch of everything given), or created.
-    Apply(Value),
-    /// Deleted (marked for deletion if it has finalizers).
-    Delete(crate::offline::fixture::ObjectName),
 }
 
 /// The in-memory API server. Cheap to clone; clones share the state.
@@ -250,131 +211,6 @@ impl Server {
         s.caches.push(cache);
     }
 
-    /// Starts a call under `interference`; [`Server::end_call`] says what it came to.
-    pub fn begin_call(&self, interference: Interference) {
-        let mut s = self.state.lock().unwrap();
-        s.interference = interference;
-        s.interfered = Interfered::default();
-    }
-
-    /// Ends the call begun last: the caches get the writes held back, and the interference
-    /// stops.
-    pub fn end_call(&self) -> Interfered {
-        let mut s = self.state.lock().unwrap();
-        s.interference = Interference::default();
-        for (group, plural, object, gone) in std::mem::take(&mut s.held) {
-            s.feed(&group, &plural, &object, gone);
-        }
-        std::mem::take(&mut s.interfered)
-    }
-
-    /// Makes the caches of the object named `key` (as [`Server::objects`] names it) show
-    /// `version` (an older copy; `None`: absent) instead of the server's, until
-    /// [`Server::resync`]. A write the guest makes meanwhile reaches the caches as usual.
-    pub fn show(&self, key: &str, version: Option<&Value>) {
-        let s = self.state.lock().unwrap();
-        let Some((api_version, kind, namespace, name)) = split_key(key) else {
-            return;
-        };
-        let Ok(kind) = s.kinds.of_object(api_version, kind) else {
-            return;
-        };
-        for c in s.caches_of(&kind.resource.group, &kind.resource.plural) {
-            match version {
-                Some(v) => c.put(v),
-                None => {
-                    c.writer
-                        .remove(&crate::object::object_key(Some(namespace), name));
-                    c.writer.publish_watermarks();
-                }
-            }
-        }
-    }
-
-    /// Refills every cache from the server's objects, as a relist does.
-    pub fn resync(&self) {
-        let s = self.state.lock().unwrap();
-        for cache in &s.caches {
-            let items: Vec<_> = s
-                .objects
-                .iter()
-                .filter(|(k, v)| k.0 == cache.group && k.1 == cache.plural && cache.holds(v))
-                .filter_map(|(_, v)| {
-                    Object::from_value(v.clone(), &cache.scope.transform, None).ok()
-                })
-                .map(Arc::new)
-                .collect();
-            cache.writer.replace(items, s.rv);
-        }
-    }
-
-    /// Makes `change` as a user would: not a guest write (not in [`Server::writes`]), but seen
-    /// by the caches as any other.
-    pub fn change(&self, change: &Change) -> Result<(), Error> {
-        let mut s = self.state.lock().unwrap();
-        let (api_version, kind_name, namespace, name) = match change {
-            Change::Apply(v) => (
-                v["apiVersion"].as_str().unwrap_or(""),
-                v["kind"].as_str().unwrap_or(""),
-                meta(v, "namespace"),
-                meta(v, "name"),
-            ),
-            Change::Delete(o) => (
-                o.api_version.as_str(),
-                o.kind.as_str(),
-                o.namespace.as_str(),
-                o.name.as_str(),
-            ),
-        };
-        let kind = s.kinds.of_object(api_version, kind_name)?.clone();
-        let target = |name: Option<&str>| Target {
-            kind: kind.clone(),
-            namespace: namespace.to_string(),
-            name: name.map(str::to_string),
-            subresource: None,
-        };
-        let what = format!("{api_version}/{kind_name} {namespace}/{name}");
-        let refused = |r: Refusal| Error::Object {
-            what: what.clone(),
-            reason: r.status()["message"].as_str().unwrap_or("").to_string(),
-        };
-        let none = BTreeMap::new();
-        match change {
-            Change::Delete(_) => s
-                .perform("delete", &target(Some(name)), name, &none, None)
-                .map(drop)
-                .map_err(refused),
-            Change::Apply(v) => {
-                let exists = s.objects.contains_key(&key_of(&kind, namespace, name));
-                let answer = if exists {
-                    let mut patch = v.clone();
-                    if let Some(m) = patch["metadata"].as_object_mut() {
-                        m.remove("resourceVersion");
-                    }
-                    s.perform("merge-patch", &target(Some(name)), name, &none, Some(patch))
-                } else {
-                    s.perform("create", &target(None), name, &none, Some(v.clone()))
-                };
-                answer.map(drop).map_err(refused)
-            }
-        }
-    }
-
-    /// Every object the server holds, by `apiVersion/Kind namespace/name` (`apiVersion/Kind
-    /// name` for a cluster-scoped one).
-    pub fn objects(&self) -> BTreeMap<String, Value> {
-        let s = self.state.lock().unwrap();
-        s.objects
-            .values()
-            .map(|v| (object_name(v), v.clone()))
-            .collect()
-    }
-
-    /// How many times each object came and went, keyed as [`Server::objects`] keys them.
-    pub fn lifecycle(&self) -> BTreeMap<String, Lifecycle> {
-        self.state.lock().unwrap().lifecycle.clone()
-    }
-
     /// The writes so far, in order.
     pub fn writes(&self) -> Vec<Write> {
         self.state.lock().unwrap().writes.clone()
@@ -434,30 +270,6 @@ impl Server {
             &body,
         ))
     }
-}
-
-/// How [`Server::objects`] names an object: `apiVersion/Kind namespace/name`, or
-/// `apiVersion/Kind name` when it has no namespace.
-pub fn object_name(v: &Value) -> String {
-    let (namespace, name) = (meta(v, "namespace"), meta(v, "name"));
-    let at = if namespace.is_empty() {
-        name.to_string()
-    } else {
-        format!("{namespace}/{name}")
-    };
-    format!(
-        "{}/{} {at}",
-        v["apiVersion"].as_str().unwrap_or(""),
-        v["kind"].as_str().unwrap_or("")
-    )
-}
-
-/// The apiVersion, kind, namespace and name of an [`object_name`].
-pub fn split_key(key: &str) -> Option<(&str, &str, &str, &str)> {
-    let (kind, at) = key.split_once(' ')?;
-    let (api_version, kind) = kind.rsplit_once('/')?;
-    let (namespace, name) = at.split_once('/').unwrap_or(("", at));
-    Some((api_version, kind, namespace, name))
 }
 
 fn respond(answer: Result<Value, Refusal>) -> http::Response<Full<Bytes>> {
@@ -624,37 +436,7 @@ impl State {
                 chosen = Some(i);
             }
         }
-        let write = !matches!(verb, "get" | "list");
-        let nth = if write {
-            self.interfered.writes += 1;
-            Some(self.interfered.writes)
-        } else {
-            None
-        };
-        let chaos = match &self.interference.answer {
-            Some((n, answer)) if Some(*n) == nth => {
-                let fault = Fault {
-                    verb: None,
-                    kind: None,
-                    namespace: None,
-                    name: None,
-                    subresource: None,
-                    answer: answer.clone(),
-                    times: None,
-                    after: 0,
-                };
-                Some(
-                    fault
-                        .refusal(&format!("{} {:?}", r.plural, name))
-                        .map_err(|e| Refusal::new(500, "InternalError", e.to_string()))?,
-                )
-            }
-            _ => None,
-        };
-        if let (Some(n), Some(refusal)) = (nth, &chaos) {
-            let case = error_case(refusal.code, refusal.reason);
-            self.interfered.injected = Some((n, case.to_string()));
-        }
+        let (nth, chaos) = self.interfere(verb, &format!("{} {:?}", r.plural, name))?;
         let injected = match chosen.map(|i| &mut self.faults[i]) {
             _ if chaos.is_some() => chaos,
             Some(f) => {
