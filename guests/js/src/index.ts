@@ -793,10 +793,18 @@ export function withFinalizer<T extends KubeObject>(
   }
   const outcome = handlers.cleanup(obj);
   const path = `/metadata/finalizers/${at}`;
-  finalizerPatch(kind, obj, [
-    { op: 'test', path, value: name },
-    { op: 'remove', path },
-  ]);
+  try {
+    finalizerPatch(kind, obj, [
+      { op: 'test', path, value: name },
+      { op: 'remove', path },
+    ]);
+  } catch (e) {
+    // Not found: someone else let it go first (a reconcile from a cache that had not yet seen
+    // it go); it is deleted, which was wanted.
+    if (ReconcileError.from(e).case !== 'not-found') {
+      throw e;
+    }
+  }
   return outcome;
 }
 

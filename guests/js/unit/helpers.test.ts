@@ -164,6 +164,15 @@ test('withFinalizer on deletion: cleanup, then remove the entry at its index aft
   assert.deepEqual(fake.stored(Thing, 'ns', 't')!.metadata.finalizers, ['a', 'b']);
 });
 
+test('withFinalizer: a finalizer gone with its object (a reconcile from a cache that had not seen it go) is not an error', () => {
+  // Read from the cache, but no longer on the server: the finalizer removal finds nothing.
+  const read = {
+    metadata: { name: 'gone', namespace: 'ns', finalizers: [FIN], deletionTimestamp: 'x' },
+  } as KubeObject;
+  const out = withFinalizer(Thing, read, FIN, { ...handlers([]), cleanup: () => Outcome.done() });
+  assert.deepEqual(out, Outcome.done());
+});
+
 test('withFinalizer: a failing cleanup keeps the finalizer', () => {
   const read = fake.seed(Thing, { metadata: { name: 't', namespace: 'ns', finalizers: [FIN], deletionTimestamp: 'x' } }) as KubeObject;
   assert.throws(

@@ -731,7 +731,13 @@ def with_finalizer(
         return Outcome.done()
     outcome = cleanup(obj)
     path = f"/metadata/finalizers/{finalizers.index(name)}"
-    _finalizer_patch(kind, obj, [{"op": "test", "path": path, "value": name}, {"op": "remove", "path": path}])
+    try:
+        _finalizer_patch(kind, obj, [{"op": "test", "path": path, "value": name}, {"op": "remove", "path": path}])
+    except ReconcileError as e:
+        # Not found: someone else let it go first (a reconcile from a cache that had not yet seen
+        # it go); it is deleted, which was wanted.
+        if e.case != "not-found":
+            raise
     return outcome
 
 

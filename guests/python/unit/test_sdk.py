@@ -376,6 +376,12 @@ class TestFinalizers(Case):
         )
         self.assertEqual(SERVER.stored(THING, "ns", "t")["metadata"]["finalizers"], ["a", "b"])
 
+    def test_a_finalizer_gone_with_its_object_from_a_cache_that_had_not_seen_it_go_is_not_an_error(self):
+        # Read from the cache, but no longer on the server: the finalizer removal finds nothing.
+        read = {"metadata": {"name": "gone", "namespace": "ns", "finalizers": [FIN], "deletionTimestamp": "x"}}
+        out = with_finalizer(THING, read, FIN, self.handlers([])[0], lambda o: Outcome.done())
+        self.assertEqual(out, Outcome.done())
+
     def test_a_failing_cleanup_keeps_the_finalizer(self):
         read = SERVER.seed(THING, {"metadata": {"name": "t", "namespace": "ns", "finalizers": [FIN], "deletionTimestamp": "x"}})
 
