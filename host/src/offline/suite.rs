@@ -195,9 +195,8 @@ pub fn diff(expected: &str, actual: &str) -> String {
 
 /// The results as JUnit XML, one test suite named `suite`.
 pub fn junit(suite: &str, results: &[CaseResult]) -> String {
-    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
-    let mut report = Report::new("reconciled test");
-    let mut ts = TestSuite::new(suite);
+    use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus};
+    let mut cases = Vec::new();
     for r in results {
         let status = match &r.verdict {
             Verdict::Passed | Verdict::Updated => TestCaseStatus::success(),
@@ -222,8 +221,16 @@ pub fn junit(suite: &str, results: &[CaseResult]) -> String {
         if let Some(m) = &r.message {
             case.set_system_out(m.as_str());
         }
-        ts.add_test_case(case);
+        cases.push(case);
     }
+    junit_xml("reconciled test", suite, cases)
+}
+
+/// A JUnit XML report named `title` of one test suite named `suite` holding `cases`.
+pub fn junit_xml(title: &str, suite: &str, cases: Vec<quick_junit::TestCase>) -> String {
+    let mut report = quick_junit::Report::new(title);
+    let mut ts = quick_junit::TestSuite::new(suite);
+    ts.add_test_cases(cases);
     report.add_test_suite(ts);
     report
         .to_string()

@@ -87,16 +87,7 @@ fn every_classic_bug_is_found_with_a_plan_that_replays_and_every_fix_passes() {
 
 #[test]
 fn an_injected_conflict_answered_with_done_is_reported_as_swallowed() {
-    let module = wasm("chaos_bugs");
-    let out = chaos(&[
-        "--case",
-        "conflict-done-buggy",
-        "--plan",
-        "inject@1:1:conflict",
-        module.to_str().unwrap(),
-        "fixtures",
-    ]);
-    let report = output_text(&out);
+    let report = one_plan("conflict-done-buggy", "inject@1:1:conflict");
     assert!(
         report.contains("error swallowed: reconcile 1 got conflict on `update chaos.reconciled.dev/v1/Widget default/w/status`"),
         "{report}"
@@ -105,16 +96,7 @@ fn an_injected_conflict_answered_with_done_is_reported_as_swallowed() {
 
 #[test]
 fn assertions_in_the_style_of_chainsaw_are_checked_at_the_end_of_each_plan() {
-    let module = wasm("chaos_bugs");
-    let out = chaos(&[
-        "--case",
-        "finalizer-before-cleanup-buggy",
-        "--plan",
-        "crash@3:1",
-        module.to_str().unwrap(),
-        "fixtures",
-    ]);
-    let report = output_text(&out);
+    let report = one_plan("finalizer-before-cleanup-buggy", "crash@3:1");
     assert!(
         report.contains(
             "error.yaml: v1/ConfigMap default/registry exists at the end and matches what must not be"
@@ -139,6 +121,25 @@ fn a_plan_that_names_nothing_the_run_does_is_a_clear_error() {
         report.contains("no case \"nope\" in fixtures; its cases: "),
         "{report}"
     );
+}
+
+/// The report of `plan` alone on `case`, which must fail.
+fn one_plan(case: &str, plan: &str) -> String {
+    let module = wasm("chaos_bugs");
+    let out = chaos(&[
+        "--case",
+        case,
+        "--plan",
+        plan,
+        module.to_str().unwrap(),
+        "fixtures",
+    ]);
+    let report = output_text(&out);
+    assert!(
+        !out.status.success(),
+        "{case} under {plan} fails:\n{report}"
+    );
+    report
 }
 
 /// Splits a command line as a POSIX shell would, for the single quotes the report uses.

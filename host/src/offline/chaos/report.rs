@@ -64,9 +64,8 @@ pub fn describe(module: &Path, dir: &Path, case: &str, seed: u64, failed: &Faile
 
 /// The sweep as JUnit XML: a test case per fixture case, failed with its plans' reports.
 pub fn junit(suite: &str, module: &Path, dir: &Path, seed: u64, swept: &[Swept]) -> String {
-    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
-    let mut report = Report::new("reconciled test --chaos");
-    let mut ts = TestSuite::new(suite);
+    use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus};
+    let mut cases = Vec::new();
     for s in swept {
         let status = if s.ok() {
             TestCaseStatus::success()
@@ -98,12 +97,9 @@ pub fn junit(suite: &str, module: &Path, dir: &Path, seed: u64, swept: &[Swept])
         if let Some(u) = &s.unsettled {
             case.set_system_out(format!("skipped: {u}"));
         }
-        ts.add_test_case(case);
+        cases.push(case);
     }
-    report.add_test_suite(ts);
-    report
-        .to_string()
-        .unwrap_or_else(|e| format!("<!-- cannot render JUnit XML: {e} -->"))
+    crate::offline::suite::junit_xml("reconciled test --chaos", suite, cases)
 }
 
 #[cfg(test)]

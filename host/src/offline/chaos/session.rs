@@ -10,7 +10,7 @@ use crate::guest::bindings::Outcome as GuestOutcome;
 use crate::offline::chaos::plans::Perturbation;
 use crate::offline::chaos::trace::{Run, Step};
 use crate::offline::fixture::Case;
-use crate::offline::runner::{CaseError, Subject};
+use crate::offline::runner::{CaseError, Rig, Subject};
 use crate::offline::server::Interference;
 
 /// Runs `case` on `subject` under `perturbation` (none: the reference).
@@ -24,9 +24,13 @@ pub async fn run(
     let mut steps: Vec<Step> = Vec::new();
     let mut now = case.now;
     let changes = &case.setup.changes;
+    // The objects as the last step left them: the next step's `before`, unless a change came
+    // between.
+    let mut after = None;
     for phase in 0..=changes.len() {
         if phase > 0 {
             server.change(&changes[phase - 1])?;
+            after = None;
             let skipped = matches!(perturbation, Some(Perturbation::SkipState { change })
                 if *change as usize == phase);
             if skipped && phase < changes.len() {
@@ -37,31 +41,8 @@ pub async fn run(
         for _ in 0..case.setup.settle.max(1) {
             let at = u32::try_from(steps.len() + 1).unwrap_or(u32::MAX);
             let mine = perturbation.filter(|p| p.at() == Some(at));
-            let before = server.objects();
-            let mut interference = Interference::default();
-            let mut relist = false;
-            match mine {
-                Some(Perturbation::CrashAfterWrite { write, .. }) => {
-                    interference.crash_after = Some(*write);
-                    relist = true;
-                }
-                Some(Perturbation::Inject { write, answer, .. }) => {
-                    interference.answer = Some((*write, answer.clone()));
-                }
-                Some(Perturbation::UnseenWrites { .. }) => interference.hold_feed = true,
-                Some(Perturbation::Stale {
-                    object, seen_at, ..
-                }) => {
-                    // Time travel: a restarted host whose watch a lagging API server serves.
-                    rig.restart();
-                    let seen = steps
-                        .get((*seen_at as usize).saturating_sub(1))
-                        .and_then(|s| s.before.get(object));
-                    server.show(object, seen);
-                    relist = true;
-                }
-                _ => {}
-            }
+            let before = after.take().unwrap_or_else(|| server.objects());
+            let (interference, relist) = prepare(mine, &mut rig, &steps);
             let written = server.writes().len();
             server.begin_call(interference);
             let reconciled = subject.reconcile(&rig, case, now).await;
@@ -96,10 +77,12 @@ pub async fn run(
             }
             // An apply that changes nothing is no write: only a changed object keeps it going.
             // A stale view catching up is an event too, which reconciles again.
-            let quiet = server.objects() == step.before
+            let now_held = server.objects();
+            let quiet = now_held == step.before
                 && !matches!(mine, Some(Perturbation::Stale { .. }))
                 && !step.interfered.crashed
                 && (step.outcome == "done" || requeue.is_some());
+            after = Some(now_held);
             steps.push(step);
             // An early requeue is one more reconcile, however quiet this one was.
             if quiet && !early {
@@ -122,4 +105,34 @@ pub async fn run(
         lifecycle: server.lifecycle(),
         unsettled: None,
     })
+}
+
+/// Sets up the step's perturbation, if it has one: the interference its call runs under, and
+/// whether the caches must relist after it (a crash, or a stale view catching up).
+fn prepare(mine: Option<&Perturbation>, rig: &mut Rig, steps: &[Step]) -> (Interference, bool) {
+    let mut interference = Interference::default();
+    let mut relist = false;
+    match mine {
+        Some(Perturbation::CrashAfterWrite { write, .. }) => {
+            interference.crash_after = Some(*write);
+            relist = true;
+        }
+        Some(Perturbation::Inject { write, answer, .. }) => {
+            interference.answer = Some((*write, answer.clone()));
+        }
+        Some(Perturbation::UnseenWrites { .. }) => interference.hold_feed = true,
+        Some(Perturbation::Stale {
+            object, seen_at, ..
+        }) => {
+            // Time travel: a restarted host whose watch a lagging API server serves.
+            rig.restart();
+            let seen = steps
+                .get((*seen_at as usize).saturating_sub(1))
+                .and_then(|s| s.before.get(object));
+            rig.server.show(object, seen);
+            relist = true;
+        }
+        _ => {}
+    }
+    (interference, relist)
 }

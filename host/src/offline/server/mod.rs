@@ -759,6 +759,18 @@ mod tests {
 
     use k8s_openapi::api::core::v1::ConfigMap;
 
+    /// A cache of every ConfigMap, attached to `s`.
+    fn cache_of_config_maps(s: &Server) -> crate::informer::store::Store {
+        let kind = Kinds::builtin()
+            .of_object("v1", "ConfigMap")
+            .unwrap()
+            .clone();
+        let writer = Writer::new();
+        let store = writer.reader();
+        s.attach(&kind, Scope::default(), writer);
+        store
+    }
+
     fn server() -> Server {
         let s = Server::new(Kinds::builtin(), Duration::from_secs(1_767_225_600));
         s.seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -944,13 +956,7 @@ mod tests {
     #[tokio::test]
     async fn held_writes_reach_the_cache_when_the_call_ends_and_a_change_is_not_a_guest_write() {
         let s = server();
-        let kind = Kinds::builtin()
-            .of_object("v1", "ConfigMap")
-            .unwrap()
-            .clone();
-        let writer = Writer::new();
-        let store = writer.reader();
-        s.attach(&kind, Scope::default(), writer);
+        let store = cache_of_config_maps(&s);
         s.begin_call(Interference {
             hold_feed: true,
             ..Interference::default()
@@ -989,17 +995,7 @@ mod tests {
     #[tokio::test]
     async fn a_write_reaches_an_attached_cache_as_a_watch_event_would() {
         let s = server();
-        let kind = s
-            .state
-            .lock()
-            .unwrap()
-            .kinds
-            .of_object("v1", "ConfigMap")
-            .unwrap()
-            .clone();
-        let writer = Writer::new();
-        let store = writer.reader();
-        s.attach(&kind, Scope::default(), writer);
+        let store = cache_of_config_maps(&s);
         assert_eq!(store.get("ns/a").unwrap().resource_version(), "1");
         assert!(s.advance("v1", "ConfigMap", "ns", "a"));
         assert_eq!(
