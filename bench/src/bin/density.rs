@@ -1,8 +1,9 @@
-//! Density: N distinct guests in one host, and what each costs it once idle.
+//! Density: N guests in one host, and what each costs it once idle.
 //!
 //! ```text
 //! cargo build --release -p reconciled
-//! cargo run --release -p reconciled-bench --bin density -- [--counts 1,100,1000] [--host-bin PATH]
+//! cargo run --release -p reconciled-bench --bin density -- [--counts 1,100,1000] \
+//!     [--modules distinct|one|both] [--host-bin PATH]
 //! ```
 //!
 //! The guest is the example (`examples/configmap-generator`, ~420 KB), copied N times with a
@@ -10,6 +11,8 @@
 //! cached and loaded as a module of its own, as N tenants' builds would be. Every copy is a
 //! `[[guest]]` of one `reconciled run`, granted the same namespace, which holds 1000 ConfigMaps
 //! and no ConfigMapGenerator: the guests share one set of informers (one cache), and stay idle.
+//! With `--modules one` every guest runs the same copy instead, as many tenants of one
+//! published reconciler would: one digest, whose code the host holds once.
 //!
 //! For each N the host is started twice against the same precompile cache (a folder of this
 //! run's own, new for each N): *cold* compiles every copy, *warm* loads each from its precompiled artifact, as a
@@ -31,6 +34,7 @@ const NS: &str = "bench-density";
 
 fn main() -> anyhow::Result<()> {
     let mut counts = vec![1usize, 100, 1000];
+    let mut modes = vec![Modules::Distinct, Modules::One];
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut host_bin = root.join("target/release/reconciled");
     let mut it = std::env::args().skip(1);
@@ -45,8 +49,16 @@ fn main() -> anyhow::Result<()> {
                     .collect::<Result<_, _>>()?
             }
             "--host-bin" => host_bin = it.next().unwrap_or_default().into(),
+            "--modules" => {
+                modes = match it.next().as_deref() {
+                    Some("distinct") => vec![Modules::Distinct],
+                    Some("one") => vec![Modules::One],
+                    Some("both") => vec![Modules::Distinct, Modules::One],
+                    other => anyhow::bail!("--modules takes distinct, one or both, not {other:?}"),
+                }
+            }
             other => anyhow::bail!(
-                "unknown argument {other}; usage: density [--counts 1,100,1000] [--host-bin PATH]"
+                "unknown argument {other}; usage: density [--counts 1,100,1000] [--modules distinct|one|both] [--host-bin PATH]"
             ),
         }
     }
@@ -92,48 +104,58 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async {
         let client = cp.admin_client();
         reconciled_bench::fill(&client, NS, 1000, |_| None).await?;
-        for &n in &counts {
-            for pass in ["cold", "warm"] {
-                // A precompile cache per count: its cold pass compiles all n.
-                let artifacts = work.join(format!("artifacts-{n}"));
-                let r = run_host(
-                    &host_bin,
-                    cp.kubeconfig_path(),
-                    &work,
-                    &modules,
-                    &artifacts,
-                    n,
-                )
-                .await?;
-                eprintln!(
-                    "density: {n} guests, {pass}: all serving in {:.1?}, {:?}",
-                    r.0, r.1
-                );
-                rows.push((n, pass, r.0, r.1));
+        for &mode in &modes {
+            for &n in &counts {
+                // One guest is the baseline of both modes: run it once.
+                if n == 1 && mode == Modules::One && modes.contains(&Modules::Distinct) {
+                    continue;
+                }
+                for pass in ["cold", "warm"] {
+                    // A precompile cache per count and mode: its cold pass compiles them all.
+                    let artifacts = work.join(format!("artifacts-{n}-{mode:?}"));
+                    let r = run_host(
+                        &host_bin,
+                        cp.kubeconfig_path(),
+                        &work,
+                        &modules,
+                        &artifacts,
+                        (n, mode),
+                    )
+                    .await?;
+                    eprintln!(
+                        "density: {n} guests, {mode:?} modules, {pass}: all serving in {:.1?}, {:?}",
+                        r.0, r.1
+                    );
+                    rows.push((n, mode, pass, r.0, r.1));
+                }
             }
         }
         anyhow::Ok(())
     })?;
 
     println!(
-        "\n| guests | pass | all serving s | per guest ms | RSS idle MiB | of it anonymous | of it file-backed | RSS per guest beyond one MiB | anonymous per guest MiB |"
+        "\n| guests | modules | pass | all serving s | per guest ms | RSS idle MiB | of it anonymous | of it file-backed | RSS per guest beyond one KiB | anonymous per guest KiB |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mib = |b: f64| b / (1 << 20) as f64;
-    for (n, pass, took, rss) in &rows {
+    for (n, mode, pass, took, rss) in &rows {
         let base = rows
             .iter()
-            .find(|(bn, bp, _, _)| *bn == 1 && bp == pass)
-            .map(|r| r.3);
+            .find(|(bn, _, bp, _, _)| *bn == 1 && bp == pass)
+            .map(|r| r.4);
         let per = |f: fn(&Rss) -> u64| match base {
             Some(b) if *n > 1 => format!(
-                "{:.2}",
-                mib((f(rss) as f64 - f(&b) as f64) / (*n - 1) as f64)
+                "{:.0}",
+                (f(rss) as f64 - f(&b) as f64) / (*n - 1) as f64 / 1024.0
             ),
             _ => "—".into(),
         };
+        let mode = match mode {
+            Modules::Distinct => "distinct",
+            Modules::One => "one",
+        };
         println!(
-            "| {n} | {pass} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {} |",
+            "| {n} | {mode} | {pass} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {} |",
             took.as_secs_f64(),
             took.as_secs_f64() * 1e3 / *n as f64,
             mib(rss.all as f64),
@@ -145,6 +167,13 @@ fn main() -> anyhow::Result<()> {
     }
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
+}
+
+/// Whether each guest runs a module of its own or all run one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Modules {
+    Distinct,
+    One,
 }
 
 /// `component` with a custom section `reconciled-density` holding `i`: a valid component with
@@ -183,19 +212,20 @@ async fn run_host(
     work: &Path,
     modules: &Path,
     artifacts: &Path,
-    n: usize,
+    (n, mode): (usize, Modules),
 ) -> anyhow::Result<(Duration, Rss)> {
-    let config = work.join(format!("host-{n}.toml"));
+    let config = work.join(format!("host-{n}-{mode:?}.toml"));
     let mut toml = String::new();
     for i in 0..n {
+        let copy = if mode == Modules::One { 0 } else { i };
         toml.push_str(&format!(
             "[[guest]]\nname = \"g{i:04}\"\nmodule = {:?}\n[guest.grant]\nnamespaces = [\"{NS}\"]\nkinds = [\"v1/ConfigMap\", \"example.reconciled.dev/v1alpha1/ConfigMapGenerator\"]\n\n",
-            modules.join(format!("g{i:04}.wasm")).display().to_string()
+            modules.join(format!("g{copy:04}.wasm")).display().to_string()
         ));
     }
     std::fs::write(&config, toml)?;
     let addr: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let log = std::fs::File::create(work.join(format!("host-{n}.log")))?;
+    let log = std::fs::File::create(work.join(format!("host-{n}-{mode:?}.log")))?;
     let started = Instant::now();
     let child = Command::new(bin)
         .arg("run")

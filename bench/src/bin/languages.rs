@@ -143,6 +143,8 @@ async fn run(
         let mut module: Option<Module> = None;
         let started = Instant::now();
         while warm.len() < 20 {
+            // A module still held would be shared (`Origin::Memory`), not loaded again.
+            module = None;
             let m = cached.compile(bytes.clone()).await?;
             if m.origin() == Origin::Cache {
                 warm.push(m.compile_time().as_secs_f64() * 1e3);

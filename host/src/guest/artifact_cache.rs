@@ -17,13 +17,17 @@
 //!   crash mid-write never leaves a half artifact under the real name.
 //! - Only validated modules are kept: the host stores an artifact once the module has passed
 //!   `describe` and the grant check, so a stream of rejected uploads does not fill the disk.
-//! - The directory is pruned to [`ArtifactCache::with_max_bytes`] after each store, least
-//!   recently loaded first: 4 GiB by default, or `$RECONCILED_CACHE_MAX_MIB`. A host whose
-//!   guests' artifacts exceed it recompiles some at every start, and worse, a start that loads
-//!   them in order evicts each next one as it stores the last, so that all recompile: 1000
-//!   copies of a 420 KB guest (about 1.2 MB of artifact each) do not fit in 1 GiB.
-//! - Each engine configuration has a directory of its own, pruned on its own: the directories
-//!   of an older wasmtime or configuration are left as they are.
+//!   Until then a freshly compiled module is *staged* ([`ArtifactCache::stage`]): written to a
+//!   hidden temporary file and mapped from it, so that its code is file-backed (shared with the
+//!   page cache, reclaimable) from the first call rather than anonymous memory until the next
+//!   restart. A staged file is renamed into place when the module is kept, and deleted when it
+//!   is dropped unkept; one a crashed process left behind is deleted an hour later.
+//! - The whole cache folder is pruned to [`ArtifactCache::with_max_bytes`] after each store,
+//!   least recently loaded first, across every engine configuration's directory, so that an
+//!   older wasmtime's or configuration's artifacts age out with the rest, and its directory is
+//!   removed once empty. An artifact of a module this process has loaded (see
+//!   [`ArtifactCache::pinning`]) is never evicted, even above the budget. 4 GiB by default, or
+//!   `$RECONCILED_CACHE_MAX_MIB`; 1000 copies of a 420 KB guest take about 1.2 GB.
 //! - An artifact is mapped from the file the cache opened (through `/proc/self/fd/N`, since
 //!   wasmtime maps only by path), never through whatever its name points to; without `/proc` it
 //!   is read into memory, and a load briefly holds it twice.
@@ -73,17 +77,41 @@ pub enum Origin {
     Cache,
     /// Compiled now (and stored, if the cache is usable).
     Compiled,
+    /// Already in memory: another guest, shadow or revision in this process runs the same
+    /// digest, and this one shares its code.
+    Memory,
 }
 
 /// A directory of `<engine hash>/<module sha256>.cwasm` files.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ArtifactCache {
     /// The engine's subdirectory, for messages: files are reached through `dir` only.
     path: PathBuf,
+    /// The folder of every engine's subdirectory, opened once, for pruning across them.
+    root: Arc<Dir>,
+    /// The engine's subdirectory's name in `root`.
+    name: String,
     /// The engine's subdirectory, opened once: nothing below it is reached by path.
     dir: Arc<Dir>,
     max_bytes: u64,
+    /// Digests whose artifacts pruning must keep; see [`ArtifactCache::pinning`].
+    pinned: Option<Arc<InUse>>,
 }
+
+/// Whether a digest's module is in use, so that its artifact is kept.
+type InUse = dyn Fn(&str) -> bool + Send + Sync;
+
+impl std::fmt::Debug for ArtifactCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArtifactCache")
+            .field("path", &self.path)
+            .field("max_bytes", &self.max_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How old a hidden temporary file must be before pruning takes it for a crashed writer's.
+const STALE_TEMPORARY: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// See [`ArtifactCache::default_max_bytes`].
 const DEFAULT_MAX_BYTES: u64 = 4 << 30;
@@ -134,9 +162,20 @@ impl ArtifactCache {
         })?;
         Ok(Self {
             path,
+            root: Arc::new(root),
+            name,
             dir: Arc::new(engine_dir),
             max_bytes: Self::default_max_bytes(),
+            pinned: None,
         })
+    }
+
+    /// Keeps the artifact of every digest for which `in_use` says yes when pruning, however
+    /// far over the budget: the runtime pins the modules it holds in memory, whose code may be
+    /// mapped from those very files, and which a restart would otherwise compile again.
+    pub fn pinning(mut self, in_use: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.pinned = Some(Arc::new(in_use));
+        self
     }
 
     /// The size the directory is pruned to unless [`ArtifactCache::with_max_bytes`] says
@@ -238,7 +277,7 @@ impl ArtifactCache {
         Ok(Some(file))
     }
 
-    /// Stores `component`'s native code under `digest`, then prunes the directory. Blocking.
+    /// Stores `component`'s native code under `digest`, then prunes the cache. Blocking.
     /// Failures are logged, never fatal: the next load compiles again.
     pub fn store(&self, component: &Component, digest: &str) {
         let Some(name) = artifact_name(digest) else {
@@ -251,62 +290,238 @@ impl ArtifactCache {
         if self.dir.symlink_metadata(&name).is_ok_and(|m| m.is_file()) {
             return;
         }
-        let write = || -> wasmtime::Result<()> {
-            let bytes = component.serialize()?;
-            // Unique per writer: two loads of one module may store at once.
-            let tmp = format!(
-                ".{name}.{}.{:08x}.tmp",
-                std::process::id(),
-                fastrand::u32(..)
-            );
-            // create_new: never through whatever might already be there, symlink included.
-            let mut file = self
-                .dir
-                .open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
-            let written = file.write_all(&bytes);
-            drop(file);
-            // A rename replaces a symlink at `name` rather than writing through it.
-            written
-                .and_then(|()| self.dir.rename(&tmp, &self.dir, &name))
-                .inspect_err(|_| {
+        match self.write_temporary(&name, component) {
+            Ok(tmp) => self.commit(&tmp, &name),
+            Err(e) => {
+                let artifact = self.path.join(&name);
+                tracing::warn!(artifact = %artifact.display(), "could not store the precompiled artifact (the next load compiles again): {e}");
+                self.prune();
+            }
+        }
+    }
+
+    /// A freshly compiled `component` (whose sha256 is `digest`) mapped again from a
+    /// temporary file in the cache, with the file's [`Staged`] handle: the same code, but
+    /// file-backed, so that it is shared with the page cache and reclaimable rather than held
+    /// in anonymous memory for the life of the process. Blocking.
+    ///
+    /// `None` (logged) when the file cannot be written or mapped, or `digest` is not a plain
+    /// digest: the caller keeps the component it has.
+    pub fn stage(
+        &self,
+        engine: &Engine,
+        component: &Component,
+        digest: &str,
+    ) -> Option<(Component, Staged)> {
+        let name = artifact_name(digest)?;
+        let staged = (|| -> wasmtime::Result<(Component, String)> {
+            let tmp = self.write_temporary(&name, component)?;
+            let mapped = (|| -> wasmtime::Result<Component> {
+                let file = self
+                    .open_artifact(&tmp)?
+                    .ok_or_else(|| std::io::Error::other("the file vanished once written"))?;
+                // SAFETY: `tmp` was written just now by `write_temporary`, from a component
+                // this engine compiled, in the private directory (see `load`).
+                unsafe { deserialize(engine, &file) }
+            })();
+            match mapped {
+                Ok(component) => Ok((component, tmp)),
+                Err(e) => {
                     let _ = self.dir.remove_file(&tmp);
-                })?;
-            Ok(())
+                    Err(e)
+                }
+            }
+        })();
+        match staged {
+            Ok((component, tmp)) => Some((
+                component,
+                Staged {
+                    cache: self.clone(),
+                    tmp: Some(tmp),
+                    name,
+                },
+            )),
+            Err(e) => {
+                tracing::warn!(dir = %self.path.display(), digest, "could not map the freshly compiled module from the precompile cache; its code stays in anonymous memory: {e:#}");
+                None
+            }
+        }
+    }
+
+    /// Writes `component`'s native code to a new hidden file named after `name`, and returns
+    /// the file's name.
+    fn write_temporary(&self, name: &str, component: &Component) -> wasmtime::Result<String> {
+        let bytes = component.serialize()?;
+        // Unique per writer: two loads of one module may store at once.
+        let tmp = format!(
+            ".{name}.{}.{:08x}.tmp",
+            std::process::id(),
+            fastrand::u32(..)
+        );
+        // create_new: never through whatever might already be there, symlink included.
+        let mut file = self
+            .dir
+            .open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
+        let written = file.write_all(&bytes);
+        drop(file);
+        written.inspect_err(|_| {
+            let _ = self.dir.remove_file(&tmp);
+        })?;
+        Ok(tmp)
+    }
+
+    /// Moves the written file `tmp` into place as `name` (or deletes it if an artifact is
+    /// already there), then prunes.
+    fn commit(&self, tmp: &str, name: &str) {
+        let there = self.dir.symlink_metadata(name).is_ok_and(|m| m.is_file());
+        // A rename replaces a symlink at `name` rather than writing through it.
+        let moved = if there {
+            self.dir.remove_file(tmp)
+        } else {
+            self.dir.rename(tmp, &self.dir, name)
         };
-        if let Err(e) = write() {
-            let artifact = self.path.join(&name);
+        if let Err(e) = moved {
+            let _ = self.dir.remove_file(tmp);
+            let artifact = self.path.join(name);
             tracing::warn!(artifact = %artifact.display(), "could not store the precompiled artifact (the next load compiles again): {e}");
         }
         self.prune();
     }
 
-    /// Deletes the least recently loaded artifacts until the directory fits `max_bytes`.
+    /// Deletes the least recently loaded artifacts, across every engine's directory, until
+    /// the cache fits `max_bytes`, never one that is pinned; then removes other engines'
+    /// directories left empty, and temporary files a crashed writer left behind.
     fn prune(&self) {
-        let Ok(entries) = self.dir.entries() else {
-            return;
-        };
-        // Regular files only: a symlink's size says nothing about what it costs here.
-        let mut files: Vec<(std::time::SystemTime, u64, std::ffi::OsString)> = entries
-            .filter_map(Result::ok)
-            .filter(|e| {
-                Path::new(&e.file_name())
-                    .extension()
-                    .is_some_and(|x| x == "cwasm")
-            })
-            .filter_map(|e| {
-                let m = e.metadata().ok().filter(|m| m.is_file())?;
-                Some((m.modified().ok()?.into_std(), m.len(), e.file_name()))
-            })
-            .collect();
-        let mut total: u64 = files.iter().map(|f| f.1).sum();
-        files.sort();
-        for (_, len, name) in files {
+        let mut dirs: Vec<(Option<String>, Arc<Dir>)> = vec![(None, self.dir.clone())];
+        if let Ok(entries) = self.root.entries() {
+            for entry in entries.filter_map(Result::ok) {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                // `file_type` does not follow a symlink: a link to a folder is not pruned.
+                if name == self.name || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                if let Ok(dir) = self.root.open_dir_nofollow(&name) {
+                    dirs.push((Some(name), Arc::new(dir)));
+                }
+            }
+        }
+        let now = std::time::SystemTime::now();
+        let mut total = 0u64;
+        let mut candidates = Vec::new();
+        for (index, (_, dir)) in dirs.iter().enumerate() {
+            for file in artifacts_in(dir) {
+                let stale = now
+                    .duration_since(file.modified)
+                    .is_ok_and(|age| age > STALE_TEMPORARY);
+                if file.temporary {
+                    if stale {
+                        let _ = dir.remove_file(&file.name);
+                    }
+                    continue;
+                }
+                total += file.len;
+                let pinned = index == 0
+                    && self.pinned.as_ref().is_some_and(|in_use| {
+                        file.name
+                            .to_str()
+                            .and_then(|n| n.strip_suffix(".cwasm"))
+                            .is_some_and(|digest| in_use(digest))
+                    });
+                if !pinned {
+                    candidates.push((file.modified, file.len, index, file.name));
+                }
+            }
+        }
+        candidates.sort();
+        for (_, len, index, name) in candidates {
             if total <= self.max_bytes {
                 break;
             }
-            if self.dir.remove_file(&name).is_ok() {
+            if dirs[index].1.remove_file(&name).is_ok() {
                 total -= len;
             }
+        }
+        for (name, _) in &dirs {
+            if let Some(name) = name {
+                // Fails, as it should, unless the directory is empty.
+                let _ = self.root.remove_dir(name);
+            }
+        }
+    }
+}
+
+/// A file in an engine's directory that pruning may delete.
+struct CachedFile {
+    name: std::ffi::OsString,
+    modified: std::time::SystemTime,
+    len: u64,
+    /// A hidden `.tmp` file (a staged or half-written artifact), not an artifact.
+    temporary: bool,
+}
+
+/// The regular `.cwasm` and hidden `.tmp` files in `dir`: a symlink's size says nothing about
+/// what it costs here, and what it points to is not the cache's to delete.
+fn artifacts_in(dir: &Dir) -> Vec<CachedFile> {
+    let Ok(entries) = dir.entries() else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name();
+            let path = Path::new(&name);
+            let temporary = name.to_string_lossy().starts_with('.')
+                && path.extension().is_some_and(|x| x == "tmp");
+            let artifact = path.extension().is_some_and(|x| x == "cwasm");
+            if !temporary && !artifact {
+                return None;
+            }
+            let m = e.metadata().ok().filter(|m| m.is_file())?;
+            Some(CachedFile {
+                modified: m.modified().ok()?.into_std(),
+                len: m.len(),
+                name,
+                temporary,
+            })
+        })
+        .collect()
+}
+
+/// A freshly compiled module's artifact in a temporary file its code is mapped from (see
+/// [`ArtifactCache::stage`]).
+///
+/// Where it may surprise: dropping it unkept deletes the file's name only; the code stays
+/// mapped, and the disk space taken, until the module's last user is gone.
+pub struct Staged {
+    cache: ArtifactCache,
+    /// The file's name while it is not kept.
+    tmp: Option<String>,
+    /// The artifact's name once kept.
+    name: String,
+}
+
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staged")
+            .field("tmp", &self.tmp)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Staged {
+    /// Keeps the artifact under its module's digest (unless one is already there) and prunes
+    /// the cache. Blocking.
+    pub fn keep(mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            self.cache.commit(&tmp, &self.name);
+        }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            let _ = self.cache.dir.remove_file(&tmp);
         }
     }
 }
@@ -468,6 +683,78 @@ mod tests {
         assert!(artifact(&cache, "a").exists());
         assert!(!artifact(&cache, "b").exists());
         assert!(artifact(&cache, "c").exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn pruning_keeps_pinned_artifacts_and_ages_out_other_configurations() {
+        let engine = Engine::default();
+        let root = temp("prune-pinned");
+        let cache = ArtifactCache::open(&root, &engine).unwrap();
+        let (component, _) = cache
+            .load_or_compile(&engine, "x", EMPTY_COMPONENT)
+            .unwrap();
+        // Another configuration's directory, with an artifact and a crashed writer's file.
+        let other = root.join("0123456789abcdef");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join("old.cwasm"), b"an older engine's code").unwrap();
+        let ours_stale = cache.dir().join(".a.cwasm.1.00000000.tmp");
+        let ours_fresh = cache.dir().join(".a.cwasm.2.00000000.tmp");
+        std::fs::write(&ours_stale, b"half").unwrap();
+        std::fs::write(&ours_fresh, b"being written").unwrap();
+        let long_ago = std::time::SystemTime::now() - 2 * STALE_TEMPORARY;
+        std::fs::File::options()
+            .append(true)
+            .open(&ours_stale)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+
+        let cache = cache.with_max_bytes(0).pinning(|d| d == "held");
+        cache.store(&component, "held");
+        cache.store(&component, "loose");
+        assert!(
+            artifact(&cache, "held").exists(),
+            "a pinned artifact was pruned"
+        );
+        assert!(!artifact(&cache, "loose").exists());
+        assert!(
+            !other.exists(),
+            "the other configuration's directory is left"
+        );
+        assert!(!ours_stale.exists(), "a crashed writer's file is left");
+        assert!(ours_fresh.exists(), "a file being written was deleted");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_staged_artifact_is_kept_under_its_name_or_deleted_unkept() {
+        let engine = Engine::default();
+        let root = temp("staged");
+        let cache = ArtifactCache::open(&root, &engine).unwrap();
+        let (component, _) = cache
+            .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
+            .unwrap();
+        let files = || std::fs::read_dir(cache.dir()).unwrap().count();
+
+        let (_, staged) = cache.stage(&engine, &component, "abc").unwrap();
+        assert_eq!(files(), 1, "the staged file");
+        assert!(
+            !artifact(&cache, "abc").exists(),
+            "kept before it was asked"
+        );
+        drop(staged);
+        assert_eq!(files(), 0, "an unkept staged file stays behind");
+
+        let (mapped, staged) = cache.stage(&engine, &component, "abc").unwrap();
+        staged.keep();
+        assert_eq!(files(), 1);
+        let (_, origin) = cache
+            .load_or_compile(&engine, "abc", EMPTY_COMPONENT)
+            .unwrap();
+        assert_eq!(origin, Origin::Cache);
+        // The component mapped from the staged file still serializes after the rename.
+        assert!(!mapped.serialize().unwrap().is_empty());
         std::fs::remove_dir_all(&root).unwrap();
     }
 

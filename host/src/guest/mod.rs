@@ -1,5 +1,5 @@
-//! Guest runtime: one wasmtime engine, each component compiled once into an `InstancePre`, and a
-//! fresh store per call with its own limits.
+//! Guest runtime: one wasmtime engine, each digest compiled once into an `InstancePre` shared
+//! by every guest that runs it, and a fresh store per call with its own limits.
 //!
 //! A fresh store per reconcile (about 30–40 µs for a small Rust guest) means a buggy guest
 //! cannot carry state, corrupted memory or leaked allocations from one reconcile into the next.
@@ -15,6 +15,7 @@ mod engine;
 pub mod grant;
 pub mod identity;
 pub mod imports;
+mod loaded;
 pub mod read_your_writes;
 pub mod settings;
 pub mod tape;
@@ -39,6 +40,7 @@ use crate::guest::bindings::{
 };
 use crate::guest::engine::{Instances, Ticker};
 use crate::guest::imports::{GuestContext, HostState, Limits};
+use crate::guest::loaded::{Compiled, Loaded};
 
 /// Errors from loading a module.
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +115,7 @@ pub struct Runtime {
     ticker: Arc<Ticker>,
     instances: Instances,
     artifacts: Option<ArtifactCache>,
+    loaded: Loaded,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -139,6 +142,7 @@ impl Runtime {
             ticker,
             instances: Instances::new(),
             artifacts: None,
+            loaded: Loaded::default(),
         })
     }
 
@@ -154,20 +158,25 @@ impl Runtime {
 
     /// [`Runtime::with_artifact_cache`] in place: on an error the runtime is unchanged and
     /// compiles every time.
+    ///
+    /// The cache never prunes the artifact of a module this runtime holds in memory.
     pub fn use_artifact_cache(&mut self, dir: &Path) -> Result<(), artifact_cache::Error> {
-        self.artifacts = Some(ArtifactCache::open(dir, &self.engine)?);
+        let loaded = self.loaded.clone();
+        let cache = ArtifactCache::open(dir, &self.engine)?.pinning(move |d| loaded.holds(d));
+        self.artifacts = Some(cache);
         Ok(())
     }
 
     /// Compiles `bytes` (off the async runtime: a large component takes seconds) and links it.
-    /// With a precompile cache, a module seen before is loaded from it instead.
+    /// A digest this runtime already holds in memory shares that code (see
+    /// [`Origin::Memory`]); with a precompile cache, a module seen before is loaded from it.
     pub async fn compile(&self, bytes: Vec<u8>) -> Result<Module, LoadError> {
         self.compile_digested(bytes, None).await
     }
 
     /// [`Runtime::compile`] for bytes whose sha256 the caller has already computed (hashing
     /// 12 MB takes about 8 ms; a reload should do it once). The digest is trusted: it names the
-    /// precompiled artifact, so a wrong one would load another module's code.
+    /// precompiled artifact and the code in memory, so a wrong one would run another module.
     pub async fn compile_digested(
         &self,
         bytes: Vec<u8>,
@@ -176,50 +185,43 @@ impl Runtime {
         let size = bytes.len();
         let engine = self.engine.clone();
         let artifacts = self.artifacts.clone();
-        let (digest, compiled, compile_time) = tokio::task::spawn_blocking(move || {
+        let loaded = self.loaded.clone();
+        let (digest, found, compile_time) = tokio::task::spawn_blocking(move || {
             // The clock starts here, not before the hand-off: the tenant is charged for its
             // compile, not for the time the blocking pool was busy with other tenants' work.
             let started = Instant::now();
             let digest = digest.unwrap_or_else(|| digest_of(&bytes));
-            let compiled = match &artifacts {
-                Some(cache) => cache.load_or_compile(&engine, &digest, &bytes),
-                None => Component::new(&engine, &bytes).map(|c| (c, Origin::Compiled)),
+            let found = match loaded.get(&digest) {
+                Some(held) => Ok(Found::Held(held)),
+                None => compile_or_load(&engine, artifacts.as_ref(), &digest, &bytes),
             };
-            (digest, compiled, started.elapsed())
+            (digest, found, started.elapsed())
         })
         .await
         .map_err(|e| LoadError::Engine(format!("the compile task failed: {e}")))?;
-        let (component, origin) = compiled.map_err(|e| LoadError::Invalid {
+        let found = found.map_err(|e| LoadError::Invalid {
             size,
             digest: digest.clone(),
             reason: format!("{e:#}"),
         })?;
-        // A module built against a newer 0.1.x that uses nothing this host lacks links and
-        // runs; one that does fail to link is told which versions are at stake.
-        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
-            let ty = component.component_type();
-            match wit_version::check(ty.imports(&self.engine).map(|(name, _)| name)) {
-                Err(mismatch) => LoadError::WitVersion {
-                    digest: digest.clone(),
-                    mismatch,
-                },
-                Ok(()) => LoadError::WrongWorld {
-                    digest: digest.clone(),
-                    reason: format!("{e:#}"),
-                },
+        let (compiled, origin) = match found {
+            Found::Held(held) => (held, Origin::Memory),
+            Found::New(component, origin, staged) => {
+                let pre = self.link(&component, &digest)?;
+                let image = component.image_range();
+                let compiled = Arc::new(Compiled {
+                    compiled_bytes: (image.end as usize).saturating_sub(image.start as usize),
+                    component,
+                    pre,
+                    staged: std::sync::Mutex::new(staged),
+                });
+                (self.loaded.insert(&digest, compiled), origin)
             }
-        })?;
-        let pre = ReconcilerPre::new(pre).map_err(|e| LoadError::WrongWorld {
-            digest: digest.clone(),
-            reason: format!("{e:#}"),
-        })?;
-        let image = component.image_range();
+        };
         Ok(Module {
-            compiled_bytes: (image.end as usize).saturating_sub(image.start as usize),
             engine: self.engine.clone(),
-            component: component.clone(),
+            compiled,
             artifacts: self.artifacts.clone(),
-            pre,
             digest,
             size,
             compile_time,
@@ -228,6 +230,60 @@ impl Runtime {
             instances: self.instances.clone(),
         })
     }
+
+    /// Links `component` against the host's imports, or says why it cannot run here.
+    fn link(
+        &self,
+        component: &Component,
+        digest: &str,
+    ) -> Result<ReconcilerPre<HostState>, LoadError> {
+        // A module built against a newer 0.1.x that uses nothing this host lacks links and
+        // runs; one that does fail to link is told which versions are at stake.
+        let pre = self.linker.instantiate_pre(component).map_err(|e| {
+            let ty = component.component_type();
+            match wit_version::check(ty.imports(&self.engine).map(|(name, _)| name)) {
+                Err(mismatch) => LoadError::WitVersion {
+                    digest: digest.to_string(),
+                    mismatch,
+                },
+                Ok(()) => LoadError::WrongWorld {
+                    digest: digest.to_string(),
+                    reason: format!("{e:#}"),
+                },
+            }
+        })?;
+        ReconcilerPre::new(pre).map_err(|e| LoadError::WrongWorld {
+            digest: digest.to_string(),
+            reason: format!("{e:#}"),
+        })
+    }
+}
+
+/// What a load found: code already in memory, or a component loaded or compiled now (with the
+/// temporary file a fresh compile is mapped from).
+enum Found {
+    Held(Arc<Compiled>),
+    New(Component, Origin, Option<artifact_cache::Staged>),
+}
+
+/// `bytes` loaded from the precompile cache, or compiled; a fresh compile is mapped again from
+/// a staged file, so that its code is file-backed from the start. Blocking.
+fn compile_or_load(
+    engine: &Engine,
+    artifacts: Option<&ArtifactCache>,
+    digest: &str,
+    bytes: &[u8],
+) -> wasmtime::Result<Found> {
+    let Some(cache) = artifacts else {
+        return Component::new(engine, bytes).map(|c| Found::New(c, Origin::Compiled, None));
+    };
+    let (component, origin) = cache.load_or_compile(engine, digest, bytes)?;
+    if origin == Origin::Compiled
+        && let Some((mapped, staged)) = cache.stage(engine, &component, digest)
+    {
+        return Ok(Found::New(mapped, origin, Some(staged)));
+    }
+    Ok(Found::New(component, origin, None))
 }
 
 /// The sha256 of a module, hex: how guests' versions are named everywhere.
@@ -239,15 +295,17 @@ pub fn digest_of(bytes: &[u8]) -> String {
 }
 
 /// A compiled, linked guest version. Cheap to clone; each call gets a fresh store.
+///
+/// Where it may surprise: modules of one digest loaded by one [`Runtime`] share their code,
+/// whoever loaded them; each keeps its own [`origin`](Self::origin) and
+/// [`compile_time`](Self::compile_time), those of its own load.
 #[derive(Clone)]
 pub struct Module {
     engine: Engine,
-    component: Component,
+    compiled: Arc<Compiled>,
     artifacts: Option<ArtifactCache>,
-    pre: ReconcilerPre<HostState>,
     digest: String,
     size: usize,
-    compiled_bytes: usize,
     compile_time: Duration,
     origin: Origin,
     ticker: Arc<Ticker>,
@@ -277,10 +335,18 @@ impl Module {
     /// Bytes of the native code image wasmtime holds for this module (machine code, its data
     /// and metadata: what the precompile cache stores), from [`Component::image_range`].
     ///
-    /// Where it may surprise: it is usually several times [`size`](Self::size), and it is per
-    /// module, not per guest: two guests loading the same bytes each hold their own image.
+    /// Where it may surprise: it is usually several times [`size`](Self::size), and guests
+    /// running one digest share one image, so each reports the same bytes: summing it over
+    /// guests counts a shared image once per guest.
     pub fn compiled_bytes(&self) -> usize {
-        self.compiled_bytes
+        self.compiled.compiled_bytes
+    }
+
+    /// Where the native code image lies in this process's address space: two modules share
+    /// their code when the ranges are equal, and `/proc/self/maps` says what backs it.
+    pub fn image_range(&self) -> std::ops::Range<usize> {
+        let image = self.compiled.component.image_range();
+        image.start as usize..image.end as usize
     }
 
     /// How long compiling (or loading from the precompile cache) took, hashing included.
@@ -288,23 +354,34 @@ impl Module {
         self.compile_time
     }
 
-    /// Whether the native code came from the precompile cache.
+    /// Where this load found the native code: in memory, in the precompile cache, or nowhere
+    /// (compiled now).
     pub fn origin(&self) -> Origin {
         self.origin
     }
 
-    /// Stores the native code in the runtime's precompile cache, in the background, if it was
-    /// compiled now. Call it once the module is validated: the cache holds only modules that
+    /// Keeps the native code in the runtime's precompile cache, in the background, if it is
+    /// not there yet. Call it once the module is validated: the cache holds only modules that
     /// loaded, so rejected uploads cannot fill the disk. Must be called inside a tokio runtime;
     /// await the handle when the process may exit before the store is done.
+    ///
+    /// A module sharing the code of another load of its digest keeps that load's staged
+    /// artifact, so the one guest of several that passes validation is enough.
     pub fn persist_artifact(&self) -> Option<tokio::task::JoinHandle<()>> {
         let cache = self.artifacts.clone()?;
-        if self.origin != Origin::Compiled {
+        let staged = self
+            .compiled
+            .staged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if staged.is_none() && self.origin != Origin::Compiled {
             return None;
         }
-        let (component, digest) = (self.component.clone(), self.digest.clone());
-        Some(tokio::task::spawn_blocking(move || {
-            cache.store(&component, &digest);
+        let (component, digest) = (self.compiled.component.clone(), self.digest.clone());
+        Some(tokio::task::spawn_blocking(move || match staged {
+            Some(staged) => staged.keep(),
+            None => cache.store(&component, &digest),
         }))
     }
 
@@ -328,6 +405,7 @@ impl Module {
         let _running = self.ticker.running();
         let mut store = self.store(Some(ctx), limits);
         let instance = self
+            .compiled
             .pre
             .instantiate_async(&mut store)
             .await
@@ -358,7 +436,7 @@ impl Module {
         // so the whole call also gets a wall-clock bound (with grace for the last import).
         let (timed, cpu) = {
             let mut run = std::pin::pin!(async {
-                let instance = self.pre.instantiate_async(&mut store).await?;
+                let instance = self.compiled.pre.instantiate_async(&mut store).await?;
                 f(&instance, &mut store).await
             });
             // The guest runs inside `poll`, on this thread (on a fiber of wasmtime's); an

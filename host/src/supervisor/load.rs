@@ -487,12 +487,14 @@ impl<'a> Load<'a> {
             },
         };
         let reloaded = started.reload.is_some();
-        let from_cache = timing.origin == Origin::Cache;
-        tracing::info!(guest = %name, %digest, %source, compile = ?timing.compile, total = ?timing.total, from_cache, reused, "{}", if reloaded { "new version serving" } else { "guest loaded" });
-        let how = match (reused, from_cache) {
+        tracing::info!(guest = %name, %digest, %source, compile = ?timing.compile, total = ?timing.total, origin = ?timing.origin, reused, "{}", if reloaded { "new version serving" } else { "guest loaded" });
+        let how = match (reused, timing.origin) {
             (true, _) => "the module already serving, with new settings".to_string(),
-            (false, true) => format!("loaded precompiled in {} ms", timing.compile.as_millis()),
-            (false, false) => format!("compiled in {} ms", timing.compile.as_millis()),
+            (false, Origin::Memory) => "sharing the code another guest already runs".to_string(),
+            (false, Origin::Cache) => {
+                format!("loaded precompiled in {} ms", timing.compile.as_millis())
+            }
+            (false, Origin::Compiled) => format!("compiled in {} ms", timing.compile.as_millis()),
         };
         let message = format!(
             "guest {name}: serving sha256 {digest} ({how}, {} ms end to end)",

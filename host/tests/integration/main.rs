@@ -25,6 +25,7 @@ mod informer_faults;
 mod informer_without_watch_list;
 mod isolation;
 mod lifecycle;
+mod module_sharing;
 // A host worker panics on purpose here, which only the `fault-injection` feature allows.
 #[cfg(feature = "fault-injection")]
 mod metrics;
