@@ -27,16 +27,16 @@ pub(crate) const TICK: Duration = Duration::from_millis(5);
 /// default); `map` calls, shadow versions and benchmarks add a few more.
 pub(crate) const INSTANCES: u32 = 64;
 
-/// Core instances, memories and tables a component may hold, on average, within the pool.
-/// A Rust guest has 1–3 core instances and 1 memory; a componentize-py one about 15 core
-/// instances and a few memories. The pool reserves address space, not memory, for each.
-///
-/// Where it may surprise: [`Instances`] counts components, not these, so [`INSTANCES`]
-/// components all above the average at once (64 Python guests running together, far beyond
-/// the default slots) would exhaust the memories first and fail to instantiate, as a trap of
-/// that reconcile, rather than wait.
+/// Core instances, memories and tables the pool holds per component slot: what one permit of
+/// [`Instances`] stands for. A Rust guest has 1–3 core instances and 1 memory; a
+/// componentize-py one about 15 core instances and a few memories. The pool reserves address
+/// space, not memory, for each.
 const CORE_PER_COMPONENT: u32 = 16;
 const MEMORIES_PER_COMPONENT: u32 = 4;
+const TABLES_PER_COMPONENT: u32 = 16;
+
+/// The pool's totals, as an error message says them.
+pub(crate) const POOL_LIMITS: &str = "1024 core instances, 256 memories, 1024 tables";
 
 /// Slots freed before their memory is given back in one go (see `config`).
 const DECOMMIT_BATCH: usize = 16;
@@ -58,7 +58,7 @@ pub(crate) fn config() -> wasmtime::Config {
     pool.total_component_instances(INSTANCES)
         .total_core_instances(INSTANCES * CORE_PER_COMPONENT)
         .total_memories(INSTANCES * MEMORIES_PER_COMPONENT)
-        .total_tables(INSTANCES * CORE_PER_COMPONENT)
+        .total_tables(INSTANCES * TABLES_PER_COMPONENT)
         .total_stacks(INSTANCES)
         .max_tables_per_module(4)
         .table_elements(TABLE_ELEMENTS)
@@ -79,9 +79,67 @@ pub(crate) fn config() -> wasmtime::Config {
     config
 }
 
-/// How many guest instances may be alive at once: one permit per instance, held for the
-/// instance's whole life, so that the pool's component slots are never exhausted (see
-/// `MEMORIES_PER_COMPONENT` for the one way its other limits can be).
+/// What one instance of a component takes from the pool besides its component slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Needs {
+    /// Core module instantiations.
+    pub(crate) core_instances: u32,
+    /// Memories its modules define.
+    pub(crate) memories: u32,
+    /// Tables its modules define.
+    pub(crate) tables: u32,
+}
+
+impl Needs {
+    /// Counts what `component`, compiled from `bytes`, instantiates.
+    ///
+    /// Where it may surprise: core instances are counted from the binary (wasmtime does not say
+    /// them), one per `instantiate` of a core module anywhere in it; a nested component
+    /// instantiated twice is counted once. Bytes that do not parse count none: they were
+    /// compiled, so that cannot happen short of a wasmparser and wasmtime disagreement.
+    pub(crate) fn of(bytes: &[u8], component: &wasmtime::component::Component) -> Needs {
+        let mut core_instances = 0u32;
+        for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+            let Ok(wasmparser::Payload::InstanceSection(section)) = payload else {
+                continue;
+            };
+            for instance in section.into_iter().flatten() {
+                if matches!(instance, wasmparser::Instance::Instantiate { .. }) {
+                    core_instances = core_instances.saturating_add(1);
+                }
+            }
+        }
+        // `None` only for a component that imports core modules, which the host's world
+        // does not offer, so such a component never links.
+        let resources = component.resources_required();
+        Needs {
+            core_instances,
+            memories: resources.as_ref().map_or(0, |r| r.num_memories),
+            tables: resources.as_ref().map_or(0, |r| r.num_tables),
+        }
+    }
+}
+
+/// Permits of [`Instances`] one instance of a component holds: its share of the pool's
+/// scarcest resource for it, so that however many instances are alive, their core instances,
+/// memories and tables never exceed the pool's. `None` when one instance alone needs more
+/// than the whole pool: it could never run, and waiting for it would wait forever.
+pub(crate) fn weight(needs: Needs) -> Option<u32> {
+    let weight = [
+        1,
+        needs.core_instances.div_ceil(CORE_PER_COMPONENT),
+        needs.memories.div_ceil(MEMORIES_PER_COMPONENT),
+        needs.tables.div_ceil(TABLES_PER_COMPONENT),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(1);
+    (weight <= INSTANCES).then_some(weight)
+}
+
+/// How many guest instances may be alive at once: [`INSTANCES`] permits, an instance holding
+/// its module's [`weight`] of them for its whole life, so that no limit of the pool is ever
+/// exhausted: a call beyond it waits rather than fail.
 #[derive(Clone)]
 pub(crate) struct Instances(Arc<Semaphore>);
 
@@ -90,11 +148,13 @@ impl Instances {
         Self(Arc::new(Semaphore::new(INSTANCES as usize)))
     }
 
-    /// Waits for room in the pool. The semaphore is never closed, so this cannot fail.
-    pub(crate) async fn permit(&self) -> OwnedSemaphorePermit {
+    /// Waits for `weight` permits (at most [`INSTANCES`], as [`weight`] ensures). The
+    /// semaphore is never closed, so this cannot fail. Tokio's semaphore is fair: a heavy
+    /// instance waiting is not overtaken by light ones arriving after it.
+    pub(crate) async fn permit(&self, weight: u32) -> OwnedSemaphorePermit {
         self.0
             .clone()
-            .acquire_owned()
+            .acquire_many_owned(weight.clamp(1, INSTANCES))
             .await
             .expect("the instance semaphore is never closed")
     }
@@ -246,6 +306,67 @@ mod tests {
             "no tick for a second call"
         );
         drop(again);
+    }
+
+    #[test]
+    fn the_pool_limits_said_in_errors_are_the_pool_s() {
+        assert_eq!(
+            POOL_LIMITS,
+            format!(
+                "{} core instances, {} memories, {} tables",
+                INSTANCES * CORE_PER_COMPONENT,
+                INSTANCES * MEMORIES_PER_COMPONENT,
+                INSTANCES * TABLES_PER_COMPONENT
+            )
+        );
+    }
+
+    #[test]
+    fn a_component_weighs_its_share_of_the_scarcest_pool_limit() {
+        let needs = |core_instances, memories, tables| Needs {
+            core_instances,
+            memories,
+            tables,
+        };
+        // A Rust guest: one slot.
+        assert_eq!(weight(needs(2, 1, 1)), Some(1));
+        assert_eq!(weight(Needs::default()), Some(1));
+        // A componentize-py guest: its memories are the scarce ones.
+        assert_eq!(weight(needs(15, 6, 9)), Some(2));
+        assert_eq!(weight(needs(33, 1, 1)), Some(3));
+        assert_eq!(weight(needs(1, 1, 40)), Some(3));
+        // The whole pool, and beyond it.
+        assert_eq!(
+            weight(needs(INSTANCES * CORE_PER_COMPONENT, 0, 0)),
+            Some(INSTANCES)
+        );
+        assert_eq!(
+            weight(needs(0, INSTANCES * MEMORIES_PER_COMPONENT + 1, 0)),
+            None
+        );
+    }
+
+    /// Instances of heavy modules wait for each other rather than exhaust the pool: the permits
+    /// held never exceed the pool's memories, however many are asked for.
+    #[tokio::test]
+    async fn heavy_instances_wait_for_permits_rather_than_overrun_the_pool() {
+        let instances = Instances::new();
+        let heavy = weight(Needs {
+            core_instances: 15,
+            memories: 6,
+            tables: 9,
+        })
+        .unwrap();
+        let mut held = Vec::new();
+        for _ in 0..INSTANCES / heavy {
+            held.push(instances.permit(heavy).await);
+        }
+        // The next heavy one waits until one is given back.
+        let waiting = tokio::time::timeout(Duration::from_millis(50), instances.permit(heavy));
+        assert!(waiting.await.is_err(), "a heavy instance overran the pool");
+        held.pop();
+        let next = tokio::time::timeout(Duration::from_secs(5), instances.permit(heavy));
+        assert!(next.await.is_ok(), "no permit after one was given back");
     }
 
     #[test]

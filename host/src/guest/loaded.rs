@@ -22,6 +22,8 @@ use crate::guest::imports::HostState;
 pub(crate) struct Compiled {
     pub(crate) component: Component,
     pub(crate) pre: ReconcilerPre<HostState>,
+    /// Permits of the instance pool one instance holds (`engine::weight`).
+    pub(crate) weight: u32,
     /// Bytes of the native code image; see `Module::compiled_bytes`.
     pub(crate) compiled_bytes: usize,
     /// The temporary file a freshly compiled module's code is mapped from, until the module is

@@ -77,6 +77,22 @@ pub enum LoadError {
         /// Which import, and why.
         mismatch: wit_version::Mismatch,
     },
+    /// A component one instance of which needs more core instances, memories or tables than
+    /// the host's whole instance pool holds: it could never run.
+    #[error(
+        "the component (sha256 {digest}) needs {core_instances} core instances, {memories} memories and {tables} tables for one instance, more than the host's instance pool holds for all guests together ({}); build it with fewer",
+        engine::POOL_LIMITS
+    )]
+    TooBig {
+        /// Its sha256.
+        digest: String,
+        /// Core module instantiations one instance makes.
+        core_instances: u32,
+        /// Memories they define.
+        memories: u32,
+        /// Tables they define.
+        tables: u32,
+    },
     /// The engine failed: it could not be set up, or a compile task died (a host problem, not
     /// the guest's).
     #[error("the wasm engine failed: {0}")]
@@ -186,7 +202,7 @@ impl Runtime {
         let engine = self.engine.clone();
         let artifacts = self.artifacts.clone();
         let loaded = self.loaded.clone();
-        let (digest, found, compile_time) = tokio::task::spawn_blocking(move || {
+        let (digest, (found, needs), compile_time) = tokio::task::spawn_blocking(move || {
             // The clock starts here, not before the hand-off: the tenant is charged for its
             // compile, not for the time the blocking pool was busy with other tenants' work.
             let started = Instant::now();
@@ -195,7 +211,11 @@ impl Runtime {
                 Some(held) => Ok(Found::Held(held)),
                 None => compile_or_load(&engine, artifacts.as_ref(), &digest, &bytes),
             };
-            (digest, found, started.elapsed())
+            let needs = match &found {
+                Ok(Found::New(component, ..)) => engine::Needs::of(&bytes, component),
+                _ => engine::Needs::default(),
+            };
+            (digest, (found, needs), started.elapsed())
         })
         .await
         .map_err(|e| LoadError::Engine(format!("the compile task failed: {e}")))?;
@@ -207,12 +227,19 @@ impl Runtime {
         let (compiled, origin) = match found {
             Found::Held(held) => (held, Origin::Memory),
             Found::New(component, origin, staged) => {
+                let weight = engine::weight(needs).ok_or_else(|| LoadError::TooBig {
+                    digest: digest.clone(),
+                    core_instances: needs.core_instances,
+                    memories: needs.memories,
+                    tables: needs.tables,
+                })?;
                 let pre = self.link(&component, &digest)?;
                 let image = component.image_range();
                 let compiled = Arc::new(Compiled {
                     compiled_bytes: (image.end as usize).saturating_sub(image.start as usize),
                     component,
                     pre,
+                    weight,
                     staged: std::sync::Mutex::new(staged),
                 });
                 (self.loaded.insert(&digest, compiled), origin)
@@ -401,7 +428,7 @@ impl Module {
         ctx: Arc<GuestContext>,
     ) -> Result<ReusedInstance, CallError> {
         let limits = ctx.limits;
-        let permit = self.instances.permit().await;
+        let permit = self.instances.permit(self.compiled.weight).await;
         let _running = self.ticker.running();
         let mut store = self.store(Some(ctx), limits);
         let instance = self
@@ -428,7 +455,7 @@ impl Module {
         f: impl AsyncFnOnce(&Reconciler, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> (Result<R, CallError>, Usage, Option<tape::Tape>) {
         // Waiting for room in the pool is not the guest's time; the permit outlives the store.
-        let _permit = self.instances.permit().await;
+        let _permit = self.instances.permit(self.compiled.weight).await;
         let started = Instant::now();
         let _running = self.ticker.running();
         let mut store = self.store(ctx, limits);

@@ -47,7 +47,7 @@ impl Rejection {
 impl From<LoadError> for Rejection {
     fn from(e: LoadError) -> Self {
         let reason = match e {
-            LoadError::Invalid { .. } => Reason::Invalid,
+            LoadError::Invalid { .. } | LoadError::TooBig { .. } => Reason::Invalid,
             LoadError::WrongWorld { .. } | LoadError::WitVersion { .. } => Reason::WrongWorld,
             LoadError::Engine(_) => Reason::Host,
         };
