@@ -2,18 +2,22 @@
 //! a profiler (`perf record -g`) to see where a fresh instance's time goes.
 //!
 //! ```text
-//! cargo run --release -p reconciled-bench --bin fresh_instance -- [CALLS]
+//! cargo run --release -p reconciled-bench --bin fresh_instance -- [CALLS] [MODULE]
 //! ```
 //!
 //! The probe guest's `bench-noop` returns at once, so a call is the store, the WASI context,
 //! the instantiation from the pool and the call itself. The client points at a closed port: an
 //! empty reconcile makes no request. Prints the median of batches of 1000 calls, in µs.
+//!
+//! With MODULE (a guest's file stem, such as `configmap_generator_ts`), the call is that
+//! module's `describe` instead: no host import, so it is the same measure for every language.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use reconciled::guest::Runtime;
+use reconciled::guest::artifact_cache::ArtifactCache;
 use reconciled::guest::bindings::Request;
 use reconciled::guest::grant::Grant;
 use reconciled::guest::imports::{GuestContext, Limits};
@@ -25,14 +29,19 @@ fn main() -> anyhow::Result<()> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(100_000);
-    let wasm = reconciled_bench::wasm(&reconciled_bench::guest_wasms(&[])?, "probe")?;
+    let stem = std::env::args().nth(2).unwrap_or_else(|| "probe".into());
+    let wasm = reconciled_bench::wasm(&reconciled_bench::guest_wasms(&[])?, &stem)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let runtime = Runtime::new()?;
+        // The precompile cache spares a TypeScript or Python guest its seconds of compiling.
+        let runtime = Runtime::new()?.with_artifact_cache(&ArtifactCache::default_dir())?;
         let module = runtime.compile(std::fs::read(&wasm)?).await?;
+        if let Some(stored) = module.persist_artifact() {
+            stored.await?;
+        }
         let config = kube::Config::new("http://127.0.0.1:9".parse()?);
         let ctx = Arc::new(GuestContext {
             name: "bench".into(),
@@ -57,17 +66,26 @@ fn main() -> anyhow::Result<()> {
         while done < calls {
             let t = Instant::now();
             for _ in 0..1000 {
-                module
-                    .reconcile(ctx.clone(), req.clone())
-                    .await
-                    .result?
-                    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                if stem == "probe" {
+                    module
+                        .reconcile(ctx.clone(), req.clone())
+                        .await
+                        .result?
+                        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                } else {
+                    module.describe(ctx.limits).await?;
+                }
             }
             batches.push(t.elapsed().as_secs_f64() * 1e6 / 1000.0);
             done += 1000;
         }
+        let call = if stem == "probe" {
+            "empty reconcile"
+        } else {
+            "describe"
+        };
         println!(
-            "empty reconcile, fresh instance: {:.1} µs median over {} batches of 1000",
+            "{stem}: {call}, fresh instance: {:.1} µs median over {} batches of 1000",
             median(&mut batches),
             batches.len()
         );

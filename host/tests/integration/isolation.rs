@@ -5,6 +5,8 @@
 //! The probe guest's `leak-` behaviour counts its reconciles in a global, reports how many bytes
 //! of a fresh 1 MiB heap block are not zero and how large its memory is at the start, and then
 //! leaves all three marks behind (the global bumped, the block filled with 0xCD, 4 MiB leaked).
+//! The TypeScript, Python and Go test guests (`errors_ts`, `errors_py`, `errors_go`) do the same
+//! in their own language's terms: a module-level counter, and 4 MiB held in a module-level list.
 
 use crate::common;
 
@@ -22,26 +24,23 @@ use testenv::ControlPlane;
 
 const RESULT: &str = "probe.reconciled.dev/result";
 
-/// The `runs`, `dirty` and `pages` fields of a `leak-` record.
-fn marks(record: &str) -> (String, String, String) {
-    let field = |name: &str| {
-        record
-            .split(' ')
-            .find_map(|f| f.strip_prefix(name))
-            .unwrap_or_else(|| panic!("no {name} in {record:?}"))
-            .to_string()
-    };
-    (field("runs:"), field("dirty:"), field("pages:"))
+/// Field `name` (say `runs:`) of a `leak-` record.
+fn field(record: &str, name: &str) -> String {
+    record
+        .split(' ')
+        .find_map(|f| f.strip_prefix(name))
+        .unwrap_or_else(|| panic!("no {name} in {record:?}"))
+        .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_global_or_heap_byte_of_one_reconcile_reaches_the_next() {
+/// Starts guest `stem` in a new namespace `ns` with two `leak-` ConfigMaps, reconciled by two
+/// workers so that slots are handed between keys too; then, `rounds` times, changes both and
+/// hands each record to `check`.
+async fn leak_rounds(stem: &str, ns: &str, rounds: u32, mut check: impl FnMut(&str, u32, &str)) {
     let cp = ControlPlane::shared();
     let admin = cp.admin_client();
-    let ns = "isolation";
     namespace(&admin, ns).await;
     let api = Api::<ConfigMap>::namespaced(admin.clone(), ns);
-    // Two objects, reconciled by two workers, so that slots are handed between keys too.
     for name in ["leak-a", "leak-b"] {
         api.create(&PostParams::default(), &cm(name, &[("v", "0")]))
             .await
@@ -50,15 +49,12 @@ async fn no_global_or_heap_byte_of_one_reconcile_reaches_the_next() {
     let settings = Settings {
         grant: Grant::namespaces([ns]),
         workers: 2,
-        ..Settings::new("isolation")
+        ..Settings::new(ns)
     };
-    let (c, _f, _r) = start(admin.clone(), "probe", settings)
+    let (c, _f, _r) = start(admin.clone(), stem, settings)
         .await
         .map_err(|(e, _)| e)
         .unwrap();
-
-    let mut first_pages = None;
-    let rounds = 25;
     for v in 1..=rounds {
         for name in ["leak-a", "leak-b"] {
             let patch = json!({ "data": { "v": v.to_string() } });
@@ -72,24 +68,63 @@ async fn no_global_or_heap_byte_of_one_reconcile_reaches_the_next() {
                 r.starts_with(&want)
             })
             .await;
-            let (runs, dirty, pages) = marks(&record);
-            assert_eq!(runs, "1", "{name}, round {v}: a global survived: {record}");
-            assert_eq!(
-                dirty, "0",
-                "{name}, round {v}: heap bytes survived: {record}"
-            );
-            let first = first_pages.get_or_insert_with(|| pages.clone());
-            assert_eq!(
-                &pages, first,
-                "{name}, round {v}: the memory kept an earlier reconcile's growth: {record}"
-            );
+            check(name, v, &record);
         }
     }
-    // Each round reconciled both objects at least once (and their own annotation writes once
-    // more each): the same pool slots were handed on many times.
+    // Each round reconciled both objects at least once: the same pool slots were handed on
+    // many times.
     let reconciles = c.snapshot().reconciles_ok;
     assert!(
-        reconciles >= 2 * rounds as u64,
-        "only {reconciles} reconciles for {rounds} rounds"
+        reconciles >= 2 * u64::from(rounds),
+        "{stem}: only {reconciles} reconciles for {rounds} rounds"
     );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_global_or_heap_byte_of_one_reconcile_reaches_the_next() {
+    let mut first_pages = None;
+    leak_rounds("probe", "isolation", 25, |name, v, record| {
+        let (runs, dirty, pages) = (
+            field(record, "runs:"),
+            field(record, "dirty:"),
+            field(record, "pages:"),
+        );
+        assert_eq!(runs, "1", "{name}, round {v}: a global survived: {record}");
+        assert_eq!(
+            dirty, "0",
+            "{name}, round {v}: heap bytes survived: {record}"
+        );
+        let first = first_pages.get_or_insert_with(|| pages.clone());
+        assert_eq!(
+            &pages, first,
+            "{name}, round {v}: the memory kept an earlier reconcile's growth: {record}"
+        );
+    })
+    .await;
+}
+
+/// The same guarantee where the language's runtime (SpiderMonkey, CPython, Go's) keeps state of
+/// its own between calls if the instance were reused: a fresh instance per reconcile, in every
+/// language.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_global_of_a_typescript_python_or_go_reconcile_reaches_the_next() {
+    for (stem, ns) in [
+        ("errors_ts", "isolation-ts"),
+        ("errors_py", "isolation-py"),
+        ("errors_go", "isolation-go"),
+    ] {
+        leak_rounds(stem, ns, 10, |name, v, record| {
+            let (runs, held) = (field(record, "runs:"), field(record, "held:"));
+            assert_eq!(
+                runs, "1",
+                "{stem} {name}, round {v}: a global survived: {record}"
+            );
+            assert_eq!(
+                held, "0",
+                "{stem} {name}, round {v}: a held block survived: {record}"
+            );
+        })
+        .await;
+    }
 }
