@@ -5,9 +5,10 @@
 //! tables, fiber stacks) from one instance to the next, and wasmtime resets a slot's memory to
 //! the module's initial image before reuse, so no global or heap byte of one reconcile is seen
 //! by the next (`tests/isolation.rs` proves it). What pooling saves is the `mmap`, `mprotect`
-//! and `munmap` of a fresh 4 GiB reservation per call. Pages beyond what is kept resident are
-//! still given back and faulted in again by the next instance: a quarter of an empty reconcile
-//! (see `bench/RESULTS.md`).
+//! and `munmap` of a fresh 4 GiB reservation per call. Where the kernel can say which pages an
+//! instance dirtied ([`Reset::Scan`]), the first MiB of each memory is restored in place and
+//! stays resident; pages beyond what is kept are given back and faulted in again by the next
+//! instance (see `bench/RESULTS.md`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -44,8 +45,39 @@ const DECOMMIT_BATCH: usize = 16;
 /// Elements per table: CPython's function table is larger than wasmtime's default of 20 000.
 const TABLE_ELEMENTS: usize = 200_000;
 
+/// Bytes at the start of each linear memory kept mapped between instances when the kernel can
+/// say which of them a guest dirtied (`PAGEMAP_SCAN`, Linux 6.7): only those are reset, in
+/// place, and the next instance finds them resident rather than faulting them in again. A
+/// componentize-js guest dirties hundreds of KiB at start; keeping them took its fresh call
+/// from 565 to 312 µs (bench/RESULTS.md, issue #28).
+const SCANNED_MEMORY_KEEP: usize = 1 << 20;
+
+/// The same without `PAGEMAP_SCAN`: every kept byte is zeroed whether dirtied or not, so less
+/// is kept. 256 KiB was an eighth of an empty reconcile in a profile; 64 KiB, with the batching
+/// below, took it from 28 to 19 µs (bench/RESULTS.md).
+const ZEROED_MEMORY_KEEP: usize = 64 << 10;
+
+/// How a freed slot's memory is reset for the next instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reset {
+    /// Pages the kernel reports dirtied, up to [`SCANNED_MEMORY_KEEP`], are restored in place.
+    Scan,
+    /// The first [`ZEROED_MEMORY_KEEP`] bytes are restored in place, the rest given back.
+    Zero,
+}
+
+/// The engine: [`config`] with [`Reset::Scan`] where the kernel has `PAGEMAP_SCAN`, and with
+/// [`Reset::Zero`] where it does not (wasmtime refuses the first there).
+///
+/// Where it may surprise: with [`Reset::Scan`], each pool slot a guest has used keeps up to
+/// [`SCANNED_MEMORY_KEEP`] of the pages it dirtied resident while idle (wasmtime keeps up to
+/// 100 such warm slots): resident memory traded for calls that do not fault those pages in.
+pub(crate) fn engine() -> wasmtime::Result<Engine> {
+    Engine::new(&config(Reset::Scan)).or_else(|_| Engine::new(&config(Reset::Zero)))
+}
+
 /// The engine's configuration: the component model, async calls, epoch interruption and the
-/// pooling instance allocator.
+/// pooling instance allocator, resetting freed memories as `reset` says.
 ///
 /// Where it may surprise: the pool reserves its address space when the engine is made (about
 /// 4 GiB per memory slot, [`INSTANCES`] × 4 of them, so about 1 TiB of virtual space and no
@@ -53,7 +85,7 @@ const TABLE_ELEMENTS: usize = 200_000;
 /// says so.
 ///
 /// [`Runtime::new`]: super::Runtime::new
-pub(crate) fn config() -> wasmtime::Config {
+pub(crate) fn config(reset: Reset) -> wasmtime::Config {
     let mut pool = PoolingAllocationConfig::new();
     pool.total_component_instances(INSTANCES)
         .total_core_instances(INSTANCES * CORE_PER_COMPONENT)
@@ -62,16 +94,21 @@ pub(crate) fn config() -> wasmtime::Config {
         .total_stacks(INSTANCES)
         .max_tables_per_module(4)
         .table_elements(TABLE_ELEMENTS)
-        // The first pages of each memory, table and stack stay mapped and are zeroed in place
-        // on reuse, rather than given back to the kernel and faulted in again. Zeroing costs
-        // too: 256 KiB of memory kept was an eighth of an empty reconcile in a profile, and
-        // these sizes, with the batching below, took it from 28 to 19 µs (bench/RESULTS.md).
-        .linear_memory_keep_resident(64 << 10)
+        // The first pages of each memory, table and stack stay mapped and are reset in place
+        // on reuse, rather than given back to the kernel and faulted in again.
         .table_keep_resident(16 << 10)
         .async_stack_keep_resident(64 << 10)
         // One madvise, and one TLB shootdown across the process's threads, per batch of freed
         // slots rather than per reconcile: in a profile they were a fifth of an empty reconcile.
         .decommit_batch_size(DECOMMIT_BATCH);
+    match reset {
+        Reset::Scan => pool
+            .pagemap_scan(wasmtime::Enabled::Yes)
+            .linear_memory_keep_resident(SCANNED_MEMORY_KEEP),
+        Reset::Zero => pool
+            .pagemap_scan(wasmtime::Enabled::No)
+            .linear_memory_keep_resident(ZEROED_MEMORY_KEEP),
+    };
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
@@ -273,7 +310,7 @@ mod tests {
 
     #[test]
     fn the_epoch_advances_only_while_a_call_runs() {
-        let engine = Engine::new(&config()).unwrap();
+        let engine = engine().unwrap();
         let ticker = Ticker::start(&engine).unwrap();
         std::thread::sleep(TICK * 10);
         assert_eq!(ticker.ticks(), 0, "ticked with nothing running");
@@ -306,6 +343,68 @@ mod tests {
             "no tick for a second call"
         );
         drop(again);
+    }
+
+    /// A core module of one function, `bump(addr) -> i32`, that adds one to the i32 at `addr`
+    /// of its 3 MiB memory and returns it.
+    const BUMP: &[u8] = &[
+        0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version
+        0x01, 0x06, 0x01, 0x60, 0x01, 0x7f, 0x01, 0x7f, // type 0: (i32) -> i32
+        0x03, 0x02, 0x01, 0x00, // func 0: type 0
+        0x05, 0x03, 0x01, 0x00, 0x30, // memory: 48 pages
+        0x07, 0x08, 0x01, 0x04, b'b', b'u', b'm', b'p', 0x00, 0x00, // export "bump"
+        0x0a, 0x16, 0x01, 0x14, 0x00, // code: one body of 20 bytes, no locals
+        0x20, 0x00, 0x20, 0x00, 0x28, 0x02, 0x00, // addr, load(addr)
+        0x41, 0x01, 0x6a, 0x36, 0x02, 0x00, // + 1, store
+        0x20, 0x00, 0x28, 0x02, 0x00, 0x0b, // load(addr), end
+    ];
+
+    /// Whichever way a freed slot is reset, the next instance in it sees the module's initial
+    /// memory: bytes within what is kept resident, and beyond it.
+    #[test]
+    fn a_reused_slot_s_memory_is_the_initial_image_however_it_is_reset() {
+        let mut resets = vec![Reset::Zero];
+        // The kernel decides whether scanning is possible; this machine's is checked by
+        // `engine()` choosing it in `the_engine_scans_where_the_kernel_can`.
+        if Engine::new(&config(Reset::Scan)).is_ok() {
+            resets.push(Reset::Scan);
+        }
+        for reset in resets {
+            let engine = Engine::new(&config(reset)).unwrap();
+            let module = wasmtime::Module::new(&engine, BUMP).unwrap();
+            for round in 0..DECOMMIT_BATCH * 3 {
+                let mut store = wasmtime::Store::new(&engine, ());
+                store.set_epoch_deadline(u64::MAX / 2);
+                let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+                let bump = instance
+                    .get_typed_func::<i32, i32>(&mut store, "bump")
+                    .unwrap();
+                for addr in [0, 70_000, 900_000, 2_500_000] {
+                    assert_eq!(
+                        bump.call(&mut store, addr).unwrap(),
+                        1,
+                        "{reset:?}, round {round}: byte {addr} kept an earlier instance's write"
+                    );
+                }
+            }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_engine_scans_where_the_kernel_can() {
+        // PAGEMAP_SCAN came in Linux 6.7.
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut parts = release.trim().split(['.', '-']).map(|p| p.parse::<u32>());
+        let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else {
+            panic!("unreadable kernel release {release:?}");
+        };
+        assert!(engine().is_ok());
+        assert_eq!(
+            Engine::new(&config(Reset::Scan)).is_ok(),
+            (major, minor) >= (6, 7),
+            "kernel {release:?}"
+        );
     }
 
     #[test]
@@ -371,7 +470,7 @@ mod tests {
 
     #[test]
     fn the_ticker_is_freed_with_the_last_call_and_module() {
-        let engine = Engine::new(&config()).unwrap();
+        let engine = engine().unwrap();
         let ticker = Ticker::start(&engine).unwrap();
         let running = ticker.running();
         let weak = Arc::downgrade(&ticker);

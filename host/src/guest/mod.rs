@@ -142,10 +142,10 @@ impl std::fmt::Debug for Runtime {
 
 impl Runtime {
     /// Configures the engine (component model, async, epoch interruption, pooled instances; see
-    /// `engine::config`), links WASI and the reconciled imports, and starts the epoch ticker
+    /// `engine::engine`), links WASI and the reconciled imports, and starts the epoch ticker
     /// thread, which ticks only while a guest call runs.
     pub fn new() -> Result<Self, LoadError> {
-        let engine = Engine::new(&engine::config()).map_err(|e| LoadError::Engine(format!("{e:#}; the pool of guest instances reserves about 1 TiB of address space (not memory): check `ulimit -v`")))?;
+        let engine = engine::engine().map_err(|e| LoadError::Engine(format!("{e:#}; the pool of guest instances reserves about 1 TiB of address space (not memory): check `ulimit -v`")))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| LoadError::Engine(e.to_string()))?;
