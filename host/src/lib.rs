@@ -7,6 +7,7 @@
 //!   │  informer/discovery, informer/preflight   resolve the kind, check list/watch RBAC
 //!   ▼
 //! informer/reflector     list (or WatchList), then watch from that resourceVersion
+//! informer/protobuf      built-in kinds read as protobuf, written once as the store's JSON
 //!   ▼
 //! informer/delta_fifo    per-key ordered deltas; Replace tombstones what vanished
 //!   ▼

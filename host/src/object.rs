@@ -280,6 +280,38 @@ impl Object {
         })
     }
 
+    /// Builds a cached object from JSON already in the store's form (compact, keys sorted, the
+    /// transform applied) and the fields read beside it, as the protobuf reader does.
+    ///
+    /// `labels` must be sorted by key with no key twice. An empty `name` is an error, as a
+    /// missing `metadata.name` is for [`Object::from_value`].
+    pub(crate) fn from_parts(
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        resource_version: &str,
+        labels: Vec<(Box<str>, Box<str>)>,
+        owners: Vec<OwnerRef>,
+        json: Vec<u8>,
+    ) -> Result<Self> {
+        debug_assert!(labels.windows(2).all(|w| w[0].0 < w[1].0));
+        if name.is_empty() {
+            return Err(Error::NoName {
+                snippet: String::from_utf8_lossy(&json).chars().take(120).collect(),
+            });
+        }
+        let namespace = Some(namespace).filter(|ns| !ns.is_empty());
+        Ok(Self {
+            key: object_key(namespace, name).into(),
+            ns_len: namespace.map_or(0, str::len) as u32,
+            uid: uid.into(),
+            resource_version: resource_version.into(),
+            labels: labels.into_boxed_slice(),
+            owners: owners.into_boxed_slice(),
+            json: json.into_boxed_slice(),
+        })
+    }
+
     /// Parses JSON bytes (one object) and builds a cached object from them.
     pub fn from_slice(bytes: &[u8], transform: &Transform) -> Result<Self, ParseError> {
         let value: Value = serde_json::from_slice(bytes).map_err(ParseError::Json)?;

@@ -25,6 +25,7 @@ mod key;
 mod offline;
 mod options;
 pub mod preflight;
+pub mod protobuf;
 pub mod reflector;
 mod run;
 mod shared;
@@ -197,6 +198,8 @@ impl Informer {
             s.watch_list_syncs += r.watch_list_syncs.load(Ordering::Relaxed);
             s.events += r.events.load(Ordering::Relaxed);
             s.bad_objects += r.bad_objects.load(Ordering::Relaxed);
+            s.protobuf_reads += r.protobuf_reads.load(Ordering::Relaxed);
+            s.protobuf_fallbacks += r.protobuf_fallbacks.load(Ordering::Relaxed);
             s.initial_sync_rv = s
                 .initial_sync_rv
                 .max(r.initial_sync_rv.load(Ordering::Relaxed));

@@ -14,6 +14,8 @@ pub struct Options {
     pub page_size: u32,
     /// Use WatchList for initial syncs when the server allows it.
     pub watch_list: bool,
+    /// Read built-in kinds that have a protobuf table (see [`super::protobuf`]) as protobuf.
+    pub protobuf: bool,
 }
 
 impl Default for Options {
@@ -23,6 +25,7 @@ impl Default for Options {
             resync: None,
             page_size: 500,
             watch_list: true,
+            protobuf: true,
         }
     }
 }

@@ -90,6 +90,7 @@ pub(super) async fn drive(
         cfg.transform = scope.transform.clone();
         cfg.page_size = options.page_size;
         cfg.watch_list = options.watch_list;
+        cfg.protobuf = options.protobuf;
         let stats = Arc::new(reflector::Stats::default());
         let (cond_tx, cond_rx) = watch::channel(Condition::Syncing);
         shared.reflector_stats.lock().unwrap().push(stats.clone());

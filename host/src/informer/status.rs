@@ -82,6 +82,10 @@ pub struct Stats {
     pub events: u64,
     /// Objects dropped as unparseable.
     pub bad_objects: u64,
+    /// LIST pages and watch events read as protobuf.
+    pub protobuf_reads: u64,
+    /// Reflectors that switched to JSON after a protobuf answer they could not read.
+    pub protobuf_fallbacks: u64,
     /// The highest resourceVersion at which a reflector finished its first sync.
     pub initial_sync_rv: u64,
 }

@@ -46,6 +46,10 @@ async fn a_refused_watch_list_falls_back_to_a_paged_list() {
     informer.wait_synced(Duration::from_secs(10)).await.unwrap();
     let stats = informer.stats();
     assert_eq!(stats.watch_list_syncs, 0, "{stats:?}");
+    assert!(
+        stats.protobuf_reads >= 5 && stats.protobuf_fallbacks == 0,
+        "ConfigMap pages come as protobuf: {stats:?}"
+    );
     assert_eq!(
         stats.lists, 5,
         "30 objects in pages of 7 take 5 LIST requests: {stats:?}"

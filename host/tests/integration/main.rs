@@ -30,6 +30,7 @@ mod module_sharing;
 #[cfg(feature = "fault-injection")]
 mod metrics;
 mod oci;
+mod protobuf;
 mod quota;
 mod reconciler_kind;
 mod reconcilers;

@@ -18,17 +18,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{AsyncBufReadExt, StreamExt};
-use serde::Deserialize;
+use http_body_util::BodyExt;
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio::sync::watch as state;
 use tokio::time::Instant;
 
 use crate::backoff::{Backoff, Connectivity, Failure};
 use crate::informer::delta_fifo::{DeltaFifo, KnownObjects};
 use crate::informer::discovery::Resource;
 use crate::informer::preflight;
+use crate::informer::protobuf;
 use crate::object::{Object, ObjectRef, Transform, object_key};
+
+mod list;
+mod watch;
 
 /// Why a list or watch attempt ended badly.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +97,10 @@ pub enum Error {
         /// The Status's message.
         message: String,
     },
+    /// A protobuf answer this host cannot read (a field a newer server added, say): the
+    /// reflector reads this informer as JSON from a fresh sync on.
+    #[error("cannot read the server's protobuf: {0}")]
+    Protobuf(#[source] protobuf::Error),
     /// An event type the reflector does not know.
     #[error("unknown watch event type {0:?}")]
     UnknownEvent(String),
@@ -147,11 +154,14 @@ pub struct Config {
     /// Try WatchList (`sendInitialEvents=true`) for the initial sync, falling back to a paged
     /// LIST when the server refuses it.
     pub watch_list: bool,
+    /// Read the kinds [`protobuf`] has a table for as protobuf, falling back to JSON for good
+    /// if an answer cannot be read. Other kinds are read as JSON whatever this says.
+    pub protobuf: bool,
 }
 
 impl Config {
     /// Defaults for `resource` in `namespace`: no selectors, the default transform, pages of
-    /// 500, WatchList on.
+    /// 500, WatchList and protobuf on.
     pub fn new(resource: Resource, namespace: Option<String>) -> Self {
         Self {
             resource,
@@ -161,6 +171,7 @@ impl Config {
             transform: Transform::default(),
             page_size: 500,
             watch_list: true,
+            protobuf: true,
         }
     }
 }
@@ -181,6 +192,11 @@ pub struct Stats {
     pub events: AtomicU64,
     /// Objects dropped because they could not be parsed.
     pub bad_objects: AtomicU64,
+    /// LIST pages and watch events read as protobuf.
+    pub protobuf_reads: AtomicU64,
+    /// Times a protobuf answer could not be read and the reflector switched to JSON (at most
+    /// one per reflector).
+    pub protobuf_fallbacks: AtomicU64,
     /// The resourceVersion the first sync ended at (0 until then): every event after it is a
     /// watch event, everything at or before it came from the initial list.
     pub initial_sync_rv: AtomicU64,
@@ -216,16 +232,6 @@ pub enum Condition {
     Failing(String),
 }
 
-/// The annotation on the bookmark that ends a WatchList's initial events.
-const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
-
-#[derive(Deserialize)]
-struct WatchLine {
-    #[serde(rename = "type")]
-    kind: String,
-    object: Value,
-}
-
 enum WatchEnd {
     /// The server ended the watch normally.
     Closed { events: u64, elapsed: Duration },
@@ -240,11 +246,13 @@ pub struct Reflector {
     fifo: Arc<DeltaFifo>,
     known: Arc<dyn KnownObjects>,
     stats: Arc<Stats>,
-    condition: watch::Sender<Condition>,
+    condition: state::Sender<Condition>,
     backoff: Backoff,
     connectivity: Connectivity,
     last_rv: String,
     watch_list_refused: bool,
+    /// The kind's protobuf table while it is read as protobuf; `None` for JSON.
+    protobuf: Option<protobuf::Kind>,
     /// Completed syncs; the first is the initial one.
     syncs: u64,
 }
@@ -274,10 +282,15 @@ impl Reflector {
         fifo: Arc<DeltaFifo>,
         known: Arc<dyn KnownObjects>,
         stats: Arc<Stats>,
-        condition: watch::Sender<Condition>,
+        condition: state::Sender<Condition>,
         connectivity: Connectivity,
     ) -> Self {
+        let protobuf = cfg
+            .protobuf
+            .then(|| protobuf::Kind::of(&cfg.resource))
+            .flatten();
         Self {
+            protobuf,
             client,
             cfg,
             fifo,
@@ -340,6 +353,10 @@ impl Reflector {
                                 self.watch_list_refused = true;
                                 need_sync = Some(hint);
                             }
+                            Err(Error::Protobuf(e)) => {
+                                self.fall_back_to_json(e);
+                                need_sync = Some(hint);
+                            }
                             Err(e) => {
                                 // An expired hint falls back to a quorum read.
                                 need_sync = Some(if matches!(e, Error::Gone(_)) {
@@ -372,9 +389,27 @@ impl Reflector {
                     need_sync = Some(self.last_rv.clone());
                     self.fail(e).await;
                 }
+                Err(Error::Protobuf(e)) => {
+                    self.fall_back_to_json(e);
+                    need_sync = Some(self.last_rv.clone());
+                }
                 Err(e) => self.fail(e).await,
             }
         }
+    }
+
+    /// Reads this informer as JSON from now on, after a protobuf answer it could not read. The
+    /// caller syncs afresh: the events since the last good one are read again, as JSON.
+    fn fall_back_to_json(&mut self, e: protobuf::Error) {
+        let kind = self.protobuf.take().map_or("", |k| k.name());
+        tracing::warn!(
+            scope = %self.scope(),
+            error = %e,
+            "cannot read {kind} as protobuf; reading it as JSON from a fresh sync (the informer keeps serving)"
+        );
+        self.stats
+            .protobuf_fallbacks
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a completed sync (LIST or WatchList): the FIFO has its Replace.
@@ -438,15 +473,6 @@ impl Reflector {
         }
     }
 
-    /// A paged LIST, then `replace`.
-    async fn list_sync(&mut self, rv_hint: &str) -> Result<WatchEnd> {
-        let (items, rv) = self.list_all(rv_hint).await?;
-        self.fifo.replace(items, self.cfg.namespace.as_deref());
-        self.last_rv = rv;
-        self.mark_synced();
-        Ok(WatchEnd::Listed)
-    }
-
     fn query(&self, extra: &[(&str, &str)]) -> String {
         let mut q = form_urlencoded::Serializer::new(String::new());
         if let Some(l) = &self.cfg.label_selector {
@@ -488,207 +514,50 @@ impl Reflector {
         }
     }
 
-    /// A paged LIST. `rv_hint` non-empty: at least that fresh (`NotOlderThan`), else a quorum
-    /// read. An expired continue token restarts the whole list as a quorum read.
-    async fn list_all(&self, rv_hint: &str) -> Result<(Vec<ObjectRef>, String)> {
-        let limit = self.cfg.page_size.to_string();
-        let api_version = self.cfg.resource.api_version.clone();
-        let kind = self.cfg.resource.kind.clone();
-        let mut rv_hint = rv_hint.to_string();
-        'restart: loop {
-            let mut items = Vec::new();
-            let mut token = String::new();
-            loop {
-                let mut extra = vec![("limit", limit.as_str())];
-                if !token.is_empty() {
-                    extra.push(("continue", token.as_str()));
-                } else if !rv_hint.is_empty() {
-                    extra.push(("resourceVersion", rv_hint.as_str()));
-                    extra.push(("resourceVersionMatch", "NotOlderThan"));
-                }
-                // A guest-declared namespace could make an invalid URI: an error, never a panic.
-                let req = http::Request::get(self.query(&extra))
-                    .body(Vec::new())
-                    .map_err(|source| Error::Build {
-                        what: "LIST",
-                        source,
-                    })?;
-                self.stats.lists.fetch_add(1, Ordering::Relaxed);
-                let page: Value = match self.client.request::<Value>(req).await.map_err(Error::from)
-                {
-                    Ok(p) => p,
-                    Err(Error::Gone(msg)) if !token.is_empty() => {
-                        tracing::info!(scope = %self.scope(), %msg, "continue token expired; restarting the list");
-                        rv_hint.clear();
-                        continue 'restart;
-                    }
-                    Err(e) => return Err(e),
-                };
-                self.connectivity.reached();
-                let Value::Object(mut page) = page else {
-                    return Err(Error::NotAList);
-                };
-                let list_rv = page
-                    .get("metadata")
-                    .and_then(|m| m.get("resourceVersion"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                token = page
-                    .get("metadata")
-                    .and_then(|m| m.get("continue"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                if let Some(Value::Array(page_items)) = page.remove("items") {
-                    items.reserve(page_items.len());
-                    items.extend(
-                        page_items
-                            .into_iter()
-                            .filter_map(|i| self.to_object(i, Some((&api_version, &kind)))),
-                    );
-                }
-                if token.is_empty() {
-                    return Ok((items, list_rv));
-                }
-            }
+    /// Sends `req` as it is, with the API server's error (protobuf or JSON) as a `kube::Error`
+    /// for anything but 2xx, as kube's own requests report it.
+    async fn send(
+        &self,
+        req: http::Request<Vec<u8>>,
+    ) -> Result<http::Response<kube::client::Body>, kube::Error> {
+        let res = self.client.send(req.map(kube::client::Body::from)).await?;
+        let code = res.status();
+        if code.is_success() {
+            return Ok(res);
         }
-    }
-
-    /// Opens one watch and processes it until it ends. With `initial`, it is a WatchList: its
-    /// initial events are gathered and replace the FIFO's content at the bookmark that ends
-    /// them (a sync, see [`Self::mark_synced`]), and the same stream then carries on as a
-    /// normal watch.
-    async fn watch_stream(&mut self, initial: bool, rv: &str) -> Result<WatchEnd> {
-        // Randomised so that a fleet of watchers does not reconnect in lockstep.
-        let timeout = fastrand::u64(300..=600);
-        let timeout_s = timeout.to_string();
-        let mut extra = vec![
-            ("watch", "true"),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", timeout_s.as_str()),
-        ];
-        if initial {
-            extra.push(("sendInitialEvents", "true"));
-            extra.push(("resourceVersionMatch", "NotOlderThan"));
-            extra.push(("resourceVersion", rv));
+        let is_protobuf = protobuf::is_protobuf(res.headers().get(http::header::CONTENT_TYPE));
+        let body = res.into_body().collect().await?.to_bytes();
+        let err = if is_protobuf {
+            protobuf::api_error(code, &body)
         } else {
-            extra.push(("resourceVersion", rv));
-        }
-        let req = http::Request::get(self.query(&extra))
-            .body(Vec::new())
-            .map_err(|source| Error::Build {
-                what: "watch",
-                source,
-            })?;
-        self.stats.watches.fetch_add(1, Ordering::Relaxed);
-        let started = Instant::now();
-        let stream = match self.client.request_stream(req).await {
-            Ok(s) => s,
-            Err(kube::Error::Api(s)) if initial && matches!(s.code, 400 | 422) => {
-                return Err(Error::WatchListRefused {
-                    code: s.code,
-                    reason: s.reason.clone(),
-                    message: s.message.clone(),
-                });
+            match serde_json::from_slice::<kube::core::Status>(&body) {
+                Ok(status) => kube::Error::Api(status.boxed()),
+                Err(_) => protobuf::api_error(code, &body),
             }
-            Err(e) => return Err(e.into()),
         };
-        self.connectivity.reached();
-        self.stats.heard();
-        if !initial && self.syncs > 0 {
-            // Back to watching after a failure: the server is answering for this resource again
-            // and replays every event since `rv` first, so the cache is as current as the watch.
-            self.report(Condition::Watching);
-        }
-        // The server ends the watch at `timeoutSeconds`; a stream silent for much longer than
-        // that is a dead connection nobody told us about.
-        let deadline = started + Duration::from_secs(timeout + 30);
-        let mut lines = stream.lines();
-        let mut events = 0u64;
-        // A WatchList's initial events, gathered until the bookmark that ends them.
-        let mut gathering = initial.then(Vec::new);
-        loop {
-            let line = match tokio::time::timeout_at(deadline, lines.next()).await {
-                Err(_) => return Err(Error::Stalled),
-                Ok(None) if gathering.is_some() => return Err(Error::EndedEarly),
-                Ok(None) => {
-                    return Ok(WatchEnd::Closed {
-                        events,
-                        elapsed: started.elapsed(),
-                    });
-                }
-                Ok(Some(Err(e))) => return Err(Error::StreamBroke(e)),
-                Ok(Some(Ok(line))) => line,
-            };
-            if line.trim().is_empty() {
-                continue;
-            }
-            self.stats.heard();
-            events += 1;
-            self.stats.events.fetch_add(1, Ordering::Relaxed);
-            let event: WatchLine = serde_json::from_str(&line).map_err(Error::Malformed)?;
-            self.apply(event, &mut gathering)?;
-        }
+        Err(err)
     }
 
-    /// Applies one watch event to the FIFO, or, while `gathering` a WatchList's initial events,
-    /// keeps it until the bookmark that ends them replaces the FIFO's content (and `gathering`
-    /// becomes `None`).
-    fn apply(&mut self, event: WatchLine, gathering: &mut Option<Vec<ObjectRef>>) -> Result<()> {
-        match event.kind.as_str() {
-            "ADDED" | "MODIFIED" | "DELETED" => {
-                let rv = rv_of(&event.object).map(str::to_string);
-                let Some(obj) = self.to_object(event.object, None) else {
-                    return Ok(());
-                };
-                if let Some(gathered) = gathering {
-                    // Initial events are not in resourceVersion order: the RV moves only at the
-                    // bookmark that ends them.
-                    gathered.push(obj);
-                    return Ok(());
-                }
-                match event.kind.as_str() {
-                    "ADDED" => self.fifo.add(obj),
-                    "MODIFIED" => self.fifo.update(obj),
-                    _ => self.fifo.delete(obj),
-                }
-                if let Some(rv) = rv {
-                    self.last_rv = rv;
-                }
-            }
-            "BOOKMARK" => {
-                if let Some(rv) = rv_of(&event.object) {
-                    self.last_rv = rv.to_string();
-                }
-                let ends_initial =
-                    event.object["metadata"]["annotations"][INITIAL_EVENTS_END] == "true";
-                if ends_initial && let Some(gathered) = gathering.take() {
-                    self.fifo.replace(gathered, self.cfg.namespace.as_deref());
-                    self.stats.watch_list_syncs.fetch_add(1, Ordering::Relaxed);
-                    self.mark_synced();
-                }
-            }
-            "ERROR" => {
-                let code = event
-                    .object
-                    .get("code")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                let message = event
-                    .object
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                return Err(match code {
-                    410 => Error::Gone(message),
-                    403 => Error::Forbidden(message),
-                    _ => Error::WatchError { code, message },
-                });
-            }
-            other => return Err(Error::UnknownEvent(other.to_string())),
+    /// Converts one protobuf object, reusing the stored object when its resourceVersion is
+    /// unchanged. `Ok(None)`: an object the store cannot key, dropped and counted as the JSON
+    /// path drops one.
+    fn protobuf_object(&self, kind: protobuf::Kind, item: &[u8]) -> Result<Option<ObjectRef>> {
+        let id = protobuf::identity(item).map_err(Error::Protobuf)?;
+        let ns = Some(id.namespace).filter(|ns| !ns.is_empty());
+        if !id.name.is_empty()
+            && let Some(existing) = self.known.get(&object_key(ns, id.name))
+            && existing.resource_version() == id.resource_version
+        {
+            return Ok(Some(existing));
         }
-        Ok(())
+        match kind.decode(item, &self.cfg.transform) {
+            Ok(o) => Ok(Some(Arc::new(o))),
+            Err(protobuf::Error::Object(e)) => {
+                self.stats.bad_objects.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(scope = %self.scope(), error = %e, "dropping an object that cannot be cached");
+                Ok(None)
+            }
+            Err(e) => Err(Error::Protobuf(e)),
+        }
     }
 }
