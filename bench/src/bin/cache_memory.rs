@@ -5,7 +5,7 @@
 //! heap (`HeapAlloc` after two collections) across its sync.
 //!
 //! ```text
-//! cargo run --release -p reconciled-bench --bin cache_memory -- 10000 100000
+//! cargo run --release -p reconciled-bench --bin cache_memory -- [--runs 3] 10000 100000
 //! ```
 //!
 //! The parent starts the loopback control plane and fills one namespace per size with ConfigMaps
@@ -13,6 +13,10 @@
 //! syncs in a child process of its own, so neither sees the other's heap. A counting allocator
 //! gives the live heap bytes the cache holds once synced (exact, repeatable); the RSS growth is
 //! reported beside it (what the OS sees, allocator slack included).
+//!
+//! The initial sync is timed in each of `--runs` fresh processes per cache (3 by default) and
+//! the median reported, for reconciled reading protobuf (its default for ConfigMaps) and JSON,
+//! kube-rs, and the three controller-runtime configurations; memory is from the first run.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::process::Command;
@@ -70,17 +74,44 @@ fn main() -> anyhow::Result<()> {
         };
         return child(peer, kubeconfig, ns);
     }
-    let sizes: Vec<usize> = if args.is_empty() {
-        vec![10_000, 100_000]
-    } else {
-        args.iter()
-            .map(|a| a.parse().context("sizes are object counts"))
-            .collect::<Result<_, _>>()?
-    };
-    parent(&sizes)
+    let mut runs = 3;
+    let mut sizes = Vec::new();
+    let mut args = args.iter();
+    while let Some(a) = args.next() {
+        if a == "--runs" {
+            runs = args
+                .next()
+                .context("--runs N")?
+                .parse()
+                .context("--runs N")?;
+        } else {
+            sizes.push(a.parse().context("sizes are object counts")?);
+        }
+    }
+    if sizes.is_empty() {
+        sizes = vec![10_000, 100_000];
+    }
+    parent(&sizes, runs.max(1))
 }
 
-fn parent(sizes: &[usize]) -> anyhow::Result<()> {
+/// Runs `once` `runs` times: the first report, with `key` (a duration) replaced by the median of
+/// all runs.
+fn median_of(
+    runs: usize,
+    key: &str,
+    mut once: impl FnMut() -> anyhow::Result<serde_json::Value>,
+) -> anyhow::Result<serde_json::Value> {
+    let mut first = once()?;
+    let mut xs = vec![first[key].as_f64().unwrap_or(0.0)];
+    for _ in 1..runs {
+        xs.push(once()?[key].as_f64().unwrap_or(0.0));
+    }
+    xs.sort_by(f64::total_cmp);
+    first[key] = xs[xs.len() / 2].into();
+    Ok(first)
+}
+
+fn parent(sizes: &[usize], runs: usize) -> anyhow::Result<()> {
     let cp = testenv::ControlPlane::start()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -92,23 +123,25 @@ fn parent(sizes: &[usize]) -> anyhow::Result<()> {
         let ns = format!("mem-{n}");
         rt.block_on(reconciled_bench::fill(&cp.admin_client(), &ns, n, |_| None))?;
         let mut results = Vec::new();
-        for peer in ["reconciled", "kube-rs"] {
-            let out = Command::new(std::env::current_exe()?)
-                .args(["--child", peer])
-                .arg(cp.kubeconfig_path())
-                .arg(&ns)
-                .output()?;
-            if !out.status.success() {
-                bail!(
-                    "{peer} child failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
-                format!(
-                    "{peer} child printed {:?}",
-                    String::from_utf8_lossy(&out.stdout)
-                )
+        for peer in ["reconciled", "reconciled-json", "kube-rs"] {
+            let v = median_of(runs, "sync_s", || {
+                let out = Command::new(std::env::current_exe()?)
+                    .args(["--child", peer])
+                    .arg(cp.kubeconfig_path())
+                    .arg(&ns)
+                    .output()?;
+                if !out.status.success() {
+                    bail!(
+                        "{peer} child failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+                serde_json::from_slice(&out.stdout).with_context(|| {
+                    format!(
+                        "{peer} child printed {:?}",
+                        String::from_utf8_lossy(&out.stdout)
+                    )
+                })
             })?;
             eprintln!("{peer} ({n}): {v}");
             results.push(v);
@@ -121,26 +154,28 @@ fn parent(sizes: &[usize]) -> anyhow::Result<()> {
             &["--strip-managed-fields"][..],
             &["--strip-managed-fields", "--json"][..],
         ] {
-            let out = Command::new(&peer)
-                .args([
-                    "--mode",
-                    "cache",
-                    "--get-rounds",
-                    "1",
-                    "--namespace",
-                    &ns,
-                    "--kubeconfig",
-                ])
-                .arg(cp.kubeconfig_path())
-                .args(flags)
-                .output()?;
-            if !out.status.success() {
-                bail!(
-                    "controller-runtime {flags:?} failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+            let v = median_of(runs, "sync_ms", || {
+                let out = Command::new(&peer)
+                    .args([
+                        "--mode",
+                        "cache",
+                        "--get-rounds",
+                        "1",
+                        "--namespace",
+                        &ns,
+                        "--kubeconfig",
+                    ])
+                    .arg(cp.kubeconfig_path())
+                    .args(flags)
+                    .output()?;
+                if !out.status.success() {
+                    bail!(
+                        "controller-runtime {flags:?} failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+                Ok(serde_json::from_slice(&out.stdout)?)
+            })?;
             eprintln!("controller-runtime {flags:?} ({n}): {v}");
             results.push(v);
         }
@@ -153,7 +188,7 @@ fn parent(sizes: &[usize]) -> anyhow::Result<()> {
     for (n, r) in &rows {
         let n = *n;
         let per = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0) / n as f64;
-        let (ours, peer) = (&r[0], &r[1]);
+        let (ours, peer) = (&r[0], &r[2]);
         println!(
             "| {n} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.1} / {:.1} |",
             per(ours, "heap"),
@@ -178,15 +213,34 @@ fn parent(sizes: &[usize]) -> anyhow::Result<()> {
         let sync = |i: usize| r[i]["sync_ms"].as_f64().unwrap_or(0.0) / 1e3;
         println!(
             "| {n} | {ours:.0} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} | {:.1} / {:.1} / {:.1} / {:.1} |",
-            cr(2),
-            ours / cr(2),
             cr(3),
             ours / cr(3),
             cr(4),
+            ours / cr(4),
+            cr(5),
             r[0]["sync_s"].as_f64().unwrap_or(0.0),
-            sync(2),
             sync(3),
             sync(4),
+            sync(5),
+        );
+    }
+    println!(
+        "\n| objects | reconciled, protobuf ms | reconciled, JSON ms | kube-rs ms | controller-runtime default ms | CR stripped ms | CR stripped, JSON ms | ratio to CR default | ratio to CR stripped |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (n, r) in &rows {
+        let ms = |i: usize| r[i]["sync_s"].as_f64().unwrap_or(0.0) * 1e3;
+        let cr = |i: usize| r[i]["sync_ms"].as_f64().unwrap_or(0.0);
+        println!(
+            "| {n} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
+            ms(0),
+            ms(1),
+            ms(2),
+            cr(3),
+            cr(4),
+            cr(5),
+            ms(0) / cr(3),
+            ms(0) / cr(4),
         );
     }
     Ok(())
@@ -206,10 +260,14 @@ fn child(peer: &str, kubeconfig: &str, ns: &str) -> anyhow::Result<()> {
         let (heap0, rss0) = (LIVE.load(Ordering::Relaxed), rss_bytes());
         let started = Instant::now();
         let report = match peer {
-            "reconciled" => {
+            "reconciled" | "reconciled-json" => {
                 use reconciled::informer::{Informer, InformerKey, Options, Scope};
                 let key = InformerKey::new("", "v1", "ConfigMap", Scope::namespace(ns));
-                let informer = Informer::start(client.clone(), key, Options::default());
+                let options = Options {
+                    protobuf: peer == "reconciled",
+                    ..Options::default()
+                };
+                let informer = Informer::start(client.clone(), key, options);
                 informer.wait_synced(Duration::from_secs(600)).await?;
                 let sync_s = started.elapsed().as_secs_f64();
                 tokio::time::sleep(Duration::from_secs(1)).await;

@@ -105,6 +105,23 @@ impl Kind {
     }
 }
 
+/// A whole LIST response body of `resource`, read as the reflector reads each page, for
+/// benchmarks. `None` when the kind is not read as protobuf.
+#[cfg(feature = "bench")]
+pub fn decode_list(
+    resource: &Resource,
+    body: &[u8],
+    transform: &Transform,
+) -> Option<Result<Vec<Object>, Error>> {
+    let kind = Kind::of(resource)?;
+    Some(list_page(body).and_then(|page| {
+        page.items
+            .iter()
+            .map(|item| kind.decode(item, transform))
+            .collect()
+    }))
+}
+
 /// The API error in a protobuf error body (a `Status`), as kube reports one read from JSON, so
 /// that 410 and 403 are told apart the same way on both paths. A body that is not a `Status`
 /// keeps the HTTP code.
