@@ -14,9 +14,10 @@
 //! gives the live heap bytes the cache holds once synced (exact, repeatable); the RSS growth is
 //! reported beside it (what the OS sees, allocator slack included).
 //!
-//! The initial sync is timed in each of `--runs` fresh processes per cache (3 by default) and
-//! the median reported, for reconciled reading protobuf (its default for ConfigMaps) and JSON,
-//! kube-rs, and the three controller-runtime configurations; memory is from the first run.
+//! The initial sync is timed in `--runs` rounds (3 by default), each syncing every cache once in
+//! a fresh process, in turn, and the median reported: for reconciled reading protobuf (its
+//! default for ConfigMaps) and JSON, kube-rs, and the three controller-runtime configurations.
+//! Memory is from the first round.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::process::Command;
@@ -94,21 +95,74 @@ fn main() -> anyhow::Result<()> {
     parent(&sizes, runs.max(1))
 }
 
-/// Runs `once` `runs` times: the first report, with `key` (a duration) replaced by the median of
-/// all runs.
-fn median_of(
-    runs: usize,
-    key: &str,
-    mut once: impl FnMut() -> anyhow::Result<serde_json::Value>,
-) -> anyhow::Result<serde_json::Value> {
-    let mut first = once()?;
-    let mut xs = vec![first[key].as_f64().unwrap_or(0.0)];
-    for _ in 1..runs {
-        xs.push(once()?[key].as_f64().unwrap_or(0.0));
-    }
+/// The first of `reports`, with `key` (a duration) replaced by the median over all of them.
+fn median_of(key: &str, reports: &[serde_json::Value]) -> serde_json::Value {
+    let mut xs: Vec<f64> = reports
+        .iter()
+        .map(|r| r[key].as_f64().unwrap_or(0.0))
+        .collect();
     xs.sort_by(f64::total_cmp);
+    let mut first = reports[0].clone();
     first[key] = xs[xs.len() / 2].into();
-    Ok(first)
+    first
+}
+
+/// One cache to sync: one of ours in a child process, or controller-runtime with its flags.
+#[derive(Debug, Clone, Copy)]
+enum Peer {
+    Child(&'static str),
+    ControllerRuntime(&'static [&'static str]),
+}
+
+/// In the order of the tables' columns.
+const PEERS: [Peer; 7] = [
+    Peer::Child("reconciled"),
+    Peer::Child("reconciled-json"),
+    Peer::Child("kube-rs"),
+    // controller-runtime, in Go: its default cache (protobuf, no transform), with
+    // TransformStripManagedFields, and that over JSON.
+    Peer::ControllerRuntime(&[]),
+    Peer::ControllerRuntime(&["--strip-managed-fields"]),
+    Peer::ControllerRuntime(&["--strip-managed-fields", "--json"]),
+    // Ours again, over protobuf with paged LISTs instead of WatchList.
+    Peer::Child("reconciled-paged"),
+];
+
+fn run_once(
+    peer: Peer,
+    cr: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    ns: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let out = match peer {
+        Peer::Child(name) => Command::new(std::env::current_exe()?)
+            .args(["--child", name])
+            .arg(kubeconfig)
+            .arg(ns)
+            .output()?,
+        Peer::ControllerRuntime(flags) => Command::new(cr)
+            .args([
+                "--mode",
+                "cache",
+                "--get-rounds",
+                "1",
+                "--namespace",
+                ns,
+                "--kubeconfig",
+            ])
+            .arg(kubeconfig)
+            .args(flags)
+            .output()?,
+    };
+    if !out.status.success() {
+        bail!("{peer:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "{peer:?} printed {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
 }
 
 fn parent(sizes: &[usize], runs: usize) -> anyhow::Result<()> {
@@ -122,63 +176,28 @@ fn parent(sizes: &[usize], runs: usize) -> anyhow::Result<()> {
     for &n in sizes {
         let ns = format!("mem-{n}");
         rt.block_on(reconciled_bench::fill(&cp.admin_client(), &ns, n, |_| None))?;
-        let mut results = Vec::new();
-        for peer in ["reconciled", "reconciled-json", "kube-rs"] {
-            let v = median_of(runs, "sync_s", || {
-                let out = Command::new(std::env::current_exe()?)
-                    .args(["--child", peer])
-                    .arg(cp.kubeconfig_path())
-                    .arg(&ns)
-                    .output()?;
-                if !out.status.success() {
-                    bail!(
-                        "{peer} child failed: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
-                serde_json::from_slice(&out.stdout).with_context(|| {
-                    format!(
-                        "{peer} child printed {:?}",
-                        String::from_utf8_lossy(&out.stdout)
-                    )
-                })
-            })?;
-            eprintln!("{peer} ({n}): {v}");
-            results.push(v);
+        let cr = reconciled_bench::build_peer()?;
+        // Every cache once per round, in turn, so that a slow spell of this shared machine
+        // falls on all of them rather than on one.
+        let mut reports = vec![Vec::new(); PEERS.len()];
+        for round in 0..runs {
+            for (i, peer) in PEERS.iter().enumerate() {
+                let v = run_once(*peer, &cr, cp.kubeconfig_path(), &ns)?;
+                eprintln!("{peer:?} ({n}, round {round}): {v}");
+                reports[i].push(v);
+            }
         }
-        // controller-runtime, in Go: its default cache (protobuf, no transform), with
-        // TransformStripManagedFields, and that over JSON.
-        let peer = reconciled_bench::build_peer()?;
-        for flags in [
-            &[][..],
-            &["--strip-managed-fields"][..],
-            &["--strip-managed-fields", "--json"][..],
-        ] {
-            let v = median_of(runs, "sync_ms", || {
-                let out = Command::new(&peer)
-                    .args([
-                        "--mode",
-                        "cache",
-                        "--get-rounds",
-                        "1",
-                        "--namespace",
-                        &ns,
-                        "--kubeconfig",
-                    ])
-                    .arg(cp.kubeconfig_path())
-                    .args(flags)
-                    .output()?;
-                if !out.status.success() {
-                    bail!(
-                        "controller-runtime {flags:?} failed: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
-                Ok(serde_json::from_slice(&out.stdout)?)
-            })?;
-            eprintln!("controller-runtime {flags:?} ({n}): {v}");
-            results.push(v);
-        }
+        let results: Vec<serde_json::Value> = PEERS
+            .iter()
+            .zip(&reports)
+            .map(|(peer, r)| {
+                let key = match peer {
+                    Peer::Child(_) => "sync_s",
+                    Peer::ControllerRuntime(_) => "sync_ms",
+                };
+                median_of(key, r)
+            })
+            .collect();
         rows.push((n, results));
     }
     println!(
@@ -225,16 +244,17 @@ fn parent(sizes: &[usize], runs: usize) -> anyhow::Result<()> {
         );
     }
     println!(
-        "\n| objects | reconciled, protobuf ms | reconciled, JSON ms | kube-rs ms | controller-runtime default ms | CR stripped ms | CR stripped, JSON ms | ratio to CR default | ratio to CR stripped |"
+        "\n| objects | reconciled, protobuf ms | reconciled, JSON ms | reconciled, protobuf paged ms | kube-rs ms | controller-runtime default ms | CR stripped ms | CR stripped, JSON ms | ratio to CR default | ratio to CR stripped |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for (n, r) in &rows {
         let ms = |i: usize| r[i]["sync_s"].as_f64().unwrap_or(0.0) * 1e3;
         let cr = |i: usize| r[i]["sync_ms"].as_f64().unwrap_or(0.0);
         println!(
-            "| {n} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
+            "| {n} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
             ms(0),
             ms(1),
+            ms(6),
             ms(2),
             cr(3),
             cr(4),
@@ -260,11 +280,12 @@ fn child(peer: &str, kubeconfig: &str, ns: &str) -> anyhow::Result<()> {
         let (heap0, rss0) = (LIVE.load(Ordering::Relaxed), rss_bytes());
         let started = Instant::now();
         let report = match peer {
-            "reconciled" | "reconciled-json" => {
+            "reconciled" | "reconciled-json" | "reconciled-paged" => {
                 use reconciled::informer::{Informer, InformerKey, Options, Scope};
                 let key = InformerKey::new("", "v1", "ConfigMap", Scope::namespace(ns));
                 let options = Options {
-                    protobuf: peer == "reconciled",
+                    protobuf: peer != "reconciled-json",
+                    watch_list: peer != "reconciled-paged",
                     ..Options::default()
                 };
                 let informer = Informer::start(client.clone(), key, options);

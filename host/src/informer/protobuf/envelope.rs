@@ -31,7 +31,7 @@ fn text_of<'a>(
     message: &'static str,
     field: &'static str,
 ) -> Result<&'a str, Error> {
-    wire::text(bytes_of(value, message, field)?)
+    Ok(wire::text(bytes_of(value, message, field)?)?)
 }
 
 /// Reads the magic and the `runtime.Unknown` after it.

@@ -1,21 +1,14 @@
 //! Why a protobuf answer could not be read.
 
+use super::wire::WireError;
+
 /// Why a protobuf answer could not be read. Each one makes the reflector read its informer as
 /// JSON instead.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The bytes end inside a field.
-    #[error("truncated protobuf message")]
-    Truncated,
-    /// A varint longer than ten bytes.
-    #[error("malformed protobuf varint")]
-    BadVarint,
-    /// A tag with field number 0 or a wire type Kubernetes never uses.
-    #[error("malformed protobuf tag {0}")]
-    BadTag(u64),
-    /// A string that is not UTF-8.
-    #[error("a string field is not UTF-8")]
-    NotUtf8,
+    /// Bytes that are not a readable message, or a string that is not UTF-8.
+    #[error(transparent)]
+    Wire(#[from] WireError),
     /// A field the tables do not know, as a newer server's new field would be.
     #[error("field {number} of {message} is not known to this host (a newer API server?)")]
     UnknownField {

@@ -28,7 +28,7 @@ pub(super) fn metadata(object: &[u8]) -> Result<&[u8], Error> {
 
 fn string_field<'a>(value: Value<'a>, field: &'static str) -> Result<&'a str, Error> {
     match value {
-        Value::Bytes(b) => wire::text(b),
+        Value::Bytes(b) => Ok(wire::text(b)?),
         _ => Err(Error::WireType {
             message: "ObjectMeta",
             field,

@@ -446,7 +446,7 @@ mod tests {
         let meta = message(|m| bytes(m, 1, &[0xff, 0xfe]));
         assert!(matches!(
             kind.decode(&message(|m| bytes(m, 1, &meta)), &Transform::none()),
-            Err(Error::NotUtf8)
+            Err(Error::Wire(wire::WireError::NotUtf8))
         ));
         let meta = message(|m| {
             bytes(m, 1, b"x");

@@ -7,7 +7,7 @@ use base64::Engine as _;
 
 use super::error::Error;
 use super::schema::{Emit, Field, Message, OBJECT_META, Ty};
-use super::wire::{self, Fields, Value};
+use super::wire::{self, Fields, Value, WireError};
 
 /// The part of the informer's transform applied while writing.
 #[derive(Debug, Clone, Copy)]
@@ -100,7 +100,12 @@ fn write_message(
                 } else {
                     &[]
                 };
-                let entries = map_entries(bytes, field.number, strip)?;
+                // Absent maps are common (no labels, no binaryData): not worth a second scan.
+                let entries = if repeated[i] {
+                    map_entries(bytes, field.number, strip)?
+                } else {
+                    Vec::new()
+                };
                 if entries.is_empty() {
                     false
                 } else {
@@ -151,7 +156,20 @@ fn key(out: &mut Vec<u8>, first: &mut bool, name: &str) {
 }
 
 fn string(out: &mut Vec<u8>, s: &str) {
-    serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");
+    // Most strings (names, data) need no escaping: one pass that vectorises finds out, and the
+    // bytes are copied as they are. Anything else is escaped by serde_json, as the store's JSON
+    // path escapes it.
+    let plain = !s.bytes().fold(false, |escape, b| {
+        escape | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if plain {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");
+    }
 }
 
 /// An absent field that is shown all the same (`Emit::Always`).
@@ -263,7 +281,7 @@ fn raw_json(out: &mut Vec<u8>, b: &[u8]) -> Result<(), Error> {
 fn occurrences<'a>(
     bytes: &'a [u8],
     number: u32,
-) -> impl Iterator<Item = Result<Value<'a>, Error>> + 'a {
+) -> impl Iterator<Item = Result<Value<'a>, WireError>> + 'a {
     Fields::new(bytes).filter_map(move |f| match f {
         Ok((n, v)) if n == number => Some(Ok(v)),
         Ok(_) => None,

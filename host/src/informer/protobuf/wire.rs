@@ -5,7 +5,25 @@
 //! (skipped: no field we convert has them) and length-delimited values. Groups, deprecated since
 //! proto2, are refused.
 
-use super::error::Error;
+/// Why bytes are not a readable protobuf message. Small and `Copy`: a field is read millions of
+/// times in a sync, and a large error type would be moved and dropped with every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The bytes end inside a field.
+    #[error("truncated protobuf message")]
+    Truncated,
+    /// A varint longer than ten bytes.
+    #[error("malformed protobuf varint")]
+    BadVarint,
+    /// A tag with field number 0 or a wire type Kubernetes never uses.
+    #[error("malformed protobuf tag {0}")]
+    BadTag(u64),
+    /// A string that is not UTF-8.
+    #[error("a string field is not UTF-8")]
+    NotUtf8,
+}
+
+use WireError as Error;
 
 /// One field's value as it sits on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +47,15 @@ impl<'a> Fields<'a> {
         Self { rest: message }
     }
 
+    #[inline]
     fn varint(&mut self) -> Result<u64, Error> {
+        // Tags and most lengths are one byte.
+        if let Some((&byte, rest)) = self.rest.split_first()
+            && byte < 0x80
+        {
+            self.rest = rest;
+            return Ok(u64::from(byte));
+        }
         let mut value = 0u64;
         for i in 0..10 {
             let (&byte, rest) = self.rest.split_first().ok_or(Error::Truncated)?;
