@@ -3,7 +3,7 @@
 //! ```text
 //! cargo build --release -p reconciled
 //! cargo run --release -p reconciled-bench --bin density -- [--counts 1,100,1000] \
-//!     [--modules distinct|one|both] [--host-bin PATH]
+//!     [--modules distinct|one|both] [--idle-s 10] [--host-bin PATH]
 //! ```
 //!
 //! The guest is the example (`examples/configmap-generator`, ~420 KB), copied N times with a
@@ -17,8 +17,9 @@
 //! For each N the host is started twice against the same precompile cache (a folder of this
 //! run's own, new for each N): *cold* compiles every copy, *warm* loads each from its precompiled artifact, as a
 //! restart does. Reported per N and per pass: the time from spawning the host to `/status`
-//! showing all N serving, that time per guest, and the resident set once idle (10 s after the
-//! last one serves), in all and split into anonymous memory and pages mapped from files (the
+//! showing all N serving, that time per guest, and the resident set once idle (`--idle-s`, 10 s
+//! by default, after the last one serves; past 75 s the host has paged out its idle guests'
+//! code, see `guest/code_pager.rs`), in all and split into anonymous memory and pages mapped from files (the
 //! precompiled artifacts are mapped from the cache, shared and reclaimable). The memory per
 //! guest is the resident set beyond the one-guest host's, divided by N - 1; the shared cache is
 //! in the one-guest figure.
@@ -34,6 +35,7 @@ const NS: &str = "bench-density";
 
 fn main() -> anyhow::Result<()> {
     let mut counts = vec![1usize, 100, 1000];
+    let mut idle = Duration::from_secs(10);
     let mut modes = vec![Modules::Distinct, Modules::One];
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut host_bin = root.join("target/release/reconciled");
@@ -49,6 +51,7 @@ fn main() -> anyhow::Result<()> {
                     .collect::<Result<_, _>>()?
             }
             "--host-bin" => host_bin = it.next().unwrap_or_default().into(),
+            "--idle-s" => idle = Duration::from_secs(it.next().unwrap_or_default().parse()?),
             "--modules" => {
                 modes = match it.next().as_deref() {
                     Some("distinct") => vec![Modules::Distinct],
@@ -58,7 +61,7 @@ fn main() -> anyhow::Result<()> {
                 }
             }
             other => anyhow::bail!(
-                "unknown argument {other}; usage: density [--counts 1,100,1000] [--modules distinct|one|both] [--host-bin PATH]"
+                "unknown argument {other}; usage: density [--counts 1,100,1000] [--modules distinct|one|both] [--idle-s 10] [--host-bin PATH]"
             ),
         }
     }
@@ -120,6 +123,7 @@ fn main() -> anyhow::Result<()> {
                         &modules,
                         &artifacts,
                         (n, mode),
+                        idle,
                     )
                     .await?;
                     eprintln!(
@@ -204,8 +208,8 @@ fn leb128(out: &mut Vec<u8>, mut n: usize) {
     }
 }
 
-/// Starts a host with the first `n` modules, waits until all serve, waits 10 s idle, and returns
-/// how long they took to serve and the resident set then.
+/// Starts a host with the first `n` modules, waits until all serve, waits `idle`, and returns how
+/// long they took to serve and the resident set then.
 async fn run_host(
     bin: &Path,
     kubeconfig: &Path,
@@ -213,6 +217,7 @@ async fn run_host(
     modules: &Path,
     artifacts: &Path,
     (n, mode): (usize, Modules),
+    idle: Duration,
 ) -> anyhow::Result<(Duration, Rss)> {
     let config = work.join(format!("host-{n}-{mode:?}.toml"));
     let mut toml = String::new();
@@ -267,7 +272,7 @@ async fn run_host(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    tokio::time::sleep(idle).await;
     let rss = rss_bytes(pid)?;
     Ok((took, rss))
 }

@@ -16,6 +16,7 @@ use wasmtime::component::Component;
 
 use crate::guest::artifact_cache::Staged;
 use crate::guest::bindings::ReconcilerPre;
+use crate::guest::code_pager::{self, CodeUse};
 use crate::guest::imports::HostState;
 
 /// One digest's compiled and linked code.
@@ -29,13 +30,39 @@ pub(crate) struct Compiled {
     /// The temporary file a freshly compiled module's code is mapped from, until the module is
     /// kept in the precompile cache (`Module::persist_artifact`).
     pub(crate) staged: Mutex<Option<Staged>>,
+    /// When a guest last called it, for the code pager.
+    pub(crate) code_use: CodeUse,
 }
+
+type Registry = Mutex<HashMap<String, Weak<Compiled>>>;
 
 /// The digests whose code is in memory. Cheap to clone: clones share one registry.
 #[derive(Clone, Default)]
-pub(crate) struct Loaded(Arc<Mutex<HashMap<String, Weak<Compiled>>>>);
+pub(crate) struct Loaded(Arc<Registry>);
 
 impl Loaded {
+    /// Starts the thread that pages out the code of modules idle for [`code_pager::IDLE`]; it
+    /// ends when the last clone of this registry is dropped.
+    pub(crate) fn start_code_pager(&self) {
+        code_pager::start(Arc::downgrade(&self.0), |registry: &Registry| {
+            let held: Vec<Arc<Compiled>> =
+                lock(registry).values().filter_map(Weak::upgrade).collect();
+            let bytes: usize = held
+                .iter()
+                .map(|c| {
+                    code_pager::page_out_if_idle(
+                        &c.code_use,
+                        c.component.image_range(),
+                        code_pager::IDLE,
+                    )
+                })
+                .sum();
+            if bytes > 0 {
+                tracing::debug!(bytes, "paged out idle guests' code");
+            }
+        });
+    }
+
     /// The code of `digest`, if some module still holds it.
     pub(crate) fn get(&self, digest: &str) -> Option<Arc<Compiled>> {
         self.lock().get(digest).and_then(Weak::upgrade)
@@ -63,7 +90,11 @@ impl Loaded {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Compiled>>> {
-        // A panic while holding the lock leaves the map whole: every change is one call.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.0)
     }
+}
+
+fn lock(registry: &Registry) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Compiled>>> {
+    // A panic while holding the lock leaves the map whole: every change is one call.
+    registry.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -10,6 +10,7 @@
 pub mod artifact_cache;
 pub mod bindings;
 mod call;
+mod code_pager;
 pub mod divergence;
 mod engine;
 pub mod grant;
@@ -152,13 +153,15 @@ impl Runtime {
         Reconciler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Engine(e.to_string()))?;
         let ticker = Ticker::start(&engine).map_err(|e| LoadError::Engine(e.to_string()))?;
+        let loaded = Loaded::default();
+        loaded.start_code_pager();
         Ok(Self {
             engine,
             linker,
             ticker,
             instances: Instances::new(),
             artifacts: None,
-            loaded: Loaded::default(),
+            loaded,
         })
     }
 
@@ -241,6 +244,7 @@ impl Runtime {
                     pre,
                     weight,
                     staged: std::sync::Mutex::new(staged),
+                    code_use: code_pager::CodeUse::new(),
                 });
                 (self.loaded.insert(&digest, compiled), origin)
             }
@@ -458,6 +462,7 @@ impl Module {
         let _permit = self.instances.permit(self.compiled.weight).await;
         let started = Instant::now();
         let _running = self.ticker.running();
+        self.compiled.code_use.touch();
         let mut store = self.store(ctx, limits);
         // Host imports may wait (I/O, read-your-writes); the epoch only runs while wasm does,
         // so the whole call also gets a wall-clock bound (with grace for the last import).
@@ -479,6 +484,7 @@ impl Module {
             let bound = limits.deadline + Duration::from_secs(1);
             (tokio::time::timeout(bound, metered).await, cpu)
         };
+        self.compiled.code_use.touch();
         let usage = usage_of(&store, started, cpu);
         if let Some(ctx) = &store.data().ctx {
             let peak = usage.memory_bytes as u64;
