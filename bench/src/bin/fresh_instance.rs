@@ -2,7 +2,7 @@
 //! a profiler (`perf record -g`) to see where a fresh instance's time goes.
 //!
 //! ```text
-//! cargo run --release -p reconciled-bench --bin fresh_instance -- [CALLS] [MODULE]
+//! cargo run --release -p reconciled-bench --bin fresh_instance -- [CALLS] [MODULE] [paged]
 //! ```
 //!
 //! The probe guest's `bench-noop` returns at once, so a call is the store, the WASI context,
@@ -11,6 +11,10 @@
 //!
 //! With MODULE (a guest's file stem, such as `configmap_generator_ts`), the call is that
 //! module's `describe` instead: no host import, so it is the same measure for every language.
+//!
+//! With `paged`, each call is timed alone, once right after the module's code was paged out
+//! (as the host's code pager does to an idle module) and once right after a call, in turn;
+//! prints the median of each and their ratio.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,20 +65,44 @@ fn main() -> anyhow::Result<()> {
             namespace: "bench".into(),
             name: "bench-noop".into(),
         };
+        let call_once = async || -> anyhow::Result<()> {
+            if stem == "probe" {
+                module
+                    .reconcile(ctx.clone(), req.clone())
+                    .await
+                    .result?
+                    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            } else {
+                module.describe(ctx.limits).await?;
+            }
+            Ok(())
+        };
+        if std::env::args().nth(3).as_deref() == Some("paged") {
+            let (mut paged, mut warm) = (Vec::new(), Vec::new());
+            let mut advised = 0;
+            for _ in 0..calls {
+                advised = module.page_out_code();
+                let t = Instant::now();
+                call_once().await?;
+                paged.push(t.elapsed().as_secs_f64() * 1e6);
+                let t = Instant::now();
+                call_once().await?;
+                warm.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            let (p, w) = (median(&mut paged), median(&mut warm));
+            println!(
+                "{stem}: first call after {} KiB of code paged out {p:.1} µs, next call {w:.1} µs ({:.1}x), medians of {calls}",
+                advised / 1024,
+                p / w
+            );
+            return Ok(());
+        }
         let mut batches = Vec::new();
         let mut done = 0;
         while done < calls {
             let t = Instant::now();
             for _ in 0..1000 {
-                if stem == "probe" {
-                    module
-                        .reconcile(ctx.clone(), req.clone())
-                        .await
-                        .result?
-                        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-                } else {
-                    module.describe(ctx.limits).await?;
-                }
+                call_once().await?;
             }
             batches.push(t.elapsed().as_secs_f64() * 1e6 / 1000.0);
             done += 1000;

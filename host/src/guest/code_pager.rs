@@ -8,8 +8,9 @@
 //! make its resident set say nothing about what it needs.
 //!
 //! Where it may surprise:
-//! - The first call after a page-out faults the code back in, from the page cache or the disk:
-//!   about a millisecond for a module's text, once.
+//! - The first call after a page-out faults back in the code it runs, 64 KiB at a time, from
+//!   the page cache or, if the kernel has dropped it since, the disk. That cost is not measured
+//!   yet, and it is charged to the call's CPU time like any other page fault.
 //! - A module is paged out once per idle spell: a call ends the spell, and the next page-out
 //!   waits for a new one.
 //! - Only Linux has `MADV_PAGEOUT` (5.4 and later); elsewhere, or where the kernel refuses it,

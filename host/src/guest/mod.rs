@@ -423,6 +423,18 @@ impl Module {
         store
     }
 
+    /// Pages out this module's code now, as the code pager does after an idle spell, and
+    /// returns the bytes advised. **For benchmarks only** (the `bench` feature): `bench/` uses it
+    /// to measure what the first call after a page-out costs.
+    #[cfg(feature = "bench")]
+    pub fn page_out_code(&self) -> usize {
+        code_pager::page_out_if_idle(
+            &self.compiled.code_use,
+            self.compiled.component.image_range(),
+            Duration::ZERO,
+        )
+    }
+
     #[cfg(feature = "bench")]
     /// An instance kept across calls. **For benchmarks only** (the `bench` feature): the host never reuses instances,
     /// since a guest's globals, heap growth and leaks would carry from one reconcile into the
