@@ -1,6 +1,7 @@
-//! Protobuf on the wire changes nothing a guest can see: ConfigMaps and Secrets read as
-//! protobuf, through a WatchList and its watch, are stored byte for byte as the same objects read
-//! as JSON, whatever the transform, and the watch events after the sync are too.
+//! Protobuf on the wire changes nothing a guest can see: ConfigMaps, Secrets, ServiceAccounts and
+//! Namespaces read as protobuf, through a WatchList and its watch, are stored byte for byte as the
+//! same objects read as JSON, whatever the transform, and the watch events after the sync are
+//! too.
 
 use crate::common;
 
@@ -11,13 +12,16 @@ use std::time::Duration;
 use common::namespace;
 use common::wait::wait_until;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, LocalObjectReference, ObjectReference, Secret, ServiceAccount,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use reconciled::informer::store::Query;
 use reconciled::informer::{Informer, InformerKey, Options, Scope};
 use reconciled::object::Transform;
+use reconciled::selector::{FieldSelector, LabelSelector};
 use serde_json::json;
 use testenv::ControlPlane;
 
@@ -120,6 +124,24 @@ async fn objects(client: &kube::Client, ns: &str) -> (Api<ConfigMap>, Api<Secret
         )
         .await
         .unwrap();
+    Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create(
+            &pp,
+            &ServiceAccount {
+                metadata: meta("builder"),
+                secrets: Some(vec![ObjectReference {
+                    kind: Some("Secret".into()),
+                    name: Some("token".into()),
+                    ..Default::default()
+                }]),
+                image_pull_secrets: Some(vec![LocalObjectReference {
+                    name: "registry".into(),
+                }]),
+                automount_service_account_token: Some(false),
+            },
+        )
+        .await
+        .unwrap();
     (cms, secrets)
 }
 
@@ -130,9 +152,24 @@ fn informer(
     t: &Transform,
     protobuf: bool,
 ) -> Arc<Informer> {
+    // Only this test's own objects, so that nothing the control plane adds meanwhile (other
+    // tests' namespaces, the namespace's `default` ServiceAccount and `kube-root-ca.crt`
+    // ConfigMap) can reach one informer of a pair before the other.
+    let (labels, fields) = match kind {
+        "Namespace" => (format!("kubernetes.io/metadata.name={ns}"), String::new()),
+        "ServiceAccount" => (String::new(), "metadata.name=builder".to_string()),
+        "ConfigMap" => (String::new(), "metadata.name!=kube-root-ca.crt".to_string()),
+        _ => (String::new(), String::new()),
+    };
     let scope = Scope {
         transform: t.clone(),
-        ..Scope::namespace(ns)
+        labels: LabelSelector::parse(&labels).unwrap(),
+        fields: FieldSelector::parse(&fields).unwrap(),
+        ..if kind == "Namespace" {
+            Scope::default()
+        } else {
+            Scope::namespace(ns)
+        }
     };
     Informer::start(
         client.clone(),
@@ -174,7 +211,7 @@ async fn objects_read_as_protobuf_are_stored_byte_for_byte_as_from_json() {
     let transforms = [Transform::default(), Transform::none()];
     let mut pairs = Vec::new();
     for t in &transforms {
-        for kind in ["ConfigMap", "Secret"] {
+        for kind in ["ConfigMap", "Secret", "ServiceAccount", "Namespace"] {
             let pb = informer(&client, kind, ns, t, true);
             let js = informer(&client, kind, ns, t, false);
             pairs.push((format!("{kind} {t:?}"), pb, js));
@@ -219,15 +256,16 @@ async fn objects_read_as_protobuf_are_stored_byte_for_byte_as_from_json() {
             || {
                 // The Secret watch sees the last write; the ConfigMap watches see a bookmark or
                 // their own last event, so they are waited for through the deletion instead.
-                let store = |i: &Informer| {
-                    if what.starts_with("Secret") {
-                        i.store().resource_version() >= rv
-                    } else {
+                // No ServiceAccount or Namespace changed.
+                let store = |i: &Informer| match what.split(' ').next() {
+                    Some("Secret") => i.store().resource_version() >= rv,
+                    Some("ConfigMap") => {
                         i.store().get(&format!("{ns}/plain-01")).is_none()
                             && i.store().get(&format!("{ns}/full")).is_some_and(|o| {
                                 o.to_value()["metadata"]["deletionTimestamp"].is_string()
                             })
                     }
+                    _ => true,
                 };
                 store(pb) && store(js)
             },

@@ -57,7 +57,8 @@ pub(crate) struct Kind {
 }
 
 impl Kind {
-    /// The kind of `resource`, if it is read as protobuf.
+    /// The kind of `resource`, if it is read as protobuf: ConfigMap, Namespace, Secret and
+    /// ServiceAccount.
     pub(crate) fn of(resource: &Resource) -> Option<Kind> {
         schema::KINDS
             .iter()
@@ -383,6 +384,115 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_shows_an_empty_spec_and_a_zero_condition_time_as_go_does() {
+        let condition = |time: &[u8]| {
+            message(|m| {
+                bytes(m, 1, b"NamespaceDeletionDiscoveryFailure");
+                bytes(m, 2, b"False");
+                bytes(m, 4, time);
+                bytes(m, 5, b"ResourcesDiscovered");
+                bytes(m, 6, b"All resources successfully discovered");
+            })
+        };
+        let meta = message(|m| {
+            bytes(m, 1, b"team-a");
+            bytes(m, 5, b"ns-uid");
+            bytes(m, 6, b"12");
+            bytes(m, 8, &time(T));
+            entry(m, 11, "kubernetes.io/metadata.name", b"team-a");
+        });
+        let ns = message(|m| {
+            bytes(m, 1, &meta);
+            bytes(m, 2, &message(|s| bytes(s, 1, b"kubernetes")));
+            bytes(
+                m,
+                3,
+                &message(|s| {
+                    bytes(s, 1, b"Terminating");
+                    bytes(s, 2, &condition(&time(T)));
+                    bytes(s, 2, &condition(b""));
+                }),
+            );
+        });
+        let condition_json = |time: serde_json::Value| {
+            json!({
+                "type": "NamespaceDeletionDiscoveryFailure", "status": "False",
+                "lastTransitionTime": time, "reason": "ResourcesDiscovered",
+                "message": "All resources successfully discovered"
+            })
+        };
+        let want = json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {
+                "name": "team-a", "uid": "ns-uid", "resourceVersion": "12",
+                "creationTimestamp": "2026-12-06T02:45:29Z",
+                "labels": {"kubernetes.io/metadata.name": "team-a"}
+            },
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {
+                "phase": "Terminating",
+                "conditions": [condition_json(json!("2026-12-06T02:45:29Z")), condition_json(json!(null))]
+            }
+        });
+        let mut r = resource("Namespace");
+        r.namespaced = false;
+        let kind = Kind::of(&r).unwrap();
+        let t = Transform::default();
+        assert_eq!(
+            kind.decode(&ns, &t).unwrap(),
+            Object::from_value(want, &t, None).unwrap()
+        );
+        // Empty spec and status are on the wire, as Go marshals struct values, and shown.
+        let bare = message(|m| {
+            bytes(m, 1, &message(|x| bytes(x, 1, b"bare")));
+            bytes(m, 2, b"");
+            bytes(m, 3, b"");
+        });
+        assert_eq!(
+            std::str::from_utf8(kind.decode(&bare, &t).unwrap().json()).unwrap(),
+            r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"bare"},"spec":{},"status":{}}"#
+        );
+    }
+
+    #[test]
+    fn a_service_account_shows_its_references_and_a_false_automount() {
+        let sa = message(|m| {
+            bytes(
+                m,
+                1,
+                &message(|x| {
+                    bytes(x, 1, b"builder");
+                    bytes(x, 3, b"ci");
+                }),
+            );
+            bytes(
+                m,
+                2,
+                &message(|r| {
+                    bytes(r, 1, b"Secret");
+                    bytes(r, 3, b"builder-token");
+                    bytes(r, 2, b"");
+                }),
+            );
+            bytes(m, 3, &message(|r| bytes(r, 1, b"registry")));
+            int(m, 4, 0);
+        });
+        let want = json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "builder", "namespace": "ci"},
+            "secrets": [{"kind": "Secret", "name": "builder-token"}],
+            "imagePullSecrets": [{"name": "registry"}],
+            "automountServiceAccountToken": false
+        });
+        let kind = Kind::of(&resource("ServiceAccount")).unwrap();
+        let t = Transform::default();
+        assert_eq!(
+            kind.decode(&sa, &t).unwrap(),
+            Object::from_value(want, &t, None).unwrap()
+        );
+    }
+
+    #[test]
     fn the_last_of_a_map_key_sent_twice_wins_as_in_go() {
         let meta = message(|m| {
             bytes(m, 1, b"twice");
@@ -568,6 +678,10 @@ mod tests {
             "ConfigMap"
         );
         assert_eq!(Kind::of(&resource("Secret")).unwrap().name(), "Secret");
+        assert_eq!(
+            Kind::of(&resource("Namespace")).unwrap().name(),
+            "Namespace"
+        );
         assert!(Kind::of(&resource("Pod")).is_none());
         let mut crd = resource("ConfigMap");
         crd.group = "example.com".into();

@@ -164,10 +164,101 @@ pub(super) static SECRET: Message = Message {
     ],
 };
 
+/// `v1.ObjectReference`.
+pub(super) static OBJECT_REFERENCE: Message = Message {
+    name: "ObjectReference",
+    fields: &[
+        f(5, "apiVersion", Ty::String, OmitEmpty),
+        f(7, "fieldPath", Ty::String, OmitEmpty),
+        f(1, "kind", Ty::String, OmitEmpty),
+        f(3, "name", Ty::String, OmitEmpty),
+        f(2, "namespace", Ty::String, OmitEmpty),
+        f(6, "resourceVersion", Ty::String, OmitEmpty),
+        f(4, "uid", Ty::String, OmitEmpty),
+    ],
+};
+
+/// `v1.LocalObjectReference`.
+pub(super) static LOCAL_OBJECT_REFERENCE: Message = Message {
+    name: "LocalObjectReference",
+    fields: &[f(1, "name", Ty::String, OmitEmpty)],
+};
+
+/// `v1.ServiceAccount`.
+pub(super) static SERVICE_ACCOUNT: Message = Message {
+    name: "ServiceAccount",
+    fields: &[
+        f(0, "apiVersion", Ty::Const("v1"), Always),
+        f(4, "automountServiceAccountToken", Ty::Bool, Present),
+        f(
+            3,
+            "imagePullSecrets",
+            Ty::Repeated(&Ty::Message(&LOCAL_OBJECT_REFERENCE)),
+            OmitEmpty,
+        ),
+        f(0, "kind", Ty::Const("ServiceAccount"), Always),
+        f(1, "metadata", Ty::Message(&OBJECT_META), Present),
+        f(
+            2,
+            "secrets",
+            Ty::Repeated(&Ty::Message(&OBJECT_REFERENCE)),
+            OmitEmpty,
+        ),
+    ],
+};
+
+/// `v1.NamespaceCondition`. `lastTransitionTime` is a `metav1.Time` value with `omitempty`,
+/// which Go never omits: the zero time shows as `null`.
+pub(super) static NAMESPACE_CONDITION: Message = Message {
+    name: "NamespaceCondition",
+    fields: &[
+        f(4, "lastTransitionTime", Ty::Time, Present),
+        f(6, "message", Ty::String, OmitEmpty),
+        f(5, "reason", Ty::String, OmitEmpty),
+        f(2, "status", Ty::String, Always),
+        f(1, "type", Ty::String, Always),
+    ],
+};
+
+/// `v1.NamespaceSpec`.
+pub(super) static NAMESPACE_SPEC: Message = Message {
+    name: "NamespaceSpec",
+    fields: &[f(1, "finalizers", Ty::Repeated(&Ty::String), OmitEmpty)],
+};
+
+/// `v1.NamespaceStatus`.
+pub(super) static NAMESPACE_STATUS: Message = Message {
+    name: "NamespaceStatus",
+    fields: &[
+        f(
+            2,
+            "conditions",
+            Ty::Repeated(&Ty::Message(&NAMESPACE_CONDITION)),
+            OmitEmpty,
+        ),
+        f(1, "phase", Ty::String, OmitEmpty),
+    ],
+};
+
+/// `v1.Namespace`. `spec` and `status` are struct values, which Go always shows, as `{}` when
+/// empty.
+pub(super) static NAMESPACE: Message = Message {
+    name: "Namespace",
+    fields: &[
+        f(0, "apiVersion", Ty::Const("v1"), Always),
+        f(0, "kind", Ty::Const("Namespace"), Always),
+        f(1, "metadata", Ty::Message(&OBJECT_META), Present),
+        f(2, "spec", Ty::Message(&NAMESPACE_SPEC), Present),
+        f(3, "status", Ty::Message(&NAMESPACE_STATUS), Present),
+    ],
+};
+
 /// The kinds read as protobuf: `(group, version, kind)` and their top-level message.
 pub(super) static KINDS: &[(&str, &str, &str, &Message)] = &[
     ("", "v1", "ConfigMap", &CONFIG_MAP),
+    ("", "v1", "Namespace", &NAMESPACE),
     ("", "v1", "Secret", &SECRET),
+    ("", "v1", "ServiceAccount", &SERVICE_ACCOUNT),
 ];
 
 #[cfg(test)]
@@ -181,12 +272,24 @@ mod tests {
             &OBJECT_META,
             &CONFIG_MAP,
             &SECRET,
+            &OBJECT_REFERENCE,
+            &LOCAL_OBJECT_REFERENCE,
+            &SERVICE_ACCOUNT,
+            &NAMESPACE_CONDITION,
+            &NAMESPACE_SPEC,
+            &NAMESPACE_STATUS,
+            &NAMESPACE,
         ]
     }
 
     #[test]
     fn every_table_is_sorted_as_the_store_sorts_keys_and_numbers_are_unique() {
         for m in messages() {
+            assert!(
+                m.fields.len() <= 16,
+                "{}: the writer keeps 16 slots",
+                m.name
+            );
             let names: Vec<_> = m.fields.iter().map(|f| f.json).collect();
             let mut sorted = names.clone();
             sorted.sort_unstable();
