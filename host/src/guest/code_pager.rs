@@ -9,8 +9,9 @@
 //!
 //! Where it may surprise:
 //! - The first call after a page-out faults back in the code it runs, 64 KiB at a time, from
-//!   the page cache or, if the kernel has dropped it since, the disk. That cost is not measured
-//!   yet, and it is charged to the call's CPU time like any other page fault.
+//!   the disk or the page cache: `fresh_instance`'s paged mode measured about 0.5 ms more for
+//!   the Rust example and 4–5 ms more for its TypeScript and Python builds (`bench/RESULTS.md`).
+//!   Its page faults count in the call's CPU time, as any page fault does.
 //! - A module is paged out once per idle spell: a call ends the spell, and the next page-out
 //!   waits for a new one.
 //! - Only Linux has `MADV_PAGEOUT` (5.4 and later); elsewhere, or where the kernel refuses it,
