@@ -26,6 +26,8 @@ pub use error::Error;
 
 pub(crate) use envelope::{list_page, status, watch_event};
 pub(crate) use meta::{annotation, identity};
+#[cfg(test)]
+pub(crate) use wire::encode;
 
 use crate::informer::discovery::Resource;
 use crate::object::{Object, Transform};

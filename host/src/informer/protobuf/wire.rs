@@ -125,7 +125,7 @@ pub(super) fn text(bytes: &[u8]) -> Result<&str, Error> {
 }
 
 #[cfg(test)]
-pub(super) mod encode {
+pub(crate) mod encode {
     //! Writing the wire format, for tests: what the API server would send.
 
     pub(crate) fn varint(out: &mut Vec<u8>, mut v: u64) {

@@ -561,3 +561,126 @@ impl Reflector {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use super::*;
+    use crate::informer::protobuf::encode::bytes;
+    use crate::informer::store::Writer;
+
+    /// A watch frame, as a server newer than this host would send it: an ADDED ConfigMap with a
+    /// field (9) the tables do not know.
+    fn frame_with_a_new_field() -> Vec<u8> {
+        let mut meta = Vec::new();
+        bytes(&mut meta, 1, b"a");
+        bytes(&mut meta, 3, b"default");
+        bytes(&mut meta, 6, b"5");
+        let mut cm = Vec::new();
+        bytes(&mut cm, 1, &meta);
+        bytes(&mut cm, 9, b"a field from a newer server");
+        let mut type_meta = Vec::new();
+        bytes(&mut type_meta, 1, b"v1");
+        bytes(&mut type_meta, 2, b"ConfigMap");
+        let mut unknown = b"k8s\0".to_vec();
+        bytes(&mut unknown, 1, &type_meta);
+        bytes(&mut unknown, 2, &cm);
+        let mut raw = Vec::new();
+        bytes(&mut raw, 1, &unknown);
+        let mut event = Vec::new();
+        bytes(&mut event, 1, b"ADDED");
+        bytes(&mut event, 2, &raw);
+        let mut framed = (event.len() as u32).to_be_bytes().to_vec();
+        framed.extend_from_slice(&event);
+        framed
+    }
+
+    /// The transport of a server that answers RBAC reviews with yes, protobuf watches with
+    /// [`frame_with_a_new_field`], the initial JSON watch with the object and the bookmark that
+    /// ends the initial events, and any later watch with nothing.
+    fn newer_server(protobuf_watches: Arc<AtomicU64>) -> kube::Client {
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let protobuf_watches = protobuf_watches.clone();
+            async move {
+                let accept = req
+                    .headers()
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                let query = req.uri().query().unwrap_or_default();
+                let (content_type, body) = if req.uri().path().contains("selfsubjectaccessreviews")
+                {
+                    ("application/json", br#"{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","spec":{},"status":{"allowed":true}}"#.to_vec())
+                } else if protobuf::is_protobuf(Some(&http::HeaderValue::from_str(accept).unwrap()))
+                {
+                    protobuf_watches.fetch_add(1, Ordering::Relaxed);
+                    (
+                        "application/vnd.kubernetes.protobuf;stream=watch",
+                        frame_with_a_new_field(),
+                    )
+                } else if query.contains("sendInitialEvents=true") {
+                    ("application/json", concat!(
+                        r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"default","resourceVersion":"5"}}}"#, "\n",
+                        r#"{"type":"BOOKMARK","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"resourceVersion":"6","annotations":{"k8s.io/initial-events-end":"true"}}}}"#, "\n",
+                    ).as_bytes().to_vec())
+                } else {
+                    ("application/json", Vec::new())
+                };
+                let response = http::Response::builder()
+                    .header(http::header::CONTENT_TYPE, content_type)
+                    .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                    .unwrap();
+                Ok::<_, Infallible>(response)
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn a_protobuf_answer_it_cannot_read_sends_the_reflector_to_json_and_it_still_syncs() {
+        let protobuf_watches = Arc::new(AtomicU64::new(0));
+        let client = newer_server(protobuf_watches.clone());
+        let resource = Resource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        };
+        let store: Arc<dyn KnownObjects> = Arc::new(Writer::new().reader());
+        let fifo = Arc::new(DeltaFifo::new(store.clone(), 1));
+        let stats = Arc::new(Stats::default());
+        let (condition, _conditions) = state::channel(Condition::Syncing);
+        let reflector = Reflector::new(
+            client.clone(),
+            Config::new(resource, Some("default".into())),
+            fifo.clone(),
+            store,
+            stats.clone(),
+            condition,
+            Connectivity::new(client),
+        );
+        let task = tokio::spawn(reflector.run());
+        // The scripted server ends every later watch at once, so the condition does not stay
+        // Watching: the sync is read from the counters.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stats.watch_list_syncs.load(Ordering::Relaxed) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "not synced within 10 s: {stats:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        task.abort();
+        assert_eq!(
+            protobuf_watches.load(Ordering::Relaxed),
+            1,
+            "protobuf tried once"
+        );
+        assert_eq!(stats.protobuf_fallbacks.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.watch_list_syncs.load(Ordering::Relaxed), 1);
+        assert_eq!(fifo.len(), 1, "the object came through JSON");
+    }
+}
