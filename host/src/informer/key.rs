@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use kube::core::GroupVersionKind;
 
+use crate::informer::shard::ShardRange;
 use crate::object::{KindName, Transform};
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -29,6 +30,9 @@ pub struct Scope {
     pub fields: FieldSelector,
     /// How objects are trimmed before caching (`metadata_only` included).
     pub transform: Transform,
+    /// Only the objects whose uid (or namespace) hashes into this range, selected by the API
+    /// server; see [`ShardRange`].
+    pub shard: Option<ShardRange>,
 }
 
 impl Default for Scope {
@@ -38,6 +42,7 @@ impl Default for Scope {
             labels: LabelSelector::default(),
             fields: FieldSelector::default(),
             transform: Transform::default(),
+            shard: None,
         }
     }
 }
@@ -62,6 +67,9 @@ impl std::fmt::Display for Scope {
         let fields = self.fields.to_string();
         if !fields.is_empty() {
             write!(f, " fields={fields}")?;
+        }
+        if let Some(shard) = &self.shard {
+            write!(f, " shard={shard}")?;
         }
         if self.transform != Transform::default() {
             write!(f, " transformed")?;

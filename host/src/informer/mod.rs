@@ -28,6 +28,7 @@ pub mod preflight;
 pub mod protobuf;
 pub mod reflector;
 mod run;
+pub mod shard;
 mod shared;
 mod status;
 pub mod store;

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::key::Namespaces;
 use super::options::Options;
+use super::shard::ShardRange;
 use super::shared::{Shared, Tasks};
 use super::status::{State, Status};
 use super::subscription::{Event, Notification};
@@ -91,6 +92,7 @@ pub(super) async fn drive(
         cfg.page_size = options.page_size;
         cfg.watch_list = options.watch_list;
         cfg.protobuf = options.protobuf;
+        cfg.shard_selector = scope.shard.as_ref().map(ShardRange::selector);
         let stats = Arc::new(reflector::Stats::default());
         let (cond_tx, cond_rx) = watch::channel(Condition::Syncing);
         shared.reflector_stats.lock().unwrap().push(stats.clone());

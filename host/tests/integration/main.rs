@@ -42,6 +42,7 @@ mod rollout;
 mod scaffold;
 mod settings;
 mod shadow;
+mod sharding;
 mod tenant_kinds;
 mod tenants;
 mod versions;

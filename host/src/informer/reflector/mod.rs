@@ -97,6 +97,15 @@ pub enum Error {
         /// The Status's message.
         message: String,
     },
+    /// The server ignored the shard selector: it would send every object, which is what
+    /// sharding exists to avoid, so the informer caches none until it is fixed.
+    #[error(
+        "the API server ignored shardSelector={selector:?}: sharded list and watch needs Kubernetes 1.36 or later with the ShardedListAndWatch feature gate on (kube-apiserver --feature-gates=ShardedListAndWatch=true); this informer caches nothing until then"
+    )]
+    ShardingUnsupported {
+        /// The selector sent.
+        selector: String,
+    },
     /// A protobuf answer this host cannot read (a field a newer server added, say): the
     /// reflector reads this informer as JSON from a fresh sync on.
     #[error("cannot read the server's protobuf: {0}")]
@@ -157,6 +166,9 @@ pub struct Config {
     /// Read the kinds [`protobuf`] has a table for as protobuf, falling back to JSON for good
     /// if an answer cannot be read. Other kinds are read as JSON whatever this says.
     pub protobuf: bool,
+    /// A `shardSelector` (see [`crate::informer::shard`]): only the objects of one hash range.
+    /// The server is checked to apply it before the first sync.
+    pub shard_selector: Option<String>,
 }
 
 impl Config {
@@ -172,6 +184,7 @@ impl Config {
             page_size: 500,
             watch_list: true,
             protobuf: true,
+            shard_selector: None,
         }
     }
 }
@@ -251,6 +264,8 @@ pub struct Reflector {
     connectivity: Connectivity,
     last_rv: String,
     watch_list_refused: bool,
+    /// Whether the server was seen to apply `cfg.shard_selector`.
+    sharding_checked: bool,
     /// The kind's protobuf table while it is read as protobuf; `None` for JSON.
     protobuf: Option<protobuf::Kind>,
     /// Completed syncs; the first is the initial one.
@@ -301,6 +316,7 @@ impl Reflector {
             connectivity,
             last_rv: String::new(),
             watch_list_refused: false,
+            sharding_checked: false,
             syncs: 0,
         }
     }
@@ -338,6 +354,11 @@ impl Reflector {
                         self.report(Condition::Syncing);
                     }
                     self.preflight_until_allowed().await;
+                    if let Err(e) = self.check_sharding().await {
+                        need_sync = Some(hint);
+                        self.fail(e).await;
+                        continue;
+                    }
                     let before = self.syncs;
                     let result = if self.cfg.watch_list && !self.watch_list_refused {
                         // Returns only when the stream ends, which is long after the sync if
@@ -473,6 +494,32 @@ impl Reflector {
         }
     }
 
+    /// Before the first sync of a sharded informer: one LIST of at most one object, whose
+    /// `shardInfo` says whether the server applied the selector. A WatchList carries no list
+    /// metadata to tell by, and a server without the gate answers with everything.
+    async fn check_sharding(&mut self) -> Result<()> {
+        let Some(selector) = self.cfg.shard_selector.clone() else {
+            return Ok(());
+        };
+        if self.sharding_checked {
+            return Ok(());
+        }
+        let req = http::Request::get(self.query(&[("limit", "1")]))
+            .body(Vec::new())
+            .map_err(|source| Error::Build {
+                what: "LIST",
+                source,
+            })?;
+        let page: Value = self.client.request(req).await?;
+        self.connectivity.reached();
+        let echoed = page["metadata"]["shardInfo"]["selector"].as_str();
+        if echoed.is_none_or(str::is_empty) {
+            return Err(Error::ShardingUnsupported { selector });
+        }
+        self.sharding_checked = true;
+        Ok(())
+    }
+
     fn query(&self, extra: &[(&str, &str)]) -> String {
         let mut q = form_urlencoded::Serializer::new(String::new());
         if let Some(l) = &self.cfg.label_selector {
@@ -480,6 +527,9 @@ impl Reflector {
         }
         if let Some(f) = &self.cfg.field_selector {
             q.append_pair("fieldSelector", f);
+        }
+        if let Some(s) = &self.cfg.shard_selector {
+            q.append_pair("shardSelector", s);
         }
         for (k, v) in extra {
             q.append_pair(k, v);
