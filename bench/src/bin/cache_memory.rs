@@ -66,9 +66,8 @@ fn median_of(key: &str, reports: &[serde_json::Value]) -> serde_json::Value {
         .iter()
         .map(|r| r[key].as_f64().unwrap_or(0.0))
         .collect();
-    xs.sort_by(f64::total_cmp);
     let mut first = reports[0].clone();
-    first[key] = xs[xs.len() / 2].into();
+    first[key] = reconciled_bench::median(&mut xs).into();
     first
 }
 

@@ -17,11 +17,6 @@ use prost::Message;
 use reconciled::informer::discovery::Resource;
 use reconciled::object::{Object, Transform};
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
-}
-
 /// Times `f` over `rounds`, returning the median seconds; `f` returns how many objects it made,
 /// which must be `n`.
 fn time(
@@ -38,7 +33,7 @@ fn time(
             bail!("decoded {got} objects, not {n}");
         }
     }
-    Ok(median(xs))
+    Ok(reconciled_bench::median(&mut xs))
 }
 
 async fn get(client: &kube::Client, ns: &str, accept: &str) -> anyhow::Result<Vec<u8>> {

@@ -76,12 +76,9 @@ fn write_message(
         if is_meta && trim.strip_managed_fields && field.json == "managedFields" {
             continue;
         }
-        let start = out.len();
-        let wrote = match field.ty {
+        match field.ty {
             Ty::Repeated(inner) => {
-                if !repeated[i] {
-                    false
-                } else {
+                if repeated[i] {
                     key(out, &mut first, field.json);
                     out.push(b'[');
                     for (n, value) in occurrences(bytes, field.number).enumerate() {
@@ -91,44 +88,34 @@ fn write_message(
                         write_value(out, message, field, inner, value?, trim)?;
                     }
                     out.push(b']');
-                    true
                 }
             }
             Ty::MapString | Ty::MapBytes => {
+                // Absent maps are common (no labels, no binaryData): not worth a second scan.
+                if !repeated[i] {
+                    continue;
+                }
                 let strip: &[String] = if is_meta && field.json == "annotations" {
                     trim.strip_annotations
                 } else {
                     &[]
                 };
-                // Absent maps are common (no labels, no binaryData): not worth a second scan.
-                let entries = if repeated[i] {
-                    map_entries(bytes, field.number, strip)?
-                } else {
-                    Vec::new()
-                };
-                if entries.is_empty() {
-                    false
-                } else {
+                let entries = map_entries(bytes, field.number, strip)?;
+                if !entries.is_empty() {
                     key(out, &mut first, field.json);
                     write_map(out, &field.ty, &entries)?;
-                    true
                 }
             }
-            _ => match (single[i], shown(field, single[i])) {
-                (_, false) => false,
-                (None, true) => {
+            _ => {
+                if shown(field, single[i]) {
                     key(out, &mut first, field.json);
-                    write_zero(out, &field.ty);
-                    true
+                    match single[i] {
+                        None => write_zero(out, &field.ty),
+                        Some(value) => write_value(out, message, field, &field.ty, value, trim)?,
+                    }
                 }
-                (Some(value), true) => {
-                    key(out, &mut first, field.json);
-                    write_value(out, message, field, &field.ty, value, trim)?;
-                    true
-                }
-            },
-        };
-        debug_assert!(wrote || out.len() == start);
+            }
+        }
     }
     out.push(b'}');
     Ok(())
