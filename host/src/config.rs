@@ -6,6 +6,7 @@
 //! module = "target/wasm-guests/wasm32-wasip2/release/configmap_generator.wasm"
 //! workers = 2
 //! read_your_writes = true      # false turns it off whatever the guest declares
+//! shard_keys = false           # true: among [replicas], split its keys over every replica
 //!
 //! [guest.grant]
 //! namespaces = ["team-a"]      # omitted: all namespaces
@@ -257,6 +258,11 @@ pub struct GuestConfig {
     /// `false` turns read-your-writes off.
     #[serde(default)]
     pub read_your_writes: Option<bool>,
+    /// Among `[replicas]`, splits its keys over every replica by their objects' uid, each
+    /// replica watching and reconciling only its share (see [`crate::replicas`]); needs an API
+    /// server with the `ShardedListAndWatch` feature gate. Alone, a host has every key \[false\].
+    #[serde(default)]
+    pub shard_keys: bool,
     /// What it may do.
     #[serde(default)]
     pub grant: Grant,
@@ -304,6 +310,7 @@ impl GuestConfig {
             limits: self.limits,
             workers: self.workers,
             read_your_writes: self.read_your_writes,
+            shard_keys: self.shard_keys,
             identity: self.service_account.clone(),
             recorder: None,
             shadow: None,

@@ -89,7 +89,7 @@ fn child(kubeconfig: &str, ns: &str, index: u64, count: u64) -> anyhow::Result<(
             .then(|| ShardRange::nth(ShardKey::Uid, index, count))
             .transpose()?;
         let scope = Scope {
-            shard,
+            shard: shard.map(Into::into),
             ..Scope::namespace(ns)
         };
         let informer = Informer::start(

@@ -150,6 +150,7 @@ fn guests(config: &Config, args: &RunArgs) -> anyhow::Result<Vec<GuestConfig>> {
             module: path.clone(),
             workers: s.workers,
             read_your_writes: None,
+            shard_keys: false,
             grant: s.grant,
             limits: s.limits,
             service_account: None,

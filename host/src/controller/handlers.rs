@@ -119,6 +119,13 @@ pub(super) async fn handle(
                     }
                     continue;
                 }
+                if *role == Role::For && c.keys.is_some() {
+                    // Its shard, for after it is gone from the cache (see `key_gates`).
+                    match &n.event {
+                        Event::Deleted { .. } => c.tombstones.bury(obj.key(), obj.uid()),
+                        _ => c.tombstones.forget(obj.key()),
+                    }
+                }
                 for key in primaries(role, &version.for_kind, obj) {
                     c.queue.add(key, priority);
                 }

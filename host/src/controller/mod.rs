@@ -11,9 +11,11 @@ mod failures;
 pub mod fair_share;
 pub mod gate;
 pub mod handlers;
+pub mod key_gates;
 pub(crate) mod plan;
 pub mod reconciles;
 mod reload;
+mod rescope;
 mod settings;
 pub mod shadow;
 mod shared;
@@ -47,8 +49,8 @@ use crate::informer::factory::InformerFactory;
 use crate::informer::{Informer, InformerKey, Subscription};
 use failures::Failures;
 use fair_share::Share;
-use gate::Gate;
 use handlers::handle;
+use key_gates::{Gating, Tombstones};
 use plan::{PlannedKind, describe, subscribe};
 use shared::Shared;
 use version::{Link, attach_shadow, build_version};
@@ -107,16 +109,27 @@ impl Controller {
     ///
     /// Returns before the informers have synced: reconciles wait for them, and
     /// [`Controller::snapshot`] shows why they are held back. Reconciles also run only while
-    /// `gate` is open ([`Gate::open`] for a host without replicas); informers sync either way.
+    /// their gate is open (`gate`: [`Gate::open`](gate::Gate::open) for a host without
+    /// replicas, or a gate per key, [`Gating::Keys`]); informers sync either way.
+    ///
+    /// With a gate per key, the informer of the reconciled kind watches only the shards held
+    /// here, and follows them as they move (see [`key_gates`]).
     pub async fn start(
-        factory: &InformerFactory,
+        factory: &Arc<InformerFactory>,
         client: kube::Client,
         module: Module,
         settings: Settings,
         share: Share,
-        gate: Arc<Gate>,
+        gate: impl Into<Gating>,
     ) -> Result<Arc<Self>, Error> {
-        let plan = describe(&module, &settings).await?;
+        let (gate, keys) = match gate.into() {
+            Gating::Whole(gate) => (gate, None),
+            Gating::Keys { lead, keys } => (lead, Some(keys)),
+        };
+        let mut plan = describe(&module, &settings).await?;
+        if let Some(keys) = &keys {
+            plan.shard_for_kind(Some(keys.held_set()));
+        }
         let mut subscriptions = Vec::new();
         for k in &plan.kinds {
             subscriptions.push(subscribe(factory, &settings.name, k)?);
@@ -153,6 +166,8 @@ impl Controller {
                 format!("what ServiceAccount {account} may read is not reviewed yet")
             })),
             gate,
+            keys: keys.clone(),
+            tombstones: Tombstones::default(),
             counters: Counters::default(),
             failures: Mutex::new(Failures::default()),
             failing: watch::Sender::new(None),
@@ -168,6 +183,9 @@ impl Controller {
             workers: Mutex::new(workers),
         });
         controller.link(plan.kinds.iter().zip(subscriptions));
+        if let Some(keys) = keys {
+            controller.follow_shards(factory.clone(), keys);
+        }
         tracing::info!(guest = %controller.name(), digest = %controller.digest(), kind = %plan.for_kind, read_your_writes = plan.read_your_writes, "guest started");
         Ok(controller)
     }
@@ -180,12 +198,12 @@ impl Controller {
     /// serve is rejected at once, instead of a guest that serves nothing and holds `/readyz`
     /// down for everyone.
     pub async fn start_synced(
-        factory: &InformerFactory,
+        factory: &Arc<InformerFactory>,
         client: kube::Client,
         module: Module,
         settings: Settings,
         share: Share,
-        gate: Arc<Gate>,
+        gate: impl Into<Gating>,
         timeout: Duration,
     ) -> Result<Arc<Self>, Error> {
         let controller = Self::start(factory, client, module, settings, share, gate).await?;
@@ -324,9 +342,30 @@ impl Controller {
         self.shared.hold(reason)
     }
 
-    /// The gate this guest's reconciles pass through (see [`Gate`]).
-    pub fn gate(&self) -> &Arc<Gate> {
+    /// The gate this guest's reconciles pass through (see [`Gate`](gate::Gate)); with a gate per
+    /// key, the lead gate, which no reconcile passes through (see [`Gating::Keys`]).
+    pub fn gate(&self) -> &Arc<gate::Gate> {
         &self.shared.gate
+    }
+
+    /// Why this replica reconciles none of the guest's keys, if it does not: its shard is
+    /// another replica's, or, with a gate per key, it holds no shard of the keys.
+    pub fn standby(&self) -> Option<String> {
+        match self.key_shards() {
+            None => self.shared.gate.reason(),
+            Some(set) if set.is_empty() => Some(
+                "this replica holds no shard of the guest's keys (the other replicas reconcile them)"
+                    .into(),
+            ),
+            Some(_) => None,
+        }
+    }
+
+    /// With a gate per key, the uid ranges the reconciled kind's informer watches here now
+    /// (which lag the shards held by the time a re-scope takes); `None` otherwise.
+    pub fn key_shards(&self) -> Option<crate::informer::shard::ShardSet> {
+        self.shared.keys.as_ref()?;
+        self.for_shard()
     }
 
     /// Why reconciles are held by [`Controller::hold`], if they are.

@@ -13,6 +13,7 @@ use crate::guest::Module;
 use crate::guest::bindings::{Consistency, Description, Gvk, Mapping};
 use crate::guest::grant;
 use crate::informer::factory::InformerFactory;
+use crate::informer::shard::ShardSet;
 use crate::informer::{Informer, InformerKey, Namespaces, Scope, Subscription};
 use crate::selector::LabelSelector;
 
@@ -35,6 +36,18 @@ pub(crate) struct Plan {
     pub(crate) kinds: Vec<PlannedKind>,
     pub(crate) for_kind: Gvk,
     pub(crate) read_your_writes: bool,
+}
+
+impl Plan {
+    /// Confines the reconciled kind's informer to `shard`: the shards held here, for a guest
+    /// whose keys are split across replicas.
+    pub(crate) fn shard_for_kind(&mut self, shard: Option<ShardSet>) {
+        for k in &mut self.kinds {
+            if k.kind == self.for_kind {
+                k.key.scope.shard.clone_from(&shard);
+            }
+        }
+    }
 }
 
 /// One kind the guest reads, and how.

@@ -15,7 +15,19 @@ use crate::guest::bindings::Gvk;
 use crate::guest::read_your_writes::Floors;
 use crate::guest::settings::GuestSettings;
 use crate::informer::factory::InformerFactory;
+use crate::informer::shard::ShardSet;
 use crate::informer::{Informer, InformerKey};
+
+/// How one swap differs from a plain reload.
+pub(super) struct Swap {
+    /// The shards the reconciled kind's informer watches.
+    pub(super) shard: Option<ShardSet>,
+    /// Whether reconciles are held until the guest's identity is reviewed again: a new
+    /// version may read more than the old; a re-scope reads a part of the same.
+    pub(super) review: bool,
+    /// Why a staged candidate is superseded.
+    pub(super) why: &'static str,
+}
 
 /// What a reload changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -54,7 +66,34 @@ impl Controller {
         admit: impl FnOnce(&[Arc<Informer>]) -> Result<(), E>,
     ) -> Result<Reload, Error> {
         let _one_at_a_time = self.reloading.lock().await;
-        let plan = describe(&module, &self.shared.settings).await?;
+        let swap = Swap {
+            shard: self.for_shard(),
+            review: true,
+            why: "superseded by a revision swapped in at once",
+        };
+        self.swap(factory, module, guest_settings, sync_timeout, admit, swap)
+            .await
+    }
+
+    /// The shards the reconciled kind's informer watches now, if it is sharded.
+    pub(super) fn for_shard(&self) -> Option<ShardSet> {
+        let current = self.shared.current();
+        let d = current.ctx.declared.get(&current.for_kind)?;
+        d.informer.key().scope.shard.clone()
+    }
+
+    /// [`Controller::reload`]'s work, under the reload lock.
+    pub(super) async fn swap<E: std::error::Error + Send + Sync + 'static>(
+        self: &Arc<Self>,
+        factory: &InformerFactory,
+        module: Module,
+        guest_settings: &GuestSettings,
+        sync_timeout: Duration,
+        admit: impl FnOnce(&[Arc<Informer>]) -> Result<(), E>,
+        swap: Swap,
+    ) -> Result<Reload, Error> {
+        let mut plan = describe(&module, &self.shared.settings).await?;
+        plan.shard_for_kind(swap.shard);
         // Make before break: subscribe to what is new and wait for it while the old version
         // still serves.
         let existing: HashMap<InformerKey, Arc<Informer>> = self
@@ -125,7 +164,13 @@ impl Controller {
         )
         .await;
         let digest = version.module.digest().to_string();
-        if let Some(account) = &self.shared.settings.identity {
+        if let Some(account) = self
+            .shared
+            .settings
+            .identity
+            .as_ref()
+            .filter(|_| swap.review)
+        {
             // Before the swap: no reconcile may run the new version until what it reads is
             // reviewed (the worker reads the version, then the hold).
             self.hold(Some(format!(
@@ -133,9 +178,20 @@ impl Controller {
             )));
         }
         *self.shared.current.write().unwrap() = Arc::new(version);
-        self.supersede_candidate("superseded by a revision swapped in at once")
-            .await;
+        self.supersede_candidate(swap.why).await;
 
+        let mut report = self.relink(&plan, fresh);
+        report.requeued = self.shared.enqueue_all(Priority::Low);
+        tracing::info!(guest = %self.shared.name, %digest, added = ?report.added, released = ?report.released, requeued = report.requeued, "guest reloaded");
+        Ok(report)
+    }
+
+    /// Releases the links of informers `plan` no longer reads and links the `fresh` ones.
+    fn relink(
+        self: &Arc<Self>,
+        plan: &super::plan::Plan,
+        fresh: Vec<(&super::plan::PlannedKind, crate::informer::Subscription)>,
+    ) -> Reload {
         let mut report = Reload {
             added: fresh.iter().map(|(k, _)| k.kind.to_string()).collect(),
             ..Reload::default()
@@ -152,8 +208,6 @@ impl Controller {
             });
         }
         self.link(fresh.into_iter());
-        report.requeued = self.shared.enqueue_all(Priority::Low);
-        tracing::info!(guest = %self.shared.name, %digest, added = ?report.added, released = ?report.released, requeued = report.requeued, "guest reloaded");
-        Ok(report)
+        report
     }
 }

@@ -21,6 +21,10 @@ pub struct Settings {
     pub workers: usize,
     /// `Some(false)` turns read-your-writes off whatever the guest declares.
     pub read_your_writes: Option<bool>,
+    /// Among replicas, whether its keys are split over every replica by their objects' uid
+    /// instead of the whole guest running on one (see [`crate::replicas`]). Without replicas
+    /// it changes nothing.
+    pub shard_keys: bool,
     /// The ServiceAccount its writes and uncached reads act as; `None`: the host's identity.
     /// The client handed to [`Controller::start`](super::Controller::start) must be the one acting as it.
     ///
@@ -61,6 +65,7 @@ impl Settings {
             limits: Limits::default(),
             workers: 1,
             read_your_writes: None,
+            shard_keys: false,
             identity: None,
             recorder: None,
             shadow: None,

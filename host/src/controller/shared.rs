@@ -12,6 +12,7 @@ use super::candidate::{Candidate, Pick};
 use super::failures::{Failing, Failures};
 use super::fair_share::Share;
 use super::gate::Gate;
+use super::key_gates::{self, KeyGates, Route, Tombstones};
 use super::reconciles::Counters;
 use super::settings::Settings;
 use super::shadow;
@@ -42,6 +43,11 @@ pub(super) struct Shared {
     /// Whether this process may reconcile the guest at all (its shard's Lease, among
     /// replicas); closing it cancels reconciles in flight. See [`Gate`].
     pub(super) gate: Arc<Gate>,
+    /// A gate per key, for a guest whose keys are split across replicas: then `gate` is only
+    /// its lead gate, and each key passes through its shard's (see [`KeyGates`]).
+    pub(super) keys: Option<KeyGates>,
+    /// Deleted primaries' uids, until their keys reconcile: their shard (with `keys` only).
+    pub(super) tombstones: Tombstones,
     pub(super) counters: Counters,
     pub(super) failures: Mutex<Failures>,
     /// The summary of `failures`: `Some` while the guest cannot run (see [`Failing`]); watched
@@ -87,6 +93,28 @@ impl Shared {
             self.queue.add(o.key().to_string(), priority);
         }
         all.len()
+    }
+
+    /// The gate `key` passes through: the guest's own, or its shard's when keys are split
+    /// across replicas; `None` when its shard is unknown here (see [`key_gates`]).
+    pub(super) fn gate_of_key(&self, key: &str) -> Option<Arc<Gate>> {
+        let Some(keys) = &self.keys else {
+            return Some(self.gate.clone());
+        };
+        let v = self.current();
+        let cached = v
+            .ctx
+            .declared
+            .get(&v.for_kind)
+            .and_then(|d| d.informer.store().get(key));
+        let uid = match cached {
+            Some(o) => Some(o.uid().to_string()),
+            None => self.tombstones.uid(key),
+        };
+        match key_gates::route(keys, uid.as_deref()) {
+            Route::Gate(gate) => Some(gate),
+            Route::Unknown => None,
+        }
     }
 
     /// Whether every informer this guest reads has synced, waiting up to `wait` for each. Logs

@@ -37,7 +37,8 @@ impl Controller {
     ) -> Result<(), Error> {
         let _one_at_a_time = self.reloading.lock().await;
         let settings = &self.shared.settings;
-        let plan = describe(&module, settings).await?;
+        let mut plan = describe(&module, settings).await?;
+        plan.shard_for_kind(self.for_shard());
         let live = self.shared.current();
         let invalid = |reason: String| Error::Invalid {
             guest: settings.name.clone(),

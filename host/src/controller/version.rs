@@ -152,7 +152,11 @@ pub(super) async fn prepare_module(
 ) -> Result<Shadow, Problem> {
     let desc =
         (module.describe(settings.limits).await).map_err(|e| Problem::Describe(e.to_string()))?;
-    let plan = plan(&desc, settings).map_err(|e| Problem::Plan(e.to_string()))?;
+    let mut plan = plan(&desc, settings).map_err(|e| Problem::Plan(e.to_string()))?;
+    // A guest whose keys are split across replicas reads the shards held here, as the live one.
+    let live_shard =
+        (live.ctx.declared.get(&live.for_kind)).and_then(|d| d.informer.key().scope.shard.clone());
+    plan.shard_for_kind(live_shard);
     if plan.for_kind != live.for_kind {
         return Err(Problem::OtherKind {
             shadow: plan.for_kind.to_string(),

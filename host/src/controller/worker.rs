@@ -145,6 +145,9 @@ impl Shared {
             Ok(Ok(outcome)) => {
                 Metrics::bump(&m.reconciles_ok);
                 self.queue.forget(&key.to_string());
+                if self.keys.is_some() {
+                    self.tombstones.forget(key);
+                }
                 self.clear_failing(key);
                 if let Outcome::RequeueAfter(ms) = outcome {
                     self.queue.add_after(
@@ -228,7 +231,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// Holds the controller only for one step at a time, so that dropping it (unloading the guest)
 /// is never blocked by a worker waiting for an informer that will not sync.
 async fn work(controller: std::sync::Weak<Shared>) {
-    let (queue, mut hold, gate) = loop {
+    let (queue, mut hold, gate, keyed) = loop {
         let Some(c) = controller.upgrade() else {
             return;
         };
@@ -237,7 +240,12 @@ async fn work(controller: std::sync::Weak<Shared>) {
         let statuses: Vec<_> = c.informers().iter().map(|i| i.watch_status()).collect();
         if c.synced(Duration::from_secs(1)).await {
             tracing::info!(guest = %c.name, "informers synced; reconciling");
-            break (c.queue.clone(), c.hold.subscribe(), c.gate.clone());
+            break (
+                c.queue.clone(),
+                c.hold.subscribe(),
+                c.gate.clone(),
+                c.keys.is_some(),
+            );
         }
         // Not synced yet: wait for an informer to change state rather than sleep, so that the
         // first reconcile follows the sync at once. The controller is not held meanwhile; the
@@ -266,8 +274,9 @@ async fn work(controller: std::sync::Weak<Shared>) {
         if hold.wait_for(Option::is_none).await.is_err() {
             return;
         }
-        // Another replica's shard: nothing runs here until this one holds it.
-        if !gate.is_open() {
+        // Another replica's shard: nothing runs here until this one holds it. With a gate per
+        // key, the guest's own gate is only its lead's.
+        if !keyed && !gate.is_open() {
             gate.wait_open().await;
             continue;
         }
@@ -292,6 +301,13 @@ async fn work(controller: std::sync::Weak<Shared>) {
         // Pinned before the hold is read: a swap that must be reviewed holds first (see
         // `Controller::reload`), so a version seen unheld is one that may run. A key in a
         // rollout's canary share runs on the new revision, holding a pass through its gate.
+        // A key whose shard is unknown here, or held by another replica, is that replica's:
+        // dropped, not queued again (see `key_gates`).
+        let Some(gate) = c.gate_of_key(&key).filter(|g| !keyed || g.is_open()) else {
+            queue.forget(&key);
+            c.tombstones.forget(&key);
+            continue;
+        };
         let pick = c.pick(&key);
         let canary = pick.canary_gate();
         // The pass is taken before anything of the reconcile runs, and the gate is watched for

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use kube::core::GroupVersionKind;
 
-use crate::informer::shard::ShardRange;
+use crate::informer::shard::ShardSet;
 use crate::object::{KindName, Transform};
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -30,9 +30,9 @@ pub struct Scope {
     pub fields: FieldSelector,
     /// How objects are trimmed before caching (`metadata_only` included).
     pub transform: Transform,
-    /// Only the objects whose uid (or namespace) hashes into this range, selected by the API
-    /// server; see [`ShardRange`].
-    pub shard: Option<ShardRange>,
+    /// Only the objects whose uid (or namespace) hashes into these ranges, selected by the API
+    /// server; see [`ShardSet`]. An empty set holds nothing and never asks the server.
+    pub shard: Option<ShardSet>,
 }
 
 impl Default for Scope {

@@ -9,7 +9,6 @@ use tokio::time::Instant;
 
 use super::key::Namespaces;
 use super::options::Options;
-use super::shard::ShardRange;
 use super::shared::{Shared, Tasks};
 use super::status::{State, Status};
 use super::subscription::{Event, Notification};
@@ -77,6 +76,8 @@ pub(super) async fn drive(
         return;
     }
     let namespaces: Vec<Option<String>> = match (&scope.namespaces, resource.namespaced) {
+        // No range at all: no reflector, and a FIFO that waits for no list is synced at once.
+        _ if scope.shard.as_ref().is_some_and(|s| s.is_empty()) => Vec::new(),
         (Namespaces::Only(set), true) => set.iter().cloned().map(Some).collect(),
         _ => vec![None],
     };
@@ -92,7 +93,7 @@ pub(super) async fn drive(
         cfg.page_size = options.page_size;
         cfg.watch_list = options.watch_list;
         cfg.protobuf = options.protobuf;
-        cfg.shard_selector = scope.shard.as_ref().map(ShardRange::selector);
+        cfg.shard_selector = scope.shard.as_ref().and_then(|s| s.selector());
         let stats = Arc::new(reflector::Stats::default());
         let (cond_tx, cond_rx) = watch::channel(Condition::Syncing);
         shared.reflector_stats.lock().unwrap().push(stats.clone());

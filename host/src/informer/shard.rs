@@ -5,9 +5,15 @@
 //! The hash is 64-bit FNV-1a of the object's uid or namespace, as the API server computes it;
 //! [`ShardRange::contains`] computes the same, so a client can tell which range an object is in.
 //!
-//! Where it may surprise: a server without the gate ignores the selector and answers with every
-//! object. The reflector checks that the server applied it (the list's `shardInfo`) before its
-//! first sync, and refuses to cache anything otherwise, naming the gate.
+//! An informer's scope names a [`ShardSet`]: one range, or several joined by `||` (a replica
+//! holding shards 2 and 7 of 16 watches both in one stream).
+//!
+//! Where it may surprise:
+//! - A server without the gate ignores the selector and answers with every object. The
+//!   reflector checks that the server applied it (the list's `shardInfo`) before its first
+//!   sync, and refuses to cache anything otherwise, naming the gate.
+//! - An empty set is a scope like any other: its informer never asks the server and is synced
+//!   at once with nothing in it.
 
 use crate::fnv::Fnv;
 
@@ -107,6 +113,109 @@ impl ShardRange {
     }
 }
 
+/// The objects whose key's hash is in any of a set of ranges over one key: what one replica
+/// watches of a kind whose keys are split across replicas. Adjacent ranges are merged, so the
+/// same objects always make the same set (and the same informer).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ShardSet {
+    key: ShardKey,
+    ranges: Vec<ShardRange>,
+}
+
+impl ShardSet {
+    /// No object at all.
+    pub fn empty(key: ShardKey) -> Self {
+        Self {
+            key,
+            ranges: Vec::new(),
+        }
+    }
+
+    /// Shards `indices` of `count` equal ranges ([`ShardRange::nth`]), merged where adjacent;
+    /// an index past `count` is an error.
+    pub fn of(
+        key: ShardKey,
+        indices: impl IntoIterator<Item = u64>,
+        count: u64,
+    ) -> Result<Self, Error> {
+        let mut nth: Vec<ShardRange> = indices
+            .into_iter()
+            .map(|i| ShardRange::nth(key, i, count))
+            .collect::<Result<_, _>>()?;
+        nth.sort_by_key(|r| r.start);
+        nth.dedup();
+        let mut ranges: Vec<ShardRange> = Vec::with_capacity(nth.len());
+        for r in nth {
+            match ranges.last_mut() {
+                Some(last) if last.end == u128::from(r.start) => last.end = r.end,
+                _ => ranges.push(r),
+            }
+        }
+        Ok(Self { key, ranges })
+    }
+
+    /// What the hash is taken over.
+    pub fn key(&self) -> ShardKey {
+        self.key
+    }
+
+    /// Whether the set holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The `shardSelector` for the set: its ranges joined by `||`; `None` when it is empty,
+    /// which no selector can say.
+    pub fn selector(&self) -> Option<String> {
+        (!self.is_empty()).then(|| {
+            self.ranges
+                .iter()
+                .map(ShardRange::selector)
+                .collect::<Vec<_>>()
+                .join(" || ")
+        })
+    }
+
+    /// Whether an object with this uid (or namespace, per the key) is in the set.
+    pub fn contains(&self, key: &str) -> bool {
+        self.ranges.iter().any(|r| r.contains(key))
+    }
+}
+
+impl From<ShardRange> for ShardSet {
+    fn from(range: ShardRange) -> Self {
+        Self {
+            key: range.key,
+            ranges: vec![range],
+        }
+    }
+}
+
+impl std::fmt::Display for ShardSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.ranges.is_empty() {
+            return f.write_str("none");
+        }
+        for (i, r) in self.ranges.iter().enumerate() {
+            if i > 0 {
+                f.write_str("|")?;
+            }
+            write!(f, "{r}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The index of the one of `count` equal ranges ([`ShardRange::nth`]) that `key`'s hash falls
+/// in: which shard owns an object, by its uid or namespace.
+pub fn index_of(key: &str, count: u64) -> u64 {
+    let mut h = Fnv::default();
+    h.write(key.as_bytes());
+    let count = count.max(1);
+    let width = (1u128 << 64) / u128::from(count);
+    (u128::from(h.finish()) / width).min(u128::from(count - 1)) as u64
+}
+
 impl std::fmt::Display for ShardRange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let key = match self.key {
@@ -161,6 +270,43 @@ mod tests {
             assert_eq!(shards[count as usize - 1].end, 1 << 64);
             for w in shards.windows(2) {
                 assert_eq!(u128::from(w[1].start), w[0].end);
+            }
+        }
+    }
+
+    #[test]
+    fn a_set_merges_adjacent_ranges_and_joins_the_rest_with_or() {
+        let set = ShardSet::of(ShardKey::Uid, [3, 0, 1], 4).unwrap();
+        assert_eq!(
+            set.selector().unwrap(),
+            "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000') || shardRange(object.metadata.uid, '0xc000000000000000', '0x10000000000000000')"
+        );
+        assert_eq!(
+            ShardSet::of(ShardKey::Uid, [0, 1, 2, 3], 4).unwrap(),
+            ShardSet::from(ShardRange::nth(ShardKey::Uid, 0, 1).unwrap()),
+            "every shard is the whole space"
+        );
+        let none = ShardSet::of(ShardKey::Uid, [], 4).unwrap();
+        assert!(none.is_empty());
+        assert_eq!(none.selector(), None);
+        assert_eq!(none, ShardSet::empty(ShardKey::Uid));
+        assert!(ShardSet::of(ShardKey::Uid, [4], 4).is_err());
+    }
+
+    #[test]
+    fn index_of_names_the_one_range_that_contains_the_key() {
+        for count in [1u64, 3, 16] {
+            for uid in (0..300).map(|i| format!("uid-{i}")) {
+                let i = index_of(&uid, count);
+                assert!(i < count);
+                assert!(
+                    ShardRange::nth(ShardKey::Uid, i, count)
+                        .unwrap()
+                        .contains(&uid),
+                    "{uid} of {count}"
+                );
+                let set = ShardSet::of(ShardKey::Uid, [i], count).unwrap();
+                assert!(set.contains(&uid));
             }
         }
     }

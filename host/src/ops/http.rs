@@ -441,6 +441,7 @@ mod tests {
                 }),
                 shard: Some(3),
                 owner: Some("replica-b".into()),
+                key_shards: None,
                 shadow: None,
                 rollout: None,
             }],

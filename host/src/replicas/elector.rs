@@ -12,7 +12,7 @@ use super::assignment;
 use super::decide::{self, Decision};
 use super::lease::{self, Observed, Seen};
 use super::snapshot::ShardView;
-use super::state::{Held, Inner};
+use super::state::{Guests, Held, Inner};
 use crate::informer::store::Store;
 
 /// How often the watchdog looks at the deadlines, at the least: a deadline is kept to within
@@ -141,7 +141,7 @@ pub(super) async fn elect(inner: Arc<Inner>) {
 /// What the Leases in `store` say now: who is alive, who holds each shard, and the plan for
 /// the guests `guests`. `observed` remembers when each Lease version was first seen, which is
 /// what expiry is measured from.
-fn look(inner: &Inner, store: &Store, observed: &mut Observed, guests: &[String]) -> View {
+fn look(inner: &Inner, store: &Store, observed: &mut Observed, guests: &Guests) -> View {
     let config = &inner.config;
     let now = Instant::now();
     let synced = inner.informer.status().state.is_synced();
@@ -168,10 +168,7 @@ fn look(inner: &Inner, store: &Store, observed: &mut Observed, guests: &[String]
     let holders: Vec<Option<String>> = (0..config.shards)
         .map(|s| live_holder(&config.shard_lease(s)))
         .collect();
-    let mut weights = vec![0u32; config.shards as usize];
-    for g in guests {
-        weights[super::shard::shard_of(g, config.shards) as usize] += 1;
-    }
+    let weights = guests.weights(config.shards);
     let plan = assignment::plan(&assignment::Input {
         members: &members,
         weights: &weights,
@@ -359,6 +356,7 @@ async fn perform(inner: &Inner, write: Write) {
                         state.snapshot.forbidden = None;
                     }
                     inner.gates[shard as usize].set_open();
+                    inner.publish_held();
                     match was {
                         Some(w) if w != config.identity => {
                             tracing::info!(shard, from = %w, "shard taken over: its Lease expired; its guests reconcile here now")

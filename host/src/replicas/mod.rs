@@ -22,6 +22,13 @@
 //! - Every write is guarded by the resourceVersion read: of two replicas racing for a free
 //!   shard, one wins.
 //!
+//! A guest may instead have its keys split across the replicas (`shard_keys`): shard `i` is
+//! then also the `i`-th of `shards` equal ranges of its objects' uid hash, and the replica
+//! holding shard `i`'s Lease watches and reconciles the objects in that range
+//! ([`Replicas::key_gates`]). Such a guest weighs one on every shard, so the shards, and with
+//! them its keys, are spread evenly; with `shards` a multiple of the replicas each gets an equal
+//! share (16 shards over 3 replicas split 6/5/5, 12 or 24 split evenly).
+//!
 //! Where it may surprise:
 //! - Lease writes per second are `(shards + replicas) / renew interval`, independent of the
 //!   number of guests; the renew interval is a third of the lease duration (5 s by default),
@@ -44,17 +51,18 @@ mod state;
 pub use config::{Config, Error};
 pub use snapshot::{Placement, ShardView, Snapshot};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::controller::gate::Gate;
+use crate::controller::key_gates::KeyGates;
 use crate::informer::{self, Informer, InformerKey, Scope};
 use crate::selector::LabelSelector;
 
-use state::{Inner, State};
+use state::{Guests, Inner, State};
 
 /// This replica's part in a group of replicas. Dropping it stops its tasks without releasing
 /// anything; [`Replicas::shutdown`] hands the shards over at once.
@@ -117,7 +125,8 @@ impl Replicas {
                     ..Snapshot::default()
                 },
             }),
-            guests: watch::Sender::new(Vec::new()),
+            guests: watch::Sender::new(Guests::default()),
+            held: watch::Sender::new(BTreeSet::new()),
             writer,
             informer,
             config,
@@ -148,14 +157,28 @@ impl Replicas {
         self.inner.gates[self.shard_of(name) as usize].clone()
     }
 
-    /// Tells the replicas which guests exist, so that shards are balanced by guests. Every
+    /// The gates of a guest whose keys are split across the replicas: shard `i`'s gate for the
+    /// keys whose uid hashes into the `i`-th range, and which shards are held here.
+    pub fn key_gates(&self) -> KeyGates {
+        KeyGates::new(self.inner.gates.clone(), self.inner.held.subscribe())
+    }
+
+    /// Tells the replicas which guests exist, so that shards are balanced by guests: `whole`
+    /// run on their name's shard, `spread` have their keys split over every shard. Every
     /// replica should be told the same names (it is, when each loads every guest).
-    pub fn set_guests(&self, mut names: Vec<String>) {
-        names.sort();
-        names.dedup();
+    pub fn set_guests(&self, whole: Vec<String>, spread: Vec<String>) {
+        let tidy = |mut v: Vec<String>| {
+            v.sort();
+            v.dedup();
+            v
+        };
+        let next = Guests {
+            whole: tidy(whole),
+            spread: tidy(spread),
+        };
         self.inner.guests.send_if_modified(|g| {
-            let changed = *g != names;
-            *g = names;
+            let changed = *g != next;
+            *g = next;
             changed
         });
     }
@@ -207,6 +230,7 @@ impl Replicas {
         for gate in &self.inner.gates {
             gate.close("this replica crashed");
         }
+        self.inner.held.send_replace(BTreeSet::new());
     }
 
     /// Hands every shard over at once, for a quick rolling update: stops taking shards, closes

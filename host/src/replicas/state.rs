@@ -1,6 +1,6 @@
 //! The state a replica's tasks share: its gates, the shards it holds, and its Lease writer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -32,12 +32,45 @@ pub(super) struct Inner {
     pub(super) config: Config,
     pub(super) gates: Vec<Arc<Gate>>,
     pub(super) state: Mutex<State>,
-    pub(super) guests: watch::Sender<Vec<String>>,
+    pub(super) guests: watch::Sender<Guests>,
+    /// The shards held here, each with its gate open: what key-sharded guests watch.
+    pub(super) held: watch::Sender<BTreeSet<u32>>,
     pub(super) writer: lease::Writer,
     pub(super) informer: Arc<Informer>,
 }
 
+/// The guests the shards are balanced by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Guests {
+    /// Guests that run whole on their name's shard.
+    pub(super) whole: Vec<String>,
+    /// Guests whose keys are split over every shard: each weighs one on every shard.
+    pub(super) spread: Vec<String>,
+}
+
+impl Guests {
+    /// Guests per shard, indexed by shard, for `shards` shards.
+    pub(super) fn weights(&self, shards: u32) -> Vec<u32> {
+        let spread = u32::try_from(self.spread.len()).unwrap_or(u32::MAX);
+        let mut weights = vec![spread; shards as usize];
+        for g in &self.whole {
+            weights[super::shard::shard_of(g, shards) as usize] += 1;
+        }
+        weights
+    }
+}
+
 impl Inner {
+    /// Tells key-sharded guests which shards are held here now.
+    pub(super) fn publish_held(&self) {
+        let now: BTreeSet<u32> = self.state.lock().unwrap().held.keys().copied().collect();
+        self.held.send_if_modified(|h| {
+            let changed = *h != now;
+            *h = now;
+            changed
+        });
+    }
+
     /// Gives up shard `shard` locally: the gate closes (cancelling reconciles in flight) and
     /// the shard leaves `held`. Returns the Lease as last written, if it was held.
     pub(super) fn drop_shard(&self, shard: u32, why: String, lost: bool) -> Option<Held> {
@@ -50,6 +83,7 @@ impl Inner {
             held
         };
         self.gates[shard as usize].close(why.clone());
+        self.publish_held();
         if lost {
             tracing::warn!(
                 shard,
@@ -57,5 +91,40 @@ impl Inner {
             );
         }
         Some(held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replicas::assignment::{Input, plan};
+
+    #[test]
+    fn a_guest_with_its_keys_spread_weighs_one_on_every_shard() {
+        let guests = Guests {
+            whole: vec!["a".into()],
+            spread: vec!["big".into()],
+        };
+        let w = guests.weights(12);
+        assert_eq!(w.iter().sum::<u32>(), 13);
+        assert!(w.iter().all(|n| (1..=2).contains(n)), "{w:?}");
+    }
+
+    #[test]
+    fn one_spread_guest_over_twelve_shards_gives_three_replicas_four_shards_each() {
+        let guests = Guests {
+            whole: Vec::new(),
+            spread: vec!["big".into()],
+        };
+        let weights = guests.weights(12);
+        let members: Vec<String> = (0..3).map(|i| format!("replica-{i}")).collect();
+        let p = plan(&Input {
+            members: &members,
+            weights: &weights,
+            holders: &vec![None; 12],
+        });
+        for m in &members {
+            assert_eq!(p.iter().filter(|o| *o == m).count(), 4, "{p:?}");
+        }
     }
 }

@@ -78,7 +78,7 @@ impl Supervisor {
             module,
             settings.clone(),
             share,
-            self.gate_for(name),
+            self.gate_for(name, settings.shard_keys),
             self.options.sync_timeout,
         )
         .await?;

@@ -421,7 +421,7 @@ impl<'a> Load<'a> {
                     let module = module.clone();
                     (sup.start_tenant(name, source, module, &self.settings, client, share)).await
                 } else {
-                    let gate = sup.gate_for(name);
+                    let gate = sup.gate_for(name, self.settings.shard_keys);
                     let settings = self.settings.clone();
                     Controller::start(&sup.factory, client, module.clone(), settings, share, gate)
                         .await

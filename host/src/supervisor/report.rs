@@ -276,8 +276,11 @@ fn guest_status(
     placement: Option<Placement>,
 ) -> GuestStatus {
     let snap = e.controller.as_ref().map(|c| c.snapshot());
-    // Another replica's shard: this one does not reconcile it, so it must not say "serving".
-    let standby = e.controller.as_ref().and_then(|c| c.gate().reason());
+    // Another replica's shard (or no shard of its keys): this one does not reconcile it, so it
+    // must not say "serving".
+    let standby = e.controller.as_ref().and_then(|c| c.standby());
+    let key_shards = e.controller.as_ref().and_then(|c| c.key_shards());
+    let placement = placement.filter(|_| key_shards.is_none());
     let (state, reason, blame) = match &snap {
         None if e.loading => (GuestState::Loading, Some("loading".to_string()), None),
         None => (GuestState::Rejected, e.last_error.clone(), None),
@@ -317,6 +320,7 @@ fn guest_status(
         memory: snap.as_ref().map(|s| memory(s, share.as_ref())),
         shard: placement.as_ref().map(|p| p.shard),
         owner: placement.and_then(|p| p.owner),
+        key_shards: key_shards.map(|s| s.to_string()),
         rollout: e.rollout.as_ref().map(|t| t.progress()),
     }
 }

@@ -101,7 +101,7 @@ async fn converges(stem: &str, ns: &str) {
         "{stem}: compiled in {} ms",
         module.compile_time().as_millis()
     );
-    let factory = InformerFactory::new(admin.clone(), Options::default());
+    let factory = std::sync::Arc::new(InformerFactory::new(admin.clone(), Options::default()));
     let settings = Settings {
         grant: Grant::namespaces([ns]),
         ..Settings::new(ns)

@@ -27,13 +27,13 @@ async fn start(
     client: kube::Client,
     name: &str,
     settings: Settings,
-) -> (Arc<Controller>, InformerFactory, Runtime) {
+) -> (Arc<Controller>, Arc<InformerFactory>, Runtime) {
     let runtime = Runtime::new().unwrap();
     let module = runtime
         .compile(std::fs::read(common::guests::wasm(name)).unwrap())
         .await
         .unwrap();
-    let factory = InformerFactory::new(client.clone(), Options::default());
+    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
     let share = Share::alone(&settings.name);
     let controller = Controller::start(&factory, client, module, settings, share, Gate::open())
         .await

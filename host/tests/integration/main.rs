@@ -24,6 +24,7 @@ mod informer;
 mod informer_faults;
 mod informer_without_watch_list;
 mod isolation;
+mod key_sharding;
 mod lifecycle;
 mod module_sharing;
 // A host worker panics on purpose here, which only the `fault-injection` feature allows.

@@ -7,11 +7,11 @@
 use crate::common;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::wait::wait_until;
-use common::{cm, namespace};
+use common::{cm, namespace, sharded_control_plane};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -19,12 +19,6 @@ use reconciled::informer::shard::{ShardKey, ShardRange};
 use reconciled::informer::store::Query;
 use reconciled::informer::{Informer, InformerKey, Options, Scope};
 use testenv::ControlPlane;
-
-/// These tests' own control plane, with sharded list and watch on.
-fn sharded_control_plane() -> &'static ControlPlane {
-    static CP: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
-    ControlPlane::own(&CP, &["--feature-gates=ShardedListAndWatch=true"])
-}
 
 fn shard_informer(client: &kube::Client, ns: &str, shard: ShardRange) -> Arc<Informer> {
     Informer::start(
@@ -34,7 +28,7 @@ fn shard_informer(client: &kube::Client, ns: &str, shard: ShardRange) -> Arc<Inf
             "v1",
             "ConfigMap",
             Scope {
-                shard: Some(shard),
+                shard: Some(shard.into()),
                 ..Scope::namespace(ns)
             },
         ),

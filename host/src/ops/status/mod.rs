@@ -141,6 +141,11 @@ pub struct GuestStatus {
     /// The replica reconciling it (holding its shard), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// For a guest whose keys are split across replicas (`shard_keys`), the uid ranges of the
+    /// keys this replica watches and reconciles (`none` when it holds no shard); `shard` and
+    /// `owner` are then absent, since no one replica runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_shards: Option<String>,
     /// Its shadow version, when it has one (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<GuestShadow>,
@@ -444,6 +449,7 @@ pub(crate) mod tests {
             memory: None,
             shard: None,
             owner: None,
+            key_shards: None,
             shadow: None,
             rollout: None,
         }

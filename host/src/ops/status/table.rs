@@ -152,10 +152,11 @@ fn row(guest: &GuestStatus, sharded: bool) -> Vec<String> {
         last_error,
     ];
     if sharded {
-        let shard = match (guest.shard, &guest.owner) {
-            (Some(s), Some(o)) => format!("{s} on {}", cell(Some(o))),
-            (Some(s), None) => format!("{s} on -"),
-            (None, _) => "-".into(),
+        let shard = match (guest.shard, &guest.owner, &guest.key_shards) {
+            (_, _, Some(keys)) => format!("keys {}", cell(Some(keys))),
+            (Some(s), Some(o), None) => format!("{s} on {}", cell(Some(o))),
+            (Some(s), None, None) => format!("{s} on -"),
+            (None, _, None) => "-".into(),
         };
         row.insert(2, shard);
     }
@@ -419,6 +420,7 @@ sources that deliver no guest:
         let standby = GuestStatus {
             shard: Some(3),
             owner: Some("replica-b".into()),
+            key_shards: None,
             reason: Some("shard 3 is not held by this replica".into()),
             ..guest("stamp", GuestState::Standby)
         };

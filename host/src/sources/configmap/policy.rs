@@ -126,6 +126,8 @@ impl TenantPolicy {
             limits: self.limits,
             workers: self.workers,
             read_your_writes: None,
+            // A Reconciler may ask for it (`spec.shardKeys`); a labelled ConfigMap cannot.
+            shard_keys: false,
             identity: Some(account),
             recorder: None,
             shadow: None,

@@ -47,6 +47,8 @@ pub(crate) struct Spec {
     pub(crate) service_account: String,
     pub(crate) settings: GuestSettings,
     pub(crate) workers: usize,
+    /// Its keys split over the replicas (`spec.shardKeys`).
+    pub(crate) shard_keys: bool,
     pub(crate) suspend: bool,
     /// A revision pinned instead of `module`.
     pub(crate) revision: Option<u64>,
@@ -136,6 +138,8 @@ struct RawSpec {
     service_account_name: Option<String>,
     settings: Option<Value>,
     workers: Option<i64>,
+    #[serde(default)]
+    shard_keys: bool,
     #[serde(default)]
     suspend: bool,
     revision: Option<i64>,
@@ -260,6 +264,7 @@ fn parse_spec(spec: Value) -> Result<Spec, Refusal> {
             .unwrap_or_else(|| crate::guest::identity::DEFAULT_SERVICE_ACCOUNT.to_string()),
         settings,
         workers,
+        shard_keys: raw.shard_keys,
         suspend: raw.suspend,
         revision,
         revision_history_limit,
@@ -478,6 +483,7 @@ fn clamp(settings: &mut Settings, spec: &Spec, policy: &TenantPolicy) -> Vec<Str
         }
     };
     settings.workers = at_most("workers", spec.workers as u64, policy.workers as u64) as usize;
+    settings.shard_keys = spec.shard_keys;
     let limits = &mut settings.limits;
     let max = policy.limits;
     if let Some(ms) = spec.limits.deadline_ms {

@@ -19,7 +19,10 @@ pub async fn start(
     client: kube::Client,
     wasm: &str,
     settings: Settings,
-) -> Result<(Arc<Controller>, InformerFactory, Runtime), (controller::Error, InformerFactory)> {
+) -> Result<
+    (Arc<Controller>, Arc<InformerFactory>, Runtime),
+    (controller::Error, Arc<InformerFactory>),
+> {
     start_gated(client, wasm, settings, Gate::open()).await
 }
 
@@ -29,13 +32,16 @@ pub async fn start_gated(
     wasm: &str,
     settings: Settings,
     gate: Arc<Gate>,
-) -> Result<(Arc<Controller>, InformerFactory, Runtime), (controller::Error, InformerFactory)> {
+) -> Result<
+    (Arc<Controller>, Arc<InformerFactory>, Runtime),
+    (controller::Error, Arc<InformerFactory>),
+> {
     let runtime = Runtime::new().unwrap();
     let module = runtime
         .compile(std::fs::read(super::guests::wasm(wasm)).unwrap())
         .await
         .unwrap();
-    let factory = InformerFactory::new(client.clone(), Options::default());
+    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
     let share = Share::alone(&settings.name);
     match Controller::start(&factory, client, module, settings, share, gate).await {
         Ok(controller) => Ok((controller, factory, runtime)),

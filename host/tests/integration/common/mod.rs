@@ -6,6 +6,7 @@ pub mod guests;
 pub mod host;
 pub mod logs;
 pub mod reconcilers;
+pub mod replica;
 pub mod scenarios;
 pub mod wait;
 
@@ -25,6 +26,15 @@ pub fn faulty_control_plane() -> &'static testenv::ControlPlane {
     static CP: std::sync::OnceLock<Result<testenv::ControlPlane, String>> =
         std::sync::OnceLock::new();
     testenv::ControlPlane::own(&CP, &[])
+}
+
+/// The control plane of the tests of sharded list and watch (`sharding`, `key_sharding`): the
+/// `ShardedListAndWatch` gate is on there alone, so that the other tests see a server that
+/// ignores shard selectors, as most do.
+pub fn sharded_control_plane() -> &'static testenv::ControlPlane {
+    static CP: std::sync::OnceLock<Result<testenv::ControlPlane, String>> =
+        std::sync::OnceLock::new();
+    testenv::ControlPlane::own(&CP, &["--feature-gates=ShardedListAndWatch=true"])
 }
 
 /// One fault test at a time on [`faulty_control_plane`].
