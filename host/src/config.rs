@@ -63,11 +63,13 @@
 //! operator_weight = 1                 # the weight of the guests above [1]
 //!
 //! # Share the guests with other replicas of this host through Leases (see `replicas`): each
-//! # guest reconciles on the one replica holding its shard; the others keep it warm.
+//! # guest reconciles on the one replica holding its shard; the others keep it warm. A guest
+//! # with `shard_keys = true` has its keys split over all of them instead, by shard.
 //! [replicas]
 //! namespace = "reconciled-system"     # where the Leases live [POD_NAMESPACE, else "default"]
 //! group = "reconciled"                # Lease name prefix; hosts of one group share guests
-//! shards = 16                         # 1 is plain leader election
+//! shards = 16                         # 1 is plain leader election; a multiple of the
+//!                                     # replicas splits shard_keys guests evenly (12, 24)
 //! lease_duration_ms = 15000
 //! renew_deadline_ms = 10000           # shorter than lease_duration_ms: stop before others start
 //! retry_period_ms = 2000

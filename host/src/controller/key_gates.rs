@@ -10,6 +10,14 @@
 //!   event until its key reconciles, so that the replica that saw it go cleans up after it.
 //! - A key whose shard is held elsewhere is dropped, not queued again: the holder has it. When
 //!   this replica takes a shard, its informer is re-scoped and every key in it queued afresh.
+//! - The shard follows the uid, not the name: an object deleted and created again under the
+//!   same name may land on another replica, which reconciles the new object while the first
+//!   still reconciles the deletion of the old one. Both run the key at once there, each on
+//!   what it sees; a guest that cleans up by name rather than by ownerReference should not
+//!   split its keys.
+//! - An object deleted while no replica held its shard (its holder died, the Lease not yet
+//!   expired) is never seen going: the next holder lists the objects that exist. A guest that
+//!   must act on deletion uses a finalizer, as it must across any restart.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

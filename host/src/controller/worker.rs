@@ -298,9 +298,6 @@ async fn work(controller: std::sync::Weak<Shared>) {
         let Some(c) = controller.upgrade() else {
             return;
         };
-        // Pinned before the hold is read: a swap that must be reviewed holds first (see
-        // `Controller::reload`), so a version seen unheld is one that may run. A key in a
-        // rollout's canary share runs on the new revision, holding a pass through its gate.
         // A key whose shard is unknown here, or held by another replica, is that replica's:
         // dropped, not queued again (see `key_gates`).
         let Some(gate) = c.gate_of_key(&key).filter(|g| !keyed || g.is_open()) else {
@@ -308,6 +305,9 @@ async fn work(controller: std::sync::Weak<Shared>) {
             c.tombstones.forget(&key);
             continue;
         };
+        // Pinned before the hold is read: a swap that must be reviewed holds first (see
+        // `Controller::reload`), so a version seen unheld is one that may run. A key in a
+        // rollout's canary share runs on the new revision, holding a pass through its gate.
         let pick = c.pick(&key);
         let canary = pick.canary_gate();
         // The pass is taken before anything of the reconcile runs, and the gate is watched for
