@@ -163,6 +163,8 @@ pub async fn fill_stamped_sized(
     let padding = "x".repeat(pad);
     let padding = &padding;
     let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let started = Instant::now();
+    let done = &std::sync::atomic::AtomicUsize::new(0);
     futures::stream::iter(names)
         .map(|name| {
             let api = api.clone();
@@ -182,6 +184,10 @@ pub async fn fill_stamped_sized(
                     ..Default::default()
                 };
                 api.create(&PostParams::default(), &cm).await?;
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if n.is_multiple_of(10_000) {
+                    eprintln!("{n} objects made in {:.0?}", started.elapsed());
+                }
                 anyhow::Ok(())
             }
         })
