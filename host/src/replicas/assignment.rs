@@ -22,6 +22,10 @@ pub struct Input<'a> {
     pub weights: &'a [u32],
     /// Each shard's holder now, if it is held by a live replica.
     pub holders: &'a [Option<String>],
+    /// Whether some guest's keys are spread over every shard: each shard then holds an equal
+    /// part of them, and a holding is balanced only if every replica holds as many shards as
+    /// another, give or take one.
+    pub spread: bool,
 }
 
 /// How far a replica's load may stray from the mean (as a fraction of it) before the plan is
@@ -37,7 +41,7 @@ pub fn plan(input: &Input<'_>) -> Vec<String> {
         return Vec::new();
     }
     let sticky = place(&members, input.weights, Some(input.holders));
-    if balanced(&members, input.weights, &sticky) {
+    if balanced(&members, input.weights, &sticky) && (!input.spread || even(&members, &sticky)) {
         return sticky;
     }
     place(&members, input.weights, None)
@@ -103,6 +107,15 @@ fn balanced(members: &[&str], weights: &[u32], plan: &[String]) -> bool {
     })
 }
 
+/// Whether every member holds as many shards as another, give or take one.
+fn even(members: &[&str], plan: &[String]) -> bool {
+    let counts = members
+        .iter()
+        .map(|m| plan.iter().filter(|o| o.as_str() == *m).count());
+    let (low, high) = counts.fold((usize::MAX, 0), |(l, h), c| (l.min(c), h.max(c)));
+    high - low <= 1
+}
+
 /// Rendezvous score of `member` for `shard`: a stable hash, the same in every build of the host.
 fn score(shard: usize, member: &str) -> u64 {
     let mut h = super::shard::Fnv::default();
@@ -150,6 +163,7 @@ mod tests {
             members: &m,
             weights: &weights,
             holders: &holders,
+            spread: false,
         });
         let l = loads(&p, &weights, &m);
         assert!(
@@ -168,12 +182,14 @@ mod tests {
             members: &m,
             weights: &weights,
             holders: &holders,
+            spread: false,
         });
         m.reverse();
         let b = plan(&Input {
             members: &m,
             weights: &weights,
             holders: &holders,
+            spread: false,
         });
         assert_eq!(a, b);
     }
@@ -186,6 +202,7 @@ mod tests {
             members: &m,
             weights: &weights,
             holders: &vec![None; 16],
+            spread: false,
         });
         let holders: Vec<Option<String>> = first.iter().cloned().map(Some).collect();
         weights[5] += 1;
@@ -193,6 +210,7 @@ mod tests {
             members: &m,
             weights: &weights,
             holders: &holders,
+            spread: false,
         });
         assert_eq!(first, second, "one more guest moves no shard");
     }
@@ -206,6 +224,7 @@ mod tests {
             members: &m,
             weights: &weights,
             holders: &all_mine,
+            spread: false,
         });
         let l = loads(&p, &weights, &m);
         assert!(l.iter().all(|l| (5..=15).contains(l)), "{l:?}");
@@ -219,6 +238,7 @@ mod tests {
             members: &three,
             weights: &weights,
             holders: &vec![None; 16],
+            spread: false,
         });
         let holders: Vec<Option<String>> = before
             .iter()
@@ -229,6 +249,7 @@ mod tests {
             members: &two,
             weights: &weights,
             holders: &holders,
+            spread: false,
         });
         for (shard, owner) in before.iter().enumerate() {
             if owner != "replica-2" {
@@ -245,6 +266,7 @@ mod tests {
             members: &m,
             weights: &[7],
             holders: &[Some("replica-1".into())],
+            spread: false,
         });
         assert_eq!(p, vec!["replica-1".to_string()], "the holder keeps it");
         assert!(
@@ -252,9 +274,38 @@ mod tests {
                 members: &[],
                 weights: &[1],
                 holders: &[None],
+                spread: false,
             })
             .is_empty()
         );
+    }
+
+    #[test]
+    fn keys_spread_over_every_shard_move_an_uneven_holding_to_an_even_one() {
+        // Twelve shards of one key-sharded guest, eight held by the replica that came first:
+        // within the band by guests, but two thirds of the keys on one replica.
+        let m = members(2);
+        let weights = vec![1; 12];
+        let holders: Vec<Option<String>> = (0..12)
+            .map(|s| Some(format!("replica-{}", usize::from(s >= 8))))
+            .collect();
+        let spread = plan(&Input {
+            members: &m,
+            weights: &weights,
+            holders: &holders,
+            spread: true,
+        });
+        for r in &m {
+            assert_eq!(spread.iter().filter(|o| *o == r).count(), 6, "{spread:?}");
+        }
+        let kept = plan(&Input {
+            members: &m,
+            weights: &weights,
+            holders: &holders,
+            spread: false,
+        });
+        let held: Vec<String> = holders.into_iter().map(Option::unwrap).collect();
+        assert_eq!(kept, held, "guests alone keep a holding within the band");
     }
 
     #[test]
@@ -264,6 +315,7 @@ mod tests {
             members: &m,
             weights: &[1, 1],
             holders: &[Some("gone".into()), Some("gone".into())],
+            spread: false,
         });
         assert!(p.iter().all(|o| m.contains(o)));
         assert_ne!(p[0], p[1], "two equal shards on two replicas: one each");

@@ -173,6 +173,7 @@ fn look(inner: &Inner, store: &Store, observed: &mut Observed, guests: &Guests) 
         members: &members,
         weights: &weights,
         holders: &holders,
+        spread: !guests.spread.is_empty(),
     });
     View {
         now,

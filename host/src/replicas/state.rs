@@ -54,7 +54,8 @@ impl Guests {
         let spread = u32::try_from(self.spread.len()).unwrap_or(u32::MAX);
         let mut weights = vec![spread; shards as usize];
         for g in &self.whole {
-            weights[super::shard::shard_of(g, shards) as usize] += 1;
+            let w = &mut weights[super::shard::shard_of(g, shards) as usize];
+            *w = w.saturating_add(1);
         }
         weights
     }
@@ -122,6 +123,7 @@ mod tests {
             members: &members,
             weights: &weights,
             holders: &vec![None; 12],
+            spread: true,
         });
         for m in &members {
             assert_eq!(p.iter().filter(|o| *o == m).count(), 4, "{p:?}");

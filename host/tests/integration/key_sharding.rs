@@ -79,7 +79,7 @@ async fn watched(r: &Replica) -> Option<(String, usize)> {
     Some((keys, objects))
 }
 
-/// Waits until the shards are held by exactly `live` (each at least one), and every live
+/// Waits until the shards are held by exactly `replicas`, as many each, and every live
 /// replica watches the ranges of the shards it holds and caches exactly the objects in them;
 /// returns the objects each caches.
 async fn wait_split(
@@ -97,9 +97,12 @@ async fn wait_split(
         for (shard, h) in &held {
             by_replica.entry(h.clone()).or_default().insert(*shard);
         }
+        // Twelve shards over the live replicas: as many each.
+        let even = SHARDS as usize / replicas.len();
         let mut ok = held.len() == SHARDS as usize
             && replicas.iter().all(|r| by_replica.contains_key(&r.id))
-            && by_replica.len() == replicas.len();
+            && by_replica.len() == replicas.len()
+            && by_replica.values().all(|s| s.len() == even);
         let mut cached = BTreeMap::new();
         if ok {
             for r in replicas {
