@@ -56,7 +56,7 @@ pub struct KeyGates {
     held: watch::Receiver<BTreeSet<u32>>,
 }
 
-/// Where one key may be reconciled, as [`KeyGates::route`] decides it.
+/// Where one key may be reconciled, as [`route`] decides it.
 #[derive(Debug)]
 pub enum Route {
     /// Through this gate (its shard's).
