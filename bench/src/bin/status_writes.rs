@@ -160,7 +160,7 @@ async fn run(
         let mut config = ReplicasConfig::new(&identity, LEASES);
         config.rebalance_after = Duration::from_secs(5);
         let identities = Identities::new(cp.admin_config())?;
-        let replicas = Arc::new(Replicas::start(identities.host().clone(), config)?);
+        let replicas = Arc::new(Replicas::start(identities.host().clone(), config).await?);
         let runtime = Runtime::new()?.with_artifact_cache(&work.join("compiled"))?;
         let factory = Arc::new(InformerFactory::new(
             identities.host().clone(),

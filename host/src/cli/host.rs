@@ -71,6 +71,7 @@ impl Host {
         let replicas = match wiring.replicas {
             Some(r) => Some(Arc::new(
                 Replicas::start(identities.host().clone(), r)
+                    .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?,
             )),
             None => None,
@@ -154,6 +155,21 @@ pub(crate) async fn stopped() -> anyhow::Result<()> {
         _ = term.recv() => {}
     }
     Ok(())
+}
+
+/// Waits for Ctrl-C or SIGTERM ([`stopped`]), or for the replicas to refuse to go on because
+/// another process holds this replica's identity, which is then the error.
+pub(crate) async fn stopped_or_refused(supervisor: &Supervisor) -> anyhow::Result<()> {
+    let refused = async {
+        match supervisor.replicas() {
+            Some(r) => r.refused().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = stopped() => r,
+        why = refused => Err(anyhow::anyhow!("{why}")),
+    }
 }
 
 /// The host's connection settings: guests acting as a ServiceAccount get clients built from

@@ -14,7 +14,7 @@ use reconciled::sources::offer::offer_of;
 use reconciled::sources::reconciler::{self, ReconcilerSource};
 use reconciled::supervisor::{Source, Supervisor};
 
-use crate::cli::host::{ClusterArgs, Host, Wiring, stopped};
+use crate::cli::host::{ClusterArgs, Host, Wiring, stopped_or_refused};
 use crate::cli::record::RecordArgs;
 
 /// `reconciled run`.
@@ -125,11 +125,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => (None, None),
     };
     tracing::info!(guests = ?sup.names(), "host running; Ctrl-C or SIGTERM stops");
-    stopped().await?;
+    let outcome = stopped_or_refused(sup).await;
     tracing::info!("stopping");
     drop((configmaps, reconcilers, pulls));
     host.stop().await;
-    Ok(())
+    outcome
 }
 
 /// The config file's guests and those of `--guest`, each with a name of its own.

@@ -100,4 +100,19 @@ pub enum Error {
     /// The `[replicas]` settings do not hold together.
     #[error("[replicas]: {0}")]
     Config(String),
+    /// Another running process holds this replica's identity: it renewed the identity's Lease
+    /// while this one watched.
+    #[error(
+        "replica id {identity:?} is in use by another running process ({other}): it renewed the Lease {namespace}/{lease} while this process watched; give every replica an identity of its own (--replica-id, or POD_NAME as a Deployment sets it), or stop the other process"
+    )]
+    Duplicate {
+        /// The identity both claim.
+        identity: String,
+        /// The other process, as its instance token names it (`host/pid/random`).
+        other: String,
+        /// The Leases' namespace.
+        namespace: String,
+        /// The identity's Lease.
+        lease: String,
+    },
 }

@@ -1,6 +1,7 @@
 //! The elector: one task that reads the group's Leases from the informer, plans, and takes,
-//! renews and hands over shards; and the watchdog, which closes a shard's gate at its renew
-//! deadline whatever the elector is doing (waiting on an API server that does not answer, say).
+//! renews and hands over shards, and deletes the group's litter; the watchdog, which closes a
+//! shard's gate at its renew deadline whatever the elector is doing (waiting on an API server
+//! that does not answer, say); and the claim of this replica's identity before it joins.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -9,9 +10,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 
 use super::assignment;
+use super::config::{Config, Error};
 use super::decide::{self, Decision};
+use super::instance::{self, Claim};
 use super::lease::{self, Observed, Seen};
 use super::snapshot::ShardView;
+use super::stale;
 use super::state::{Guests, Held, Inner};
 use crate::informer::store::Store;
 
@@ -87,12 +91,94 @@ struct Round {
     wake: Instant,
 }
 
+/// Takes this replica's identity before it joins: writes its own Lease, stamped with this
+/// process's instance token, and returns it as written.
+///
+/// If the Lease on record is held by another process's token, watches it for a lease duration
+/// (and a retry period): renewed meanwhile, that process is alive and this one refuses with
+/// [`Error::Duplicate`]; untouched, it is gone (killed before it could delete its Lease) and the
+/// identity is taken over. So a pod restarted after a crash waits at most a lease duration, and
+/// one stopped cleanly (its Lease deleted) not at all. Any other failure (forbidden, no answer)
+/// is left to the elector's announcements, which retry it and report it: `Ok(None)`.
+pub(super) async fn claim_identity(
+    writer: &lease::Writer,
+    config: &Config,
+) -> Result<Option<Lease>, Error> {
+    let name = config.member_lease();
+    // The other process's Lease version when first seen, since when, and how long to watch.
+    let mut watching: Option<(String, Instant, Duration)> = None;
+    loop {
+        let on_record = match writer.get_opt(&name).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot read this replica's Lease before joining (retried as it announces itself): {e}"
+                );
+                return Ok(None);
+            }
+        };
+        if let Claim::Other { instance } = instance::judge(on_record.as_ref(), writer.instance()) {
+            let lease = on_record
+                .as_ref()
+                .expect("only a Lease on record is another's");
+            let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+            match &watching {
+                None => {
+                    let seconds = (lease.spec.as_ref())
+                        .and_then(|s| s.lease_duration_seconds)
+                        .map_or(0, |n| u64::try_from(n).unwrap_or(0));
+                    let wait = config.lease_duration.max(Duration::from_secs(seconds))
+                        + config.retry_period;
+                    tracing::info!(identity = %config.identity, other = %instance, ?wait, "this replica's identity is on record for another process: watching its Lease to see whether that process is alive");
+                    watching = Some((rv, Instant::now(), wait));
+                }
+                Some((first, _, _)) if *first != rv => {
+                    return Err(Error::Duplicate {
+                        identity: config.identity.clone(),
+                        other: instance,
+                        namespace: config.namespace.clone(),
+                        lease: name,
+                    });
+                }
+                Some((_, since, wait)) if since.elapsed() >= *wait => {
+                    tracing::info!(identity = %config.identity, other = %instance, "the other process left this replica's Lease untouched for a lease duration: it is gone; taking the identity over");
+                }
+                Some(_) => {}
+            }
+            if watching
+                .as_ref()
+                .is_some_and(|(_, since, wait)| since.elapsed() < *wait)
+            {
+                tokio::time::sleep(config.retry_period.min(Duration::from_secs(1))).await;
+                continue;
+            }
+        }
+        match writer.acquire(&name, "replica", on_record.as_ref()).await {
+            Ok(l) => return Ok(Some(l)),
+            // Written by someone between our read and our write: look again.
+            Err(lease::Error::Conflict { .. }) => {}
+            Err(e) => {
+                tracing::warn!(
+                    "cannot write this replica's Lease before joining (retried as it announces itself): {e}"
+                );
+                return Ok(None);
+            }
+        }
+    }
+}
+
 /// The elector's loop: every change of a Lease, every change of the guests, and every due
 /// renewal or expiry wakes it. Each round reads the Leases ([`look`]), decides per shard
-/// ([`decide_round`]), then makes the writes and announces this replica at once.
-pub(super) async fn elect(inner: Arc<Inner>) {
+/// ([`decide_round`]), then makes the writes and announces this replica at once, and deletes
+/// litter ([`collect`]). `claimed` is this replica's Lease as [`claim_identity`] wrote it.
+///
+/// It ends only if another process turns out to hold this replica's identity: every shard is
+/// then dropped here (gates closed, Leases left to that process) and the refusal published.
+pub(super) async fn elect(inner: Arc<Inner>, claimed: Option<Lease>) {
     let mut observed = Observed::default();
-    let mut membership: Option<(Lease, Instant)> = None;
+    let mut membership: Option<(Lease, Instant)> =
+        claimed.map(|l| (l, Instant::now() + inner.config.renew_every()));
+    let mut tried: HashSet<(String, String)> = HashSet::new();
     // Shards the plan wants elsewhere, since when, and to whom.
     let mut elsewhere: HashMap<u32, (String, Instant)> = HashMap::new();
     let mut guests = inner.guests.subscribe();
@@ -118,7 +204,12 @@ pub(super) async fn elect(inner: Arc<Inner>) {
             let inner = inner.clone();
             async move { perform(&inner, w).await }
         }));
-        tokio::join!(announce(&inner, &view, &mut membership), writes);
+        let (announced, _) = tokio::join!(announce(&inner, &view, &mut membership), writes);
+        if let Err(e) = announced {
+            refuse(&inner, &e);
+            return;
+        }
+        collect(&inner, &view, &mut tried).await;
         let mut wake = round.wake;
         if let Some((_, next)) = &membership {
             wake = wake.min(*next);
@@ -269,20 +360,38 @@ fn decide_round(
 }
 
 /// Writes this replica's own Lease when due, so that the others count it in their plans, and
-/// keeps in `membership` the Lease as written and when to renew it.
-async fn announce(inner: &Inner, view: &View, membership: &mut Option<(Lease, Instant)>) {
+/// keeps in `membership` the Lease as written and when to renew it. [`Error::Duplicate`] when
+/// the Lease, to be written afresh, is held and live under another process's token: two
+/// processes started at once with one identity both found it free, and the other won.
+async fn announce(
+    inner: &Inner,
+    view: &View,
+    membership: &mut Option<(Lease, Instant)>,
+) -> Result<(), Error> {
     if membership
         .as_ref()
         .is_some_and(|(_, next)| view.now < *next)
     {
-        return;
+        return Ok(());
+    }
+    let member = inner.config.member_lease();
+    if membership.is_none()
+        && let Some((s, at)) = view.seen.get(&member)
+        && let Claim::Other { instance } = instance::judge(Some(&s.lease), inner.writer.instance())
+        && view.now < lease::free_at(s, *at)
+    {
+        return Err(Error::Duplicate {
+            identity: inner.config.identity.clone(),
+            other: instance,
+            namespace: inner.config.namespace.clone(),
+            lease: member,
+        });
     }
     inner.state.lock().unwrap().snapshot.writes += 1;
     let sent = Instant::now();
     let written = match membership.as_ref() {
         Some((l, _)) => inner.writer.renew(l).await,
         None => {
-            let member = inner.config.member_lease();
             let on_record = view.seen.get(&member).map(|(s, _)| &s.lease);
             inner.writer.acquire(&member, "replica", on_record).await
         }
@@ -299,6 +408,63 @@ async fn announce(inner: &Inner, view: &View, membership: &mut Option<(Lease, In
             *membership = None;
         }
     }
+    Ok(())
+}
+
+/// Stops taking part because another process holds this replica's identity: every shard held
+/// is dropped (its gate closed; its Lease, which names the shared identity, left alone) and the
+/// refusal published for [`super::Replicas::refused`] and [`super::Replicas::problem`].
+fn refuse(inner: &Inner, e: &Error) {
+    tracing::error!("{e}");
+    let held: Vec<u32> = inner.state.lock().unwrap().held.keys().copied().collect();
+    for s in held {
+        inner.drop_shard(
+            s,
+            format!("shard {s}: another process holds this replica's identity"),
+            true,
+        );
+    }
+    inner.refused.send_replace(Some(e.to_string()));
+}
+
+/// Deletes the group's litter ([`stale::due`]): only the first replica alive by name does, so
+/// that one delete is sent for each, and once for the version seen (`tried`) unless it failed
+/// in passing.
+async fn collect(inner: &Inner, view: &View, tried: &mut HashSet<(String, String)>) {
+    let config = &inner.config;
+    if !view.synced || view.members.first() != Some(&config.identity) {
+        return;
+    }
+    let own = config.member_lease();
+    let group = stale::Group {
+        name: &config.group,
+        shards: config.shards,
+        lease_duration: config.lease_duration,
+        own: &own,
+    };
+    for (name, rv) in stale::due(&view.seen, group, view.now) {
+        if !tried.insert((name.clone(), rv.clone())) {
+            continue;
+        }
+        inner.state.lock().unwrap().snapshot.writes += 1;
+        match inner.writer.delete_if(&name, &rv).await {
+            Ok(true) => {
+                inner.state.lock().unwrap().snapshot.collected += 1;
+                tracing::info!(lease = %name, "deleted a Lease expired for {} lease durations: its replica is gone, or its shard no longer exists", stale::AFTER_DURATIONS);
+            }
+            Ok(false) => {
+                tracing::debug!(lease = %name, "a stale Lease changed or went before its deletion: kept")
+            }
+            Err(e) => {
+                tracing::warn!(lease = %name, "cannot delete a stale Lease: {e}");
+                // A passing failure is tried again next round; a forbidden one only once.
+                if !e.is_forbidden() {
+                    tried.remove(&(name, rv));
+                }
+            }
+        }
+    }
+    tried.retain(|(n, _)| view.seen.contains_key(n));
 }
 
 /// Whether the resourceVersion `seen` is newer than the one of our `held` copy. Both are
@@ -530,4 +696,79 @@ pub(super) async fn hand_over(inner: &Arc<Inner>) {
     if let Err(e) = inner.writer.delete(&member).await {
         tracing::debug!("cannot delete this replica's Lease {member} (it expires instead): {e}");
     }
+    last_out(inner).await;
+}
+
+/// How long a stopping replica waits for the other replicas' Leases to go, to learn whether it
+/// is the last: replicas stopped together (an uninstall) delete theirs within about a second.
+const LAST_OUT_WAIT: Duration = Duration::from_secs(2);
+
+/// The last replica out deletes the group's shard Leases, so that removing every replica (an
+/// uninstall) leaves no Lease behind. A replica stopping while others live on leaves them,
+/// after waiting up to [`LAST_OUT_WAIT`] to see whether the others are going too; so a replica
+/// of several takes that much longer to exit, its shards already handed over.
+async fn last_out(inner: &Inner) {
+    let deadline = Instant::now() + LAST_OUT_WAIT;
+    loop {
+        let others = match inner.writer.list("replica").await {
+            Ok(leases) => leases
+                .iter()
+                .filter(|l| holder(l).is_some_and(|h| h != inner.config.identity))
+                .filter(|l| still_claimed(l))
+                .count(),
+            Err(e) => {
+                tracing::debug!("cannot list the replicas' Leases as this replica stops: {e}");
+                return;
+            }
+        };
+        if others == 0 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            tracing::debug!(others, "other replicas live on: their shard Leases stay");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let shards = match inner.writer.list("shard").await {
+        Ok(leases) => leases,
+        Err(e) => {
+            tracing::debug!("cannot list the shard Leases as the last replica stops: {e}");
+            return;
+        }
+    };
+    let deletes = shards.iter().filter_map(|l| {
+        let name = l.metadata.name.as_deref()?;
+        let rv = l.metadata.resource_version.as_deref()?;
+        Some(async move { (name, inner.writer.delete_if(name, rv).await) })
+    });
+    let mut deleted = 0;
+    for (name, outcome) in futures::future::join_all(deletes).await {
+        match outcome {
+            Ok(true) => deleted += 1,
+            Ok(false) => {}
+            Err(e) => tracing::debug!(lease = %name, "cannot delete a shard Lease: {e}"),
+        }
+    }
+    tracing::info!(deleted, "the last replica out deleted the shard Leases");
+}
+
+/// Whether a replica Lease's claim runs on by its own renew time, read against this machine's
+/// clock: good enough to tell a replica still running from one gone, for tidying up only (no
+/// gate depends on it).
+fn still_claimed(lease: &Lease) -> bool {
+    let Some(spec) = lease.spec.as_ref() else {
+        return false;
+    };
+    let (Some(renewed), Some(seconds)) = (spec.renew_time.as_ref(), spec.lease_duration_seconds)
+    else {
+        return false;
+    };
+    let until = renewed
+        .0
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(i64::from(
+            seconds,
+        )))
+        .ok();
+    until.is_some_and(|t| t > k8s_openapi::jiff::Timestamp::now())
 }

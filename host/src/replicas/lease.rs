@@ -143,6 +143,7 @@ pub struct Writer {
     namespace: String,
     group: String,
     identity: String,
+    instance: String,
     duration_seconds: i32,
     timeout: Duration,
 }
@@ -152,18 +153,19 @@ impl std::fmt::Debug for Writer {
         f.debug_struct("Writer")
             .field("namespace", &self.namespace)
             .field("identity", &self.identity)
+            .field("instance", &self.instance)
             .finish_non_exhaustive()
     }
 }
 
 impl Writer {
     /// Writes Leases of `group` in `namespace` as `identity`, claiming `duration` (rounded up to
-    /// whole seconds, as the Lease stores it); each call gives up after `timeout`.
+    /// whole seconds, as the Lease stores it); each call gives up after `timeout`. The replica
+    /// Lease it writes names `instance`, this process ([`super::instance`]).
     pub fn new(
         client: kube::Client,
         namespace: &str,
-        group: &str,
-        identity: &str,
+        (group, identity, instance): (&str, &str, &str),
         duration: Duration,
         timeout: Duration,
     ) -> Self {
@@ -172,6 +174,7 @@ impl Writer {
             namespace: namespace.to_string(),
             group: group.to_string(),
             identity: identity.to_string(),
+            instance: instance.to_string(),
             duration_seconds: i32::try_from(duration.as_millis().div_ceil(1000))
                 .unwrap_or(i32::MAX),
             timeout,
@@ -182,9 +185,15 @@ impl Writer {
         MicroTime(k8s_openapi::jiff::Timestamp::now())
     }
 
+    /// This process's instance token.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
     /// Takes Lease `name` (role `role`) for this replica: creates it if `seen` is `None`, else
     /// replaces what was seen, which fails with [`Error::Conflict`] if anyone wrote it since.
-    /// Returns the Lease as written, to renew from.
+    /// A replica Lease is stamped with this process's instance token. Returns the Lease as
+    /// written, to renew from.
     pub async fn acquire(
         &self,
         name: &str,
@@ -194,7 +203,7 @@ impl Writer {
         let now = Self::now();
         match seen {
             None => {
-                let lease = Lease {
+                let mut lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(name.to_string()),
                         namespace: Some(self.namespace.clone()),
@@ -216,6 +225,7 @@ impl Writer {
                         ..LeaseSpec::default()
                     }),
                 };
+                self.stamp(&mut lease, role);
                 self.call(name, self.api.create(&PostParams::default(), &lease))
                     .await
             }
@@ -230,9 +240,23 @@ impl Writer {
                 spec.lease_duration_seconds = Some(self.duration_seconds);
                 spec.acquire_time = Some(now.clone());
                 spec.renew_time = Some(now);
+                self.stamp(&mut lease, role);
                 self.call(name, self.api.replace(name, &PostParams::default(), &lease))
                     .await
             }
+        }
+    }
+
+    fn stamp(&self, lease: &mut Lease, role: &str) {
+        if role == "replica" {
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(
+                    super::instance::ANNOTATION.to_string(),
+                    self.instance.clone(),
+                );
         }
     }
 
@@ -315,37 +339,77 @@ impl Writer {
         self.call(name, self.api.get(name)).await
     }
 
+    /// Reads Lease `name` afresh; `None` if there is none.
+    pub async fn get_opt(&self, name: &str) -> Result<Option<Lease>, Error> {
+        match self.get(name).await {
+            Ok(l) => Ok(Some(l)),
+            Err(Error::Api {
+                source: kube::Error::Api(s),
+                ..
+            }) if s.code == 404 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes Lease `name` only if it is still at `resource_version`: `false` when it changed
+    /// since (written by someone, so not litter after all) or is gone already.
+    pub async fn delete_if(&self, name: &str, resource_version: &str) -> Result<bool, Error> {
+        let params = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: Some(resource_version.to_string()),
+                uid: None,
+            }),
+            ..kube::api::DeleteParams::default()
+        };
+        match tokio::time::timeout(self.timeout, self.api.delete(name, &params)).await {
+            Err(_) => Err(Error::Timeout {
+                namespace: self.namespace.clone(),
+                name: name.to_string(),
+                after: self.timeout,
+            }),
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => Ok(false),
+            Ok(Err(source)) => Err(Error::Api {
+                namespace: self.namespace.clone(),
+                name: name.to_string(),
+                source,
+            }),
+        }
+    }
+
     /// The shard Leases of this group that name this replica as holder on the server: after a
     /// write whose answer was lost (cancelled as the replica stops), there may be some the
     /// replica does not know it holds.
     pub async fn held_here(&self) -> Result<Vec<Lease>, Error> {
-        let lp = kube::api::ListParams::default()
-            .labels(&format!("{GROUP_LABEL}={},{ROLE_LABEL}=shard", self.group));
-        let list = match tokio::time::timeout(self.timeout, self.api.list(&lp)).await {
-            Err(_) => {
-                return Err(Error::Timeout {
-                    namespace: self.namespace.clone(),
-                    name: format!("{}-shard-*", self.group),
-                    after: self.timeout,
-                });
-            }
-            Ok(Err(source)) => {
-                return Err(Error::Api {
-                    namespace: self.namespace.clone(),
-                    name: format!("{}-shard-*", self.group),
-                    source,
-                });
-            }
-            Ok(Ok(list)) => list,
-        };
-        Ok(list
-            .items
+        Ok(self
+            .list("shard")
+            .await?
             .into_iter()
             .filter(|l| {
                 l.spec.as_ref().and_then(|s| s.holder_identity.as_deref())
                     == Some(self.identity.as_str())
             })
             .collect())
+    }
+
+    /// Every Lease of this group with role `role` (`shard` or `replica`) on the server now.
+    pub async fn list(&self, role: &str) -> Result<Vec<Lease>, Error> {
+        let lp = kube::api::ListParams::default()
+            .labels(&format!("{GROUP_LABEL}={},{ROLE_LABEL}={role}", self.group));
+        let all = format!("{}-{role}-*", self.group);
+        match tokio::time::timeout(self.timeout, self.api.list(&lp)).await {
+            Err(_) => Err(Error::Timeout {
+                namespace: self.namespace.clone(),
+                name: all,
+                after: self.timeout,
+            }),
+            Ok(Err(source)) => Err(Error::Api {
+                namespace: self.namespace.clone(),
+                name: all,
+                source,
+            }),
+            Ok(Ok(list)) => Ok(list.items),
+        }
     }
 
     async fn call(

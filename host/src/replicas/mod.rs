@@ -33,8 +33,14 @@
 //! - Lease writes per second are `(shards + replicas) / renew interval`, independent of the
 //!   number of guests; the renew interval is a third of the lease duration (5 s by default),
 //!   not the retry period, which paces only retries after a failed renew.
-//! - Two processes given the same identity would each believe they hold that identity's
-//!   shards. Identities must be unique: the pod name is (`POD_NAME`).
+//! - Identities must be unique: the pod name is (`POD_NAME`). A process writes a token of its
+//!   own into its replica Lease ([`instance`]); a second process started with an identity whose
+//!   Lease another live process renews refuses to start ([`Error::Duplicate`]), and one that
+//!   finds out later (both started at once) stops taking part ([`Replicas::refused`]).
+//! - A replica killed without deleting its Lease leaves it behind; the first replica alive by
+//!   name deletes it once it has been expired for [`stale::AFTER_DURATIONS`] lease durations,
+//!   and so shard Leases beyond a lowered `shards` count. The last replica to stop cleanly
+//!   deletes the shard Leases, so removing every replica leaves no Lease behind.
 //! - A shard moves on its own only when the plan has wanted it elsewhere for
 //!   `rebalance_after`, so a replica joining takes its share after that long, not at once.
 
@@ -43,9 +49,11 @@ mod config;
 mod decide;
 mod elector;
 pub mod identity;
+pub mod instance;
 pub mod lease;
 pub mod shard;
 mod snapshot;
+pub mod stale;
 mod state;
 
 pub use config::{Config, Error};
@@ -88,9 +96,14 @@ impl Drop for Replicas {
 }
 
 impl Replicas {
-    /// Joins the group: watches its Leases, and starts taking, renewing and handing over shards.
-    /// Every gate starts closed. Must be called inside a tokio runtime.
-    pub fn start(client: kube::Client, config: Config) -> Result<Self, Error> {
+    /// Joins the group: claims this replica's identity, then watches the group's Leases and
+    /// starts taking, renewing and handing over shards. Every gate starts closed.
+    ///
+    /// Where it may surprise: if the identity's Lease is held by another process, this waits up
+    /// to a lease duration (15 s by default) to see whether that process renews it, and fails
+    /// with [`Error::Duplicate`] if it does; a replica restarted after a crash therefore joins
+    /// only once its old Lease has gone unrenewed that long.
+    pub async fn start(client: kube::Client, config: Config) -> Result<Self, Error> {
         config.validate()?;
         let selector = LabelSelector::parse(&format!("{}={}", lease::GROUP_LABEL, config.group))
             .map_err(|e| Error::Config(format!("group {:?}: {e}", config.group)))?;
@@ -107,11 +120,11 @@ impl Replicas {
         let writer = lease::Writer::new(
             client,
             &config.namespace,
-            &config.group,
-            &config.identity,
+            (&config.group, &config.identity, &instance::token()),
             config.lease_duration,
             config.retry_period,
         );
+        let claimed = elector::claim_identity(&writer, &config).await?;
         let gates = (0..config.shards)
             .map(|s| Gate::closed(format!("shard {s} is not held by this replica")))
             .collect();
@@ -127,13 +140,14 @@ impl Replicas {
             }),
             guests: watch::Sender::new(Guests::default()),
             held: watch::Sender::new(BTreeSet::new()),
+            refused: watch::Sender::new(None),
             writer,
             informer,
             config,
         });
         tracing::info!(identity = %inner.config.identity, namespace = %inner.config.namespace, shards = inner.config.shards, lease_duration = ?inner.config.lease_duration, renew_deadline = ?inner.config.renew_deadline, "joining the replicas: guests run where their shard's Lease is held");
         let tasks = vec![
-            tokio::spawn(elector::elect(inner.clone())).abort_handle(),
+            tokio::spawn(elector::elect(inner.clone(), claimed)).abort_handle(),
             tokio::spawn(elector::watchdog(inner.clone())).abort_handle(),
         ];
         Ok(Self {
@@ -195,10 +209,25 @@ impl Replicas {
         Placement { shard, owner }
     }
 
-    /// Why this replica cannot take part, if it cannot: its Lease informer has not synced
-    /// (forbidden, with the RBAC rule to add), or the API server forbade its last Lease write.
-    /// Passing trouble (a write that timed out) is not a problem: renewals retry it.
+    /// Resolves, with the reason, once this replica has stopped taking part because another
+    /// running process holds its identity (both started at once, so neither saw the other as
+    /// it started). Its gates are closed by then; the process should stop: it can do nothing.
+    pub async fn refused(&self) -> String {
+        let mut rx = self.inner.refused.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Why this replica cannot take part, if it cannot: another process holds its identity,
+    /// its Lease informer has not synced (forbidden, with the RBAC rule to add), or the API
+    /// server forbade its last Lease write. Passing trouble (a write that timed out) is not a
+    /// problem: renewals retry it.
     pub fn problem(&self) -> Option<String> {
+        if let Some(why) = self.inner.refused.borrow().clone() {
+            return Some(format!("replicas: {why}"));
+        }
         let ns = &self.inner.config.namespace;
         let st = self.inner.informer.status();
         if !st.state.is_synced() {
@@ -237,10 +266,17 @@ impl Replicas {
     /// every gate (cancelling reconciles in flight), waits up to a second for them to end, then
     /// releases each Lease it holds and deletes its own, so the others take over within about a
     /// second instead of a lease duration. A shard whose reconciles did not end in time is not
-    /// released: it expires instead, which is slower but safe.
+    /// released: it expires instead, which is slower but safe. Then it waits up to two seconds
+    /// to see whether every other replica is going too, and if so deletes the shard Leases.
+    ///
+    /// Once [`Replicas::refused`], nothing is released or deleted: the Leases that name this
+    /// identity are the other process's.
     pub async fn shutdown(&self) {
         for t in self.tasks.lock().unwrap().drain(..) {
             t.abort();
+        }
+        if self.inner.refused.borrow().is_some() {
+            return;
         }
         elector::hand_over(&self.inner).await;
     }

@@ -36,6 +36,8 @@ pub struct Snapshot {
     pub renew_failures: u64,
     /// Lease writes made (creates, updates, deletes), successful or not.
     pub writes: u64,
+    /// Stale Leases deleted: replicas gone for several lease durations, shards beyond the count.
+    pub collected: u64,
     /// The last Lease write the API server forbade, until a write next succeeds.
     pub forbidden: Option<String>,
 }

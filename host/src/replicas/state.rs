@@ -35,6 +35,9 @@ pub(super) struct Inner {
     pub(super) guests: watch::Sender<Guests>,
     /// The shards held here, each with its gate open: what key-sharded guests watch.
     pub(super) held: watch::Sender<BTreeSet<u32>>,
+    /// Why this replica stopped taking part, once another process turned out to hold its
+    /// identity.
+    pub(super) refused: watch::Sender<Option<String>>,
     pub(super) writer: lease::Writer,
     pub(super) informer: Arc<Informer>,
 }

@@ -78,7 +78,11 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
     ));
     // As a replica: the guest reconciles only once this host holds its shard's Lease, which
     // the Role in the manifest must allow.
-    let replicas = Arc::new(Replicas::start(identities.host().clone(), replicas).unwrap());
+    let replicas = Arc::new(
+        Replicas::start(identities.host().clone(), replicas)
+            .await
+            .unwrap(),
+    );
     let sup = Arc::new(Supervisor::new(
         runtime,
         factory,
@@ -235,7 +239,8 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
     );
 
     // The Lease rules are exact: Leases in the host's namespace, deleted as a replica stops
-    // (its shards released, for the others to take at once), and nowhere else.
+    // (its shards released for the others to take at once, and, as the last replica of its
+    // group, deleted), and nowhere else.
     let leases: Api<Lease> = Api::namespaced(admin.clone(), "reconciled-system");
     let shard = replicas.shard_of("team-deploy/rec/rec");
     let held = leases
@@ -244,11 +249,14 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         .unwrap();
     assert_eq!(holder(&held), Some("reconciled-0"));
     replicas.shutdown().await;
-    let released = leases
-        .get(&format!("reconciled-shard-{shard}"))
-        .await
-        .unwrap();
-    assert_eq!(holder(&released), None, "released on shutdown");
+    assert!(
+        leases
+            .get_opt(&format!("reconciled-shard-{shard}"))
+            .await
+            .unwrap()
+            .is_none(),
+        "the last replica out deletes the shard Leases"
+    );
     assert!(
         leases
             .get_opt("reconciled-replica-reconciled-0")
@@ -261,8 +269,11 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         kube::Client::try_from(host.config.clone()).unwrap(),
         "default",
     );
+    let mut lease = held.clone();
+    lease.metadata.resource_version = None;
+    lease.metadata.namespace = None;
     let err = elsewhere
-        .create(&PostParams::default(), &released)
+        .create(&PostParams::default(), &lease)
         .await
         .unwrap_err();
     assert!(

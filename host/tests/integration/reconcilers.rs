@@ -479,8 +479,11 @@ async fn among_replicas_only_the_owner_writes_status_and_posts_events() {
         config.renew_deadline = Duration::from_secs(2);
         config.retry_period = Duration::from_millis(500);
         config.rebalance_after = Duration::from_secs(2);
-        let replicas =
-            Arc::new(reconciled::replicas::Replicas::start(admin.clone(), config).unwrap());
+        let replicas = Arc::new(
+            reconciled::replicas::Replicas::start(admin.clone(), config)
+                .await
+                .unwrap(),
+        );
         let dir = TempDir::new(&format!("rec-replicas-{id}"));
         let sup = supervisor_options(
             &cp.admin_config(),

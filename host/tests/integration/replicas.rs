@@ -735,7 +735,9 @@ async fn a_replica_without_lease_rbac_is_not_ready_and_names_the_rule() {
     let client = kube::Client::try_from(user.config.clone()).unwrap();
     let mut config = reconciled::replicas::Config::new("r0", "norbac-leases");
     config.group = "norbac".into();
-    let replicas = reconciled::replicas::Replicas::start(client, config).unwrap();
+    let replicas = reconciled::replicas::Replicas::start(client, config)
+        .await
+        .unwrap();
     let mut problem = None;
     // Syncing first, which is a reason not to be ready too; then forbidden, for good.
     common::wait::wait_until(
@@ -774,8 +776,7 @@ async fn a_release_after_a_renew_whose_answer_was_lost_still_frees_the_lease() {
         Writer::new(
             admin.clone(),
             "lost-renew-leases",
-            "lost-renew",
-            id,
+            ("lost-renew", id, "test-process"),
             LEASE,
             Duration::from_secs(5),
         )
@@ -821,5 +822,126 @@ async fn a_release_after_a_renew_whose_answer_was_lost_still_frees_the_lease() {
         now.spec.unwrap().holder_identity.as_deref(),
         Some("r1"),
         "r1 still holds it"
+    );
+}
+
+/// The replica Lease `name` in `ns`: its holder and instance token, `None` once deleted.
+async fn replica_lease(client: &kube::Client, ns: &str, name: &str) -> Option<(String, String)> {
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), ns);
+    let lease = api.get_opt(name).await.unwrap()?;
+    let token = reconciled::replicas::instance::of(&lease)
+        .unwrap_or_default()
+        .to_string();
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    Some((holder, token))
+}
+
+/// A second process started with the replica id of a live one refuses to run, naming the
+/// other, and takes nothing from it; a process started with the id of one killed a moment ago
+/// takes the identity over once its Lease has gone unrenewed; and a replica Lease left behind
+/// by a kill is deleted by a survivor once it has lain expired for several lease durations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_replica_id_is_refused_and_a_killed_replicas_lease_is_collected() {
+    let _serial = serial().await;
+    let cp = control_plane();
+    let client = cp.admin_client();
+    let ns = "dup-leases";
+    common::namespace(&client, ns).await;
+    create_objects(&client, "dup", 2).await;
+    let dir = KeepOnFailure(TempDir::new("replicas-dup"));
+    let twin_dir = TempDir::new("replicas-dup-twin");
+    let config = host_config(&dir.0.0, "dup", ns, "dup", 2);
+    let lease_a = "dup-replica-r-a";
+
+    step("replica r-a starts and stamps its Lease with its instance");
+    let mut a = Replica::new(cp, &dir.0.0, "r-a", &config).await;
+    let a_pid = a.pid().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let token = loop {
+        if let Some((_, t)) = replica_lease(&client, ns, lease_a).await
+            && t.split('/').nth(1) == Some(a_pid.as_str())
+        {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "r-a's Lease names its process");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+
+    step("a second process with r-a's id starts: it refuses, naming r-a's process");
+    let mut twin = Replica::new(cp, &twin_dir.0, "r-a", &config).await;
+    let status = twin
+        .exited(LEASE * 3)
+        .await
+        .expect("the twin refuses within a lease duration or so");
+    let log = std::fs::read_to_string(&twin.log).unwrap();
+    assert!(!status.success(), "{status}");
+    assert!(
+        log.contains("is in use by another running process") && log.contains(&token),
+        "the twin's log names the process holding r-a ({token}):\n{log}"
+    );
+    assert_eq!(
+        replica_lease(&client, ns, lease_a).await,
+        Some(("r-a".to_string(), token.clone())),
+        "r-a's Lease is still r-a's process's"
+    );
+    assert!(a.status().await.is_some(), "r-a still runs");
+
+    step("r-b joins; r-a is killed; a new r-a process takes the identity over");
+    let b = Replica::new(cp, &dir.0.0, "r-b", &config).await;
+    common::wait::wait_until_async("r-b sees r-a", Duration::from_secs(30), async || {
+        b.status()
+            .await
+            .and_then(|s| s.replicas)
+            .is_some_and(|r| r.members.len() == 2)
+    })
+    .await;
+    a.kill9();
+    let killed = Instant::now();
+    let mut again = Replica::new_stopped(cp, &twin_dir.0, "r-a", &config).await;
+    again.start();
+    let again_pid = again.pid().unwrap().to_string();
+    common::wait::wait_until_async(
+        "the new r-a process holds its Lease",
+        LEASE * 4,
+        async || {
+            replica_lease(&client, ns, lease_a)
+                .await
+                .is_some_and(|(_, t)| t.split('/').nth(1) == Some(again_pid.as_str()))
+        },
+    )
+    .await;
+    eprintln!("r-a restarted {:?} after the kill", killed.elapsed());
+    assert!(
+        again.exited(Duration::ZERO).await.is_none(),
+        "the new r-a runs"
+    );
+
+    step("the new r-a is killed too: r-b deletes r-a's Lease once it has lain expired");
+    again.kill9();
+    let killed = Instant::now();
+    common::wait::wait_until_async("r-a's Lease is collected", LEASE * 10, async || {
+        replica_lease(&client, ns, lease_a).await.is_none()
+    })
+    .await;
+    let took = killed.elapsed();
+    eprintln!("r-a's Lease collected {took:?} after the kill");
+    assert!(
+        took >= LEASE * (1 + reconciled::replicas::stale::AFTER_DURATIONS),
+        "not before it lay expired {} lease durations ({took:?})",
+        reconciled::replicas::stale::AFTER_DURATIONS
+    );
+    assert!(
+        replica_lease(&client, ns, "dup-replica-r-b")
+            .await
+            .is_some(),
+        "r-b's own Lease stays"
+    );
+    let text = metrics(&b).await;
+    assert!(
+        sum_of(&text, "reconciled_leases_collected", |_| true) >= 1.0,
+        "r-b counts what it collected"
     );
 }

@@ -51,7 +51,7 @@ struct Host {
 }
 
 /// A replica of group `group` with Leases in `leases`, quick to fail over.
-fn replica(cp: &ControlPlane, id: &str, leases: &str) -> reconciled::supervisor::Options {
+async fn replica(cp: &ControlPlane, id: &str, leases: &str) -> reconciled::supervisor::Options {
     let mut config = reconciled::replicas::Config::new(id, leases);
     config.group = leases.into();
     config.shards = 2;
@@ -59,7 +59,9 @@ fn replica(cp: &ControlPlane, id: &str, leases: &str) -> reconciled::supervisor:
     config.renew_deadline = Duration::from_secs(2);
     config.retry_period = Duration::from_millis(500);
     config.rebalance_after = Duration::from_secs(2);
-    let replicas = reconciled::replicas::Replicas::start(cp.admin_client(), config).unwrap();
+    let replicas = reconciled::replicas::Replicas::start(cp.admin_client(), config)
+        .await
+        .unwrap();
     reconciled::supervisor::Options {
         replicas: Some(Arc::new(replicas)),
         ..Default::default()
@@ -106,7 +108,7 @@ async fn scene_of(cp: &ControlPlane, ns: &'static str, replicas: &[&str]) -> Sce
         let sup = match id {
             None => supervisor_with(&cp.admin_config(), Some(&dir)),
             Some(id) => {
-                supervisor_options(&cp.admin_config(), Some(&dir), replica(cp, id, &leases))
+                supervisor_options(&cp.admin_config(), Some(&dir), replica(cp, id, &leases).await)
             }
         };
         let source = common::reconcilers::source(&sup, ns);
@@ -592,7 +594,7 @@ async fn a_replica_taking_over_mid_rollout_resumes_at_the_recorded_step_and_so_d
     survivor.sup.shutdown().await;
     let leases = format!("{}-leases", s.ns);
     let dir = TempDir::new("rollout-failover-fresh");
-    let fresh = supervisor_options(&cp.admin_config(), Some(&dir), replica(cp, "fc", &leases));
+    let fresh = supervisor_options(&cp.admin_config(), Some(&dir), replica(cp, "fc", &leases).await);
     let source = common::reconcilers::source(&fresh, s.ns);
     let deadline = Instant::now() + Duration::from_secs(90);
     let resumed = loop {

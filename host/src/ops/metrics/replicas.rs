@@ -96,5 +96,15 @@ pub(super) fn encode_replicas(e: &mut DescriptorEncoder, r: Option<&Snapshot>) -
         MetricType::Counter,
         true,
         |m| counter(m, &NO_LABELS, r.writes),
+    )?;
+    family(
+        e,
+        (
+            "reconciled_leases_collected",
+            "Stale Leases this replica deleted: replicas gone for several lease durations, shards beyond the shard count.",
+        ),
+        MetricType::Counter,
+        true,
+        |m| counter(m, &NO_LABELS, r.collected),
     )
 }
