@@ -74,6 +74,8 @@
 //! renew_deadline_ms = 10000           # shorter than lease_duration_ms: stop before others start
 //! retry_period_ms = 2000
 //! rebalance_after_ms = 15000          # how long a shard is wanted elsewhere before it moves
+//! lease_owner = "reconciled-config"   # a ConfigMap of that namespace owning every Lease: deleting
+//!                                     # it (an uninstall) deletes them [none]
 //! ```
 //!
 //! The replica's identity is `--replica-id`, else `POD_NAME`, else `<hostname>-<pid>`.
@@ -206,6 +208,8 @@ pub struct ReplicasConfig {
     /// How long a held shard must be planned elsewhere before it moves, in milliseconds
     /// [15 000].
     pub rebalance_after_ms: Option<u64>,
+    /// A ConfigMap of the Leases' namespace that owns every Lease \[none\].
+    pub lease_owner: Option<String>,
 }
 
 impl ReplicasConfig {
@@ -224,6 +228,7 @@ impl ReplicasConfig {
         c.renew_deadline = ms(self.renew_deadline_ms, c.renew_deadline);
         c.retry_period = ms(self.retry_period_ms, c.retry_period);
         c.rebalance_after = ms(self.rebalance_after_ms, c.rebalance_after);
+        c.lease_owner = self.lease_owner.clone();
         c
     }
 }

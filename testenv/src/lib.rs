@@ -17,6 +17,8 @@
 pub mod binaries;
 pub mod etcd;
 pub mod fixtures;
+pub mod go_tool;
+pub mod helm;
 pub mod kubeconfig;
 pub mod pki;
 pub mod pod;

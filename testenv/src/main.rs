@@ -5,8 +5,8 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: testenv <up|prepare>
   up       start etcd, kube-apiserver and kube-controller-manager on loopback, print a
            kubeconfig, run until Ctrl-C
-  prepare  build (or find cached) kube-apiserver, kube-controller-manager, kubectl, etcd and
-           the test OCI registry, print their paths";
+  prepare  build (or find cached) kube-apiserver, kube-controller-manager, kubectl, etcd,
+           the test OCI registry and helm, print their paths";
 
 fn main() -> ExitCode {
     let arg = std::env::args().nth(1);
@@ -39,6 +39,10 @@ fn prepare() -> anyhow::Result<()> {
     println!(
         "registry                {}",
         testenv::registry::binary()?.display()
+    );
+    println!(
+        "helm                    {}",
+        testenv::helm::binary()?.display()
     );
     Ok(())
 }

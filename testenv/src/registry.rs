@@ -7,8 +7,6 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 
-use sha2::Digest as _;
-
 /// Why the registry could not be built, started or used.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -33,62 +31,20 @@ pub enum Error {
     },
 }
 
-const SOURCES: [(&str, &str); 3] = [
-    ("go.mod", include_str!("../registry/go.mod")),
-    ("go.sum", include_str!("../registry/go.sum")),
-    ("main.go", include_str!("../registry/main.go")),
-];
+const REGISTRY: crate::go_tool::Tool = crate::go_tool::Tool {
+    name: "registry",
+    module: "registry",
+    sources: &[
+        ("go.mod", include_str!("../registry/go.mod")),
+        ("go.sum", include_str!("../registry/go.sum")),
+        ("main.go", include_str!("../registry/main.go")),
+    ],
+    package: ".",
+};
 
 /// The registry binary, built first if the cache lacks one for these sources.
 pub fn binary() -> Result<PathBuf, Error> {
-    let mut h = sha2::Sha256::new();
-    for (_, text) in SOURCES {
-        h.update(text.as_bytes());
-    }
-    let hash: String = h.finalize()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let dir = crate::binaries::cache_dir().join("registry").join(hash);
-    let bin = dir.join("registry");
-    if bin.is_file() {
-        return Ok(bin);
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| Error::Build(format!("{}: {e}", dir.display())))?;
-    let lock = std::fs::File::create(dir.with_extension("lock"))
-        .map_err(|e| Error::Build(format!("{}: {e}", dir.display())))?;
-    lock.lock()
-        .map_err(|e| Error::Build(format!("{}: {e}", dir.display())))?;
-    if bin.is_file() {
-        return Ok(bin);
-    }
-    eprintln!(
-        "testenv: building the test OCI registry (once per machine; cached in {})",
-        dir.display()
-    );
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("registry");
-    let tmp = dir.join(format!("registry.tmp.{}", std::process::id()));
-    let out = Command::new("go")
-        .current_dir(&src)
-        .env("GOTOOLCHAIN", "local")
-        .env("CGO_ENABLED", "0")
-        .args(["build", "-trimpath", "-o"])
-        .arg(&tmp)
-        .arg(".")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::Build(format!("cannot run go: {e}")))?;
-    if !out.status.success() {
-        let text = String::from_utf8_lossy(&out.stderr);
-        let last = text
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no output");
-        return Err(Error::Build(last.to_string()));
-    }
-    std::fs::rename(&tmp, &bin).map_err(|e| Error::Build(format!("{}: {e}", bin.display())))?;
-    Ok(bin)
+    crate::go_tool::binary(&REGISTRY).map_err(Error::Build)
 }
 
 /// A running registry; stopped when dropped (it also exits when this process dies, as its

@@ -23,6 +23,10 @@ pub struct Config {
     pub retry_period: Duration,
     /// How long the plan must want a held shard elsewhere before it is handed over [15 s].
     pub rebalance_after: Duration,
+    /// A ConfigMap of `namespace` named as the owner of every Lease the group writes, so that
+    /// deleting it (uninstalling the release that made it) has the garbage collector delete
+    /// the Leases, even when the replicas can no longer \[none\].
+    pub lease_owner: Option<String>,
 }
 
 impl Config {
@@ -37,6 +41,7 @@ impl Config {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
             rebalance_after: Duration::from_secs(15),
+            lease_owner: None,
         }
     }
 

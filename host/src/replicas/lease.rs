@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::api::{Api, PostParams};
 
 /// The label every Lease of one replica group carries, valued with the group's name.
@@ -144,6 +144,7 @@ pub struct Writer {
     group: String,
     identity: String,
     instance: String,
+    owner: Option<OwnerReference>,
     duration_seconds: i32,
     timeout: Duration,
 }
@@ -175,6 +176,7 @@ impl Writer {
             group: group.to_string(),
             identity: identity.to_string(),
             instance: instance.to_string(),
+            owner: None,
             duration_seconds: i32::try_from(duration.as_millis().div_ceil(1000))
                 .unwrap_or(i32::MAX),
             timeout,
@@ -183,6 +185,13 @@ impl Writer {
 
     fn now() -> MicroTime {
         MicroTime(k8s_openapi::jiff::Timestamp::now())
+    }
+
+    /// Names `owner` as the owner of every Lease this writer creates or takes, so that the
+    /// garbage collector deletes them with it.
+    pub fn with_owner(mut self, owner: OwnerReference) -> Self {
+        self.owner = Some(owner);
+        self
     }
 
     /// This process's instance token.
@@ -248,6 +257,12 @@ impl Writer {
     }
 
     fn stamp(&self, lease: &mut Lease, role: &str) {
+        if let Some(owner) = &self.owner {
+            let refs = lease.metadata.owner_references.get_or_insert_with(Vec::new);
+            if !refs.iter().any(|r| r.uid == owner.uid) {
+                refs.push(owner.clone());
+            }
+        }
         if role == "replica" {
             lease
                 .metadata

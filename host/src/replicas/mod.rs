@@ -40,7 +40,10 @@
 //! - A replica killed without deleting its Lease leaves it behind; the first replica alive by
 //!   name deletes it once it has been expired for [`stale::AFTER_DURATIONS`] lease durations,
 //!   and so shard Leases beyond a lowered `shards` count. The last replica to stop cleanly
-//!   deletes the shard Leases, so removing every replica leaves no Lease behind.
+//!   deletes the shard Leases, so removing every replica leaves no Lease behind. Where the
+//!   replicas lose the rights to first (an uninstall deletes their Role with their
+//!   Deployment), [`Config::lease_owner`] names a ConfigMap owning every Lease, and the garbage
+//!   collector deletes them with it.
 //! - A shard moves on its own only when the plan has wanted it elsewhere for
 //!   `rebalance_after`, so a replica joining takes its share after that long, not at once.
 
@@ -117,6 +120,10 @@ impl Replicas {
             },
         );
         let informer = Informer::start(client.clone(), key, informer::Options::default());
+        let owner = match &config.lease_owner {
+            Some(name) => owner_of(&client, &config.namespace, name).await,
+            None => None,
+        };
         let writer = lease::Writer::new(
             client,
             &config.namespace,
@@ -124,6 +131,10 @@ impl Replicas {
             config.lease_duration,
             config.retry_period,
         );
+        let writer = match owner {
+            Some(o) => writer.with_owner(o),
+            None => writer,
+        };
         let claimed = elector::claim_identity(&writer, &config).await?;
         let gates = (0..config.shards)
             .map(|s| Gate::closed(format!("shard {s} is not held by this replica")))
@@ -280,4 +291,41 @@ impl Replicas {
         }
         elector::hand_over(&self.inner).await;
     }
+}
+
+/// The owner reference of ConfigMap `namespace/name`, for the Leases; `None`, with a warning,
+/// if it cannot be read: the Leases are then written without an owner. Listed by name rather
+/// than read, as the host may list ConfigMaps everywhere but get none.
+async fn owner_of(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), namespace);
+    let lp = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+    let found = match api.list_metadata(&lp).await {
+        Ok(list) => list.items.into_iter().next(),
+        Err(e) => {
+            tracing::warn!(
+                "[replicas] lease_owner: cannot read ConfigMap {namespace}/{name} ({e}); the Leases are written without an owner, and outlive the release"
+            );
+            return None;
+        }
+    };
+    let Some(uid) = found.and_then(|m| m.metadata.uid) else {
+        tracing::warn!(
+            "[replicas] lease_owner: there is no ConfigMap {namespace}/{name}; the Leases are written without an owner, and outlive the release"
+        );
+        return None;
+    };
+    Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: name.to_string(),
+            uid,
+            ..Default::default()
+        },
+    )
 }

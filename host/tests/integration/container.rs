@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -26,8 +27,7 @@ const REPLICAS: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_image_runs_as_the_deployment_runs_it() {
-    let podman = Podman::new().unwrap_or_else(|e| panic!("{e}"));
-    let archive = podman::image_archive().unwrap_or_else(|e| panic!("{e}"));
+    let (_one, podman, archive) = podman_and_image().await;
     // Its own control plane: the replicas load tenants' guests from every namespace, as the
     // deployed config says, and would run the guests other tests deliver on the shared one.
     static CP: std::sync::OnceLock<Result<ControlPlane, String>> = std::sync::OnceLock::new();
@@ -84,42 +84,7 @@ async fn the_image_runs_as_the_deployment_runs_it() {
         "the image itself names a non-root user"
     );
     let registry = testenv::registry::Registry::start().unwrap();
-    let certs = podman.dir().join("certs");
-    std::fs::create_dir_all(&certs).unwrap();
-    std::fs::copy(registry.ca_file(), certs.join("ca.crt")).unwrap();
-    let creds = format!("{}:{}", registry.user(), registry.password());
-    let digest_file = podman.dir().join("digest");
-    let repo = format!("{}/reconciled/host", registry.host());
-    podman
-        .run([
-            "push".as_ref(),
-            "--quiet".as_ref(),
-            "--format=oci".as_ref(),
-            "--cert-dir".as_ref(),
-            certs.as_os_str(),
-            "--creds".as_ref(),
-            creds.as_ref(),
-            "--digestfile".as_ref(),
-            digest_file.as_os_str(),
-            tag.as_ref(),
-            format!("docker://{repo}:0.1.0").as_ref(),
-        ])
-        .unwrap();
-    let digest = std::fs::read_to_string(&digest_file).unwrap();
-    assert!(digest.starts_with("sha256:"), "{digest}");
-    podman.run(["rmi", &tag]).unwrap();
-    let by_digest = format!("{repo}@{}", digest.trim());
-    podman
-        .run([
-            "pull".as_ref(),
-            "--quiet".as_ref(),
-            "--cert-dir".as_ref(),
-            certs.as_os_str(),
-            "--creds".as_ref(),
-            creds.as_ref(),
-            by_digest.as_ref(),
-        ])
-        .unwrap();
+    let by_digest = push_and_pull(&podman, &registry, &tag, "oci");
     assert_eq!(
         podman.inspect_image(&by_digest, "{{.Id}}").unwrap(),
         id,
@@ -133,13 +98,7 @@ async fn the_image_runs_as_the_deployment_runs_it() {
         .await
         .unwrap();
     let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
-    let packed = reconciled::sources::configmap::pack(TENANT_NS, "rec", "rec", &module).unwrap();
-    cms.create(
-        &PostParams::default(),
-        &serde_json::from_value(packed).unwrap(),
-    )
-    .await
-    .unwrap();
+    common::host::deliver(&cms, TENANT_NS, &module).await;
 
     // The three replicas.
     let grace = pod.grace();
@@ -269,6 +228,71 @@ async fn the_image_runs_as_the_deployment_runs_it() {
     );
 }
 
+/// Pushes image `tag` to `registry` as `reconciled/host:0.1.0` in manifest format `format`
+/// (`oci` or `v2s2`), removes the local image, and pulls it back by digest; the reference by
+/// digest. The same image pushed in the two formats has two digests.
+fn push_and_pull(
+    podman: &Podman,
+    registry: &testenv::registry::Registry,
+    tag: &str,
+    format: &str,
+) -> String {
+    let certs = podman.dir().join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::copy(registry.ca_file(), certs.join("ca.crt")).unwrap();
+    let creds = format!("{}:{}", registry.user(), registry.password());
+    let digest_file = podman.dir().join(format!("digest-{format}"));
+    let repo = format!("{}/reconciled/host", registry.host());
+    podman
+        .run([
+            "push".as_ref(),
+            "--quiet".as_ref(),
+            format!("--format={format}").as_ref(),
+            "--cert-dir".as_ref(),
+            certs.as_os_str(),
+            "--creds".as_ref(),
+            creds.as_ref(),
+            "--digestfile".as_ref(),
+            digest_file.as_os_str(),
+            tag.as_ref(),
+            format!("docker://{repo}:0.1.0").as_ref(),
+        ])
+        .unwrap();
+    let digest = std::fs::read_to_string(&digest_file).unwrap();
+    assert!(digest.starts_with("sha256:"), "{digest}");
+    // What runs must be what the registry serves, not the local copy.
+    podman.run(["rmi", tag]).unwrap();
+    let by_digest = format!("{repo}@{}", digest.trim());
+    podman
+        .run([
+            "pull".as_ref(),
+            "--quiet".as_ref(),
+            "--cert-dir".as_ref(),
+            certs.as_os_str(),
+            "--creds".as_ref(),
+            creds.as_ref(),
+            by_digest.as_ref(),
+        ])
+        .unwrap();
+    by_digest
+}
+
+/// Starts a container of `pod` named `name` (its pod name, and so its replica identity) from
+/// `image`, and waits until it is ready; its name and port.
+async fn start_pod(podman: &Podman, pod: &Pod, name: &str, image: &str) -> (String, u16) {
+    let port = common::host::free_port().port();
+    podman
+        .start(
+            name,
+            &pod.flags(name).unwrap(),
+            image,
+            &pod.args(port).unwrap(),
+        )
+        .unwrap();
+    wait_ready(podman, pod, name, port, Instant::now()).await;
+    (name.to_string(), port)
+}
+
 /// Polls the readiness probe until it answers 200; how long after `since` it did.
 async fn wait_ready(podman: &Podman, pod: &Pod, name: &str, port: u16, since: Instant) -> Duration {
     let path = pod
@@ -353,4 +377,323 @@ fn load(podman: &Podman, archive: &Path) -> String {
 
 fn holder(lease: &Lease) -> Option<String> {
     lease.spec.as_ref().and_then(|s| s.holder_identity.clone())
+}
+
+/// A podman of its own and the image archive, once the other container test is done: each
+/// runs three replicas of the image, too many for two cores at once.
+async fn podman_and_image() -> (tokio::sync::MutexGuard<'static, ()>, Podman, PathBuf) {
+    static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let one = ONE.lock().await;
+    let podman = Podman::new().unwrap_or_else(|e| panic!("{e}"));
+    let archive = podman::image_archive().unwrap_or_else(|e| panic!("{e}"));
+    (one, podman, archive)
+}
+
+/// Which guests each replica serves now, by its `/status`; a replica not answering serves none.
+async fn serving_now(replicas: &[(String, u16)]) -> BTreeMap<String, Vec<String>> {
+    let mut by_guest: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, port) in replicas {
+        let Some((200, body)) = http_get(*port, "/status").await else {
+            continue;
+        };
+        let Ok(status) = serde_json::from_str::<reconciled::ops::status::Status>(&body) else {
+            continue;
+        };
+        for g in status.guests {
+            let entry = by_guest.entry(g.name).or_default();
+            if g.state == reconciled::ops::status::GuestState::Serving {
+                entry.push(name.clone());
+            }
+        }
+    }
+    by_guest
+}
+
+/// The longest time each guest went unserved while `watch` ran, sampling every 50 ms.
+#[derive(Default)]
+struct Gaps {
+    /// Per guest: when it was last seen served, and the longest gap so far.
+    guests: BTreeMap<String, (Instant, Duration)>,
+}
+
+impl Gaps {
+    fn sample(&mut self, now: Instant, serving: &BTreeMap<String, Vec<String>>) {
+        for (guest, by) in serving {
+            let entry = self
+                .guests
+                .entry(guest.clone())
+                .or_insert((now, Duration::ZERO));
+            if by.is_empty() {
+                entry.1 = entry.1.max(now - entry.0);
+            } else {
+                entry.0 = now;
+            }
+        }
+    }
+}
+
+/// The chart installed by helm with the image by digest, run as its Deployment's pods under
+/// podman, upgraded by `helm upgrade` to a second digest and rolled one replica at a time as the
+/// Deployment's strategy says (maxSurge 0: an old pod stops, then its replacement starts and is
+/// ready before the next old one stops), then
+/// uninstalled: every pod stopped, and no Lease left behind. The longest time any guest went
+/// unserved during the roll is measured and bounded by the hand-off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_installs_upgrades_one_replica_at_a_time_and_uninstalls_leaving_no_lease() {
+    let (_one, podman, archive) = podman_and_image().await;
+    static CP: std::sync::OnceLock<Result<ControlPlane, String>> = std::sync::OnceLock::new();
+    let cp = ControlPlane::own(&CP, &[]);
+    let admin = cp.admin_client();
+    let helm = testenv::helm::Helm::new(cp.kubeconfig_path()).unwrap_or_else(|e| panic!("{e}"));
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart");
+
+    // One image, two digests: pushed as an OCI manifest and as a Docker one.
+    let registry = testenv::registry::Registry::start().unwrap();
+    let tag = load(&podman, &archive);
+    let first = push_and_pull(&podman, &registry, &tag, "oci");
+    let tag = load(&podman, &archive);
+    let second = push_and_pull(&podman, &registry, &tag, "v2s2");
+    assert_ne!(first, second);
+    let (repo, first_digest) = first.split_once('@').unwrap();
+    let second_digest = second.split_once('@').unwrap().1;
+
+    // Three tenants, each with one reconciler and one object to stamp.
+    const TENANTS: [&str; 3] = ["helm-a", "helm-b", "helm-c"];
+    let mut args: Vec<String> = [
+        "install",
+        "reconciled",
+        chart.to_str().unwrap(),
+        "-n",
+        HOST_NS,
+        "--create-namespace",
+        "--set",
+        &format!("image.repository={repo}"),
+        "--set",
+        &format!("image.digest={first_digest}"),
+    ]
+    .map(String::from)
+    .to_vec();
+    for (i, ns) in TENANTS.iter().enumerate() {
+        args.push("--set".into());
+        args.push(format!("tenants.setUp[{i}].name={ns}"));
+        args.push("--set".into());
+        args.push(format!("tenants.setUp[{i}].create=true"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    helm.run(&args).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("helm installed the chart with {first}");
+    let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
+    for ns in TENANTS {
+        common::wait_allowed(&admin, ns, "reconciled-guest", ("", "configmaps", "patch")).await;
+        let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+        cms.create(&PostParams::default(), &common::host::stamped("work", "1"))
+            .await
+            .unwrap();
+        common::host::deliver(&cms, ns, &module).await;
+    }
+
+    // The Deployment's pods, as the kubelet would run them.
+    let pod = |dir: &'static str| {
+        let dir = podman.dir().join(dir);
+        let admin = admin.clone();
+        async move {
+            std::fs::create_dir_all(&dir).unwrap();
+            Pod::new(
+                &admin,
+                HOST_NS,
+                "reconciled",
+                cp.server_addr(),
+                &cp.dir().join("pki/ca.crt"),
+                &dir,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let old = pod("v1").await;
+    assert_eq!(old.container().image.as_deref(), Some(first.as_str()));
+    let replicas_of = |d: &Deployment| d.spec.replicas.unwrap_or(1);
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), HOST_NS);
+    let count =
+        usize::try_from(replicas_of(&deployments.get("reconciled").await.unwrap())).unwrap();
+    let mut running: Vec<(String, u16)> = Vec::new();
+    for i in 0..count {
+        running.push(start_pod(&podman, &old, &format!("reconciled-v1-{i}"), &first).await);
+    }
+    for ns in TENANTS {
+        let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while common::host::seen(&cms, "work").await.as_deref() != Some("v1:1") {
+            assert!(
+                Instant::now() < deadline,
+                "{ns}'s reconciler never ran; logs:\n{}",
+                podman.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    // helm upgrade to the second digest, then the roll: one new pod started and ready, then one
+    // old pod stopped (SIGTERM, as the kubelet sends it), as maxSurge 0 / maxUnavailable 1 lets
+    // a Deployment do it; while a sampler records each guest's longest unserved gap.
+    let upgrade = [
+        "upgrade",
+        "reconciled",
+        chart.to_str().unwrap(),
+        "-n",
+        HOST_NS,
+        "--reuse-values",
+        "--set",
+        &format!("image.digest={second_digest}"),
+    ];
+    helm.run(&upgrade).unwrap_or_else(|e| panic!("{e}"));
+    let new = pod("v2").await;
+    assert_eq!(new.container().image.as_deref(), Some(second.as_str()));
+    let live = std::sync::Arc::new(std::sync::Mutex::new(running.clone()));
+    let gaps = std::sync::Arc::new(std::sync::Mutex::new(Gaps::default()));
+    let sampler = {
+        let (live, gaps) = (live.clone(), gaps.clone());
+        tokio::spawn(async move {
+            loop {
+                let now = Instant::now();
+                let replicas = live.lock().unwrap().clone();
+                let serving = serving_now(&replicas).await;
+                gaps.lock().unwrap().sample(now, &serving);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let grace = new.grace();
+    let rolled = Instant::now();
+    for (i, (old_name, _)) in running.iter().enumerate() {
+        let old_name = old_name.clone();
+        // maxSurge 0: the old pod goes first, then its replacement comes up.
+        podman
+            .run(["stop", "--time", &grace.as_secs().to_string(), &old_name])
+            .unwrap();
+        live.lock().unwrap().retain(|(n, _)| *n != old_name);
+        let started = start_pod(&podman, &new, &format!("reconciled-v2-{i}"), &second).await;
+        live.lock().unwrap().push(started);
+    }
+    // Settled: every guest served again by one of the new pods.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now_live = live.lock().unwrap().clone();
+        let serving = serving_now(&now_live).await;
+        if serving.len() == TENANTS.len() && serving.values().all(|by| by.len() == 1) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled after the roll: {serving:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sampler.abort();
+    let gaps: BTreeMap<String, Duration> = gaps
+        .lock()
+        .unwrap()
+        .guests
+        .iter()
+        .map(|(g, (_, gap))| (g.clone(), *gap))
+        .collect();
+    eprintln!(
+        "rolled {count} replicas in {:?}; longest unserved gap per guest: {gaps:?}",
+        rolled.elapsed()
+    );
+    // A hand-off is a release seen by the others and a takeover: about a second, not the
+    // 15 s of a lease expiry. Allow for the sampling and a loaded machine.
+    for (guest, gap) in &gaps {
+        assert!(
+            *gap < Duration::from_secs(5),
+            "{guest} went unserved for {gap:?} during the roll; logs:\n{}",
+            podman.logs()
+        );
+    }
+    for ns in TENANTS {
+        let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+        let patch = serde_json::json!({"data": {"v": "2"}});
+        cms.patch(
+            "work",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while common::host::seen(&cms, "work").await.as_deref() != Some("v1:2") {
+            assert!(
+                Instant::now() < deadline,
+                "{ns}: the new pods do not reconcile"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    // Every Lease is owned by the release's host.toml ConfigMap.
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), HOST_NS);
+    let config_uid = Api::<ConfigMap>::namespaced(admin.clone(), HOST_NS)
+        .get("reconciled-config")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    for l in leases.list(&Default::default()).await.unwrap() {
+        let owners = l.metadata.owner_references.unwrap_or_default();
+        assert!(
+            owners.iter().any(|o| Some(&o.uid) == config_uid.as_ref()),
+            "Lease {:?} is owned by reconciled-config: {owners:?}",
+            l.metadata.name
+        );
+    }
+
+    // helm uninstall, then the pods stopped together, as the kubelet stops a deleted
+    // Deployment's. Helm has deleted their Role and ServiceAccount by then, so they cannot
+    // delete their Leases themselves: the garbage collector does, with their owner.
+    helm.run(&["uninstall", "reconciled", "-n", HOST_NS, "--wait"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(deployments.get_opt("reconciled").await.unwrap().is_none());
+    let names: Vec<String> = live
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(n, _)| n.clone())
+        .collect();
+    let stops: Vec<std::process::Child> = names
+        .iter()
+        .map(|n| {
+            podman
+                .command()
+                .args(["stop", "--time", &grace.as_secs().to_string(), n])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut s in stops {
+        assert!(s.wait().unwrap().success());
+    }
+    let uninstalled = Instant::now();
+    let mut left: Vec<String>;
+    loop {
+        left = leases
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|l| l.metadata.name)
+            .collect();
+        if left.is_empty() || uninstalled.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        left.is_empty(),
+        "Leases left behind a minute after uninstall: {left:?}"
+    );
+    eprintln!(
+        "no Lease left {:?} after the pods stopped",
+        uninstalled.elapsed()
+    );
 }

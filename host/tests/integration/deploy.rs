@@ -128,13 +128,7 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
     .await
     .unwrap();
     let module = std::fs::read(common::guests::wasm("stamp_v1")).unwrap();
-    let packed = reconciled::sources::configmap::pack(ns, "rec", "rec", &module).unwrap();
-    cms.create(
-        &PostParams::default(),
-        &serde_json::from_value(packed).unwrap(),
-    )
-    .await
-    .unwrap();
+    common::host::deliver(&cms, ns, &module).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let work = cms.get("work").await.unwrap();

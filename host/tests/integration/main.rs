@@ -18,6 +18,7 @@ mod example;
 mod fairness;
 mod fixtures;
 mod guests;
+mod helm;
 mod hostile;
 mod hot_reload;
 mod informer;

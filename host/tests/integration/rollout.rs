@@ -107,9 +107,11 @@ async fn scene_of(cp: &ControlPlane, ns: &'static str, replicas: &[&str]) -> Sce
         let dir = TempDir::new(&format!("{ns}-{}", id.unwrap_or("host")));
         let sup = match id {
             None => supervisor_with(&cp.admin_config(), Some(&dir)),
-            Some(id) => {
-                supervisor_options(&cp.admin_config(), Some(&dir), replica(cp, id, &leases).await)
-            }
+            Some(id) => supervisor_options(
+                &cp.admin_config(),
+                Some(&dir),
+                replica(cp, id, &leases).await,
+            ),
         };
         let source = common::reconcilers::source(&sup, ns);
         hosts.push(Host {
@@ -594,7 +596,11 @@ async fn a_replica_taking_over_mid_rollout_resumes_at_the_recorded_step_and_so_d
     survivor.sup.shutdown().await;
     let leases = format!("{}-leases", s.ns);
     let dir = TempDir::new("rollout-failover-fresh");
-    let fresh = supervisor_options(&cp.admin_config(), Some(&dir), replica(cp, "fc", &leases).await);
+    let fresh = supervisor_options(
+        &cp.admin_config(),
+        Some(&dir),
+        replica(cp, "fc", &leases).await,
+    );
     let source = common::reconcilers::source(&fresh, s.ns);
     let deadline = Instant::now() + Duration::from_secs(90);
     let resumed = loop {

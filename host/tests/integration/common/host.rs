@@ -214,3 +214,15 @@ pub async fn watch_stamps(objects: &Api<ConfigMap>) -> Stamps {
     });
     Stamps { seen, task }
 }
+
+/// Delivers `module` as a tenant's reconciler `rec` of namespace `ns`: packed into a labelled
+/// ConfigMap `rec`, as `reconciled pack` does.
+pub async fn deliver(api: &Api<ConfigMap>, ns: &str, module: &[u8]) {
+    let packed = reconciled::sources::configmap::pack(ns, "rec", "rec", module).unwrap();
+    api.create(
+        &kube::api::PostParams::default(),
+        &serde_json::from_value(packed).unwrap(),
+    )
+    .await
+    .unwrap();
+}
