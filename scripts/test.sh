@@ -59,7 +59,7 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2
 fi
 
-step "control-plane, registry and helm binaries (built once per machine, then cached)"
+step "control-plane, registry, helm and Jaeger binaries (built once per machine, then cached)"
 cargo run --quiet -p testenv -- prepare
 
 step "wasm guests (guests/build.sh: the SDK's test guests and the examples in Rust, TypeScript, Python and Go)"

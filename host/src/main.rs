@@ -12,6 +12,9 @@ mod cli;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 #[derive(Parser)]
 #[command(
@@ -20,6 +23,11 @@ use clap::{Parser, Subcommand};
     about = "A WebAssembly-hosted reconciler runtime for Kubernetes"
 )]
 struct Cli {
+    /// Send traces (a span per reconcile, with the guest's host calls under it) over OTLP/HTTP
+    /// to this endpoint, such as http://127.0.0.1:4318; else the OTEL_EXPORTER_OTLP_ENDPOINT
+    /// variables; off when none is set.
+    #[arg(long, global = true, value_name = "URL")]
+    otlp_endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -59,22 +67,20 @@ fn main() -> ExitCode {
     // A chaos sweep makes guests fail on purpose, hundreds of times: their warnings would bury
     // the report. A single plan (`--plan`) shows them.
     let sweeping = matches!(&cli.command, Command::Test(t) if t.chaos && t.plan.is_none());
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // kube's request builder logs every failed request at ERROR, including the
-                // embedded control plane's readiness polls; our own modules log failures with
-                // their context, so its lines are only noise.
-                .unwrap_or_else(|_| {
-                    tracing_subscriber::EnvFilter::new(if sweeping {
-                        "warn,guest=off"
-                    } else if testing {
-                        "warn"
-                    } else {
-                        "info,kube_client::client::builder=off"
-                    })
-                }),
-        )
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        // kube's request builder logs every failed request at ERROR, including the
+        // embedded control plane's readiness polls; our own modules log failures with
+        // their context, so its lines are only noise.
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(if sweeping {
+                "warn,guest=off"
+            } else if testing {
+                "warn"
+            } else {
+                "info,kube_client::client::builder=off"
+            })
+        });
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(move || -> Box<dyn std::io::Write> {
             if testing {
                 Box::new(std::io::stderr())
@@ -82,7 +88,22 @@ fn main() -> ExitCode {
                 Box::new(std::io::stdout())
             }
         })
-        .init();
+        .with_filter(filter);
+    // Traces carry the host's own spans only, whatever RUST_LOG says of the logs.
+    let (spans, traces) = match reconciled::ops::traces::endpoint(cli.otlp_endpoint.as_deref()) {
+        None => (None, None),
+        Some(endpoint) => match reconciled::ops::traces::layer(&endpoint) {
+            Ok((layer, traces)) => (
+                Some(layer.with_filter(tracing_subscriber::EnvFilter::new("reconciled=info"))),
+                Some(traces),
+            ),
+            Err(e) => {
+                eprintln!("reconciled: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    tracing_subscriber::registry().with(logs).with(spans).init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -107,6 +128,9 @@ fn main() -> ExitCode {
     // Everything was stopped in order already; a blocking task still running (storing a
     // compiled artifact) must not hold the exit up.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

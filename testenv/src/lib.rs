@@ -19,6 +19,7 @@ pub mod etcd;
 pub mod fixtures;
 pub mod go_tool;
 pub mod helm;
+pub mod jaeger;
 pub mod kubeconfig;
 pub mod pki;
 pub mod pod;
@@ -144,7 +145,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 /// A port that was free a moment ago. Another process may take it before we bind it; callers
 /// detect that from the component's log and retry with fresh ports.
-fn free_port() -> std::io::Result<u16> {
+pub(crate) fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

@@ -6,7 +6,7 @@ const USAGE: &str = "usage: testenv <up|prepare>
   up       start etcd, kube-apiserver and kube-controller-manager on loopback, print a
            kubeconfig, run until Ctrl-C
   prepare  build (or find cached) kube-apiserver, kube-controller-manager, kubectl, etcd,
-           the test OCI registry and helm, print their paths";
+           the test OCI registry, helm and Jaeger, print their paths";
 
 fn main() -> ExitCode {
     let arg = std::env::args().nth(1);
@@ -43,6 +43,10 @@ fn prepare() -> anyhow::Result<()> {
     println!(
         "helm                    {}",
         testenv::helm::binary()?.display()
+    );
+    println!(
+        "jaeger                  {}",
+        testenv::jaeger::binary()?.display()
     );
     Ok(())
 }

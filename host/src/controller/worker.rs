@@ -141,6 +141,18 @@ impl Shared {
         };
         let took = started.elapsed();
         let usage = reconciled.usage;
+        // The reconcile's span is the current one here (see `work`).
+        let span = tracing::Span::current();
+        span.record("api_wait_ms", millis(usage.api_wait));
+        span.record("host_wait_ms", millis(usage.host_wait));
+        let blame = match &reconciled.result {
+            Ok(Ok(_)) => None,
+            Ok(Err(_)) => Some(blame.unwrap_or(Blame::Guest)),
+            Err(e) => Some(e.blame()),
+        };
+        if let Some(blame) = blame {
+            span.record("blame", tracing::field::display(blame));
+        }
         match reconciled.result {
             Ok(Ok(outcome)) => {
                 Metrics::bump(&m.reconciles_ok);
@@ -294,7 +306,9 @@ async fn work(controller: std::sync::Weak<Shared>) {
         };
         // Other tenants may hold every slot, or this one be over its CPU budget, for a while:
         // the controller is not held meanwhile, so unloading it is never blocked here.
+        let asked = Instant::now();
         let mut slot = share.slot().await;
+        let slot_wait = asked.elapsed();
         let Some(c) = controller.upgrade() else {
             return;
         };
@@ -322,16 +336,11 @@ async fn work(controller: std::sync::Weak<Shared>) {
         }
         let _active = c.counters.reconciles.active();
         let started = Instant::now();
-        // Every line the host or the guest logs during the call carries the guest, the key and
-        // the version serving it (kube-runtime's "reconciling object" span), so that a log can
-        // be read one request at a time.
-        let span = tracing::info_span!(
-            "reconcile",
-            guest = %c.name,
-            key = %key,
-            digest = %pick.version.module.digest(),
+        let span = reconcile_span(&c.name, &key, &pick, slot_wait);
+        let reconciled = AssertUnwindSafe(
+            c.reconcile_one(&pick, &key, &mut slot)
+                .instrument(span.clone()),
         );
-        let reconciled = AssertUnwindSafe(c.reconcile_one(&pick, &key, &mut slot).instrument(span));
         let result = tokio::select! {
             biased;
             why = gate.wait_closed() => {
@@ -354,8 +363,35 @@ async fn work(controller: std::sync::Weak<Shared>) {
             },
         };
         drop(pass);
+        span.record("outcome", result.label());
         c.counters.reconciles.finished(result, started.elapsed());
     }
+}
+
+/// The span of one reconcile. Every line the host or the guest logs during the call carries the
+/// guest, the key and the version serving it (kube-runtime's "reconciling object" span), so that
+/// a log can be read one request at a time; exported as a trace, it is the parent of the host
+/// calls' spans, says how long the key waited for a slot before it began, and, once it has
+/// ended, how it ended (`outcome`, `blame`) and how long its imports waited on the API server and
+/// on the host (read-your-writes).
+fn reconcile_span(guest: &str, key: &str, pick: &Pick, slot_wait: Duration) -> tracing::Span {
+    tracing::info_span!(
+        "reconcile",
+        guest = %guest,
+        key = %key,
+        digest = %pick.version.module.digest(),
+        canary = pick.canary.is_some(),
+        slot_wait_ms = millis(slot_wait),
+        outcome = tracing::field::Empty,
+        blame = tracing::field::Empty,
+        api_wait_ms = tracing::field::Empty,
+        host_wait_ms = tracing::field::Empty,
+    )
+}
+
+/// A duration as fractional milliseconds, the unit a trace viewer shows beside a span's own.
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 /// Resolves when the canary gate a reconcile runs under closes (its revision was rolled back),

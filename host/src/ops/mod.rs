@@ -1,6 +1,6 @@
 //! Operating the host: the endpoints (`/healthz`, `/readyz`, `/metrics`, `/status`) and the
-//! client `reconciled status` reads them with, the metrics exposition, and the typed status
-//! document.
+//! client `reconciled status` reads them with, the metrics exposition, the typed status
+//! document, and the export of traces.
 //!
 //! These are the plumbing and the schemas; the supervisor fills them in, which is why this
 //! stage comes before it.
@@ -8,3 +8,4 @@
 pub mod http;
 pub mod metrics;
 pub mod status;
+pub mod traces;

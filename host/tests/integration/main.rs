@@ -47,6 +47,7 @@ mod shadow;
 mod sharding;
 mod tenant_kinds;
 mod tenants;
+mod traces;
 mod versions;
 // A host worker panics on purpose here, which only the `fault-injection` feature allows.
 #[cfg(feature = "fault-injection")]

@@ -13,6 +13,7 @@ use crate::informer::store::{self, Query};
 use crate::names;
 use crate::object::object_key;
 use crate::selector::LabelSelector;
+use tracing::Instrument as _;
 
 fn check_synced(d: &Declared) -> Result<(), GuestError> {
     let st = d.informer.status();
@@ -164,7 +165,10 @@ impl Host for HostState {
         name: String,
     ) -> wasmtime::Result<Result<String, GuestError>> {
         let (ctx, call) = self.enter_noted(|| Asked::get("cache.get", &kind, &namespace, &name))?;
-        let answer = cached_get(self, &ctx, &kind, &namespace, &name).await;
+        let span = tracing::info_span!("cache", call = "get", kind = %kind.kind, %namespace, %name);
+        let answer = cached_get(self, &ctx, &kind, &namespace, &name)
+            .instrument(span)
+            .await;
         Ok(call.answered(self, answer))
     }
 
@@ -174,7 +178,10 @@ impl Host for HostState {
         options: ListOptions,
     ) -> wasmtime::Result<Result<ListPage, GuestError>> {
         let (ctx, call) = self.enter_noted(|| Asked::list("cache.list", &kind, &options))?;
-        let answer = cached_list(self, &ctx, &kind, &options).await;
+        let span = tracing::info_span!("cache", call = "list", kind = %kind.kind);
+        let answer = cached_list(self, &ctx, &kind, &options)
+            .instrument(span)
+            .await;
         Ok(call.answered(self, answer))
     }
 }

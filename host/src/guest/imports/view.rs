@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument as _;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -216,10 +217,28 @@ impl HostState {
         // Until an answer comes, the request counts as failed by the cluster: one still waiting
         // when the call is cut off at its deadline was the server's slowness.
         self.cluster_failed = true;
+        // A child of the reconcile's span, for traces: what was asked and what came of it.
+        let span = tracing::info_span!(
+            "api",
+            method = %request.method(),
+            path = %request.uri().path(),
+            status = tracing::field::Empty,
+        );
         let answer = {
             let _waiting = Stopwatch::start(&mut self.api_wait);
-            ctx.client.request_text(request).await
+            ctx.client
+                .request_text(request)
+                .instrument(span.clone())
+                .await
         };
+        span.record(
+            "status",
+            match &answer {
+                Ok(_) => "ok".to_string(),
+                Err(kube::Error::Api(s)) => s.code.to_string(),
+                Err(e) => format!("failed: {e}"),
+            },
+        );
         self.cluster_failed = answer.as_ref().is_err_and(is_cluster_failure);
         answer.map_err(|e| errors::guest_error(ctx.identity.as_ref(), needed.as_ref(), e))
     }
@@ -228,7 +247,8 @@ impl HostState {
     /// [`HostState::host_wait`].
     pub async fn wait_on_host<T>(&mut self, wait: impl Future<Output = T>) -> T {
         let _waiting = Stopwatch::start(&mut self.host_wait);
-        wait.await
+        wait.instrument(tracing::info_span!("wait", on = "read-your-writes"))
+            .await
     }
 
     /// Time this call's imports have spent waiting on the API server: every request from send

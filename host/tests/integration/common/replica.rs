@@ -20,6 +20,8 @@ pub struct Replica {
     config: PathBuf,
     cache: PathBuf,
     pub log: PathBuf,
+    /// Variables the process gets besides the harness's own.
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -53,6 +55,7 @@ impl Replica {
             config: config.to_path_buf(),
             cache: dir.join("cache"),
             log: dir.join(format!("{id}.log")),
+            env: Vec::new(),
             child: None,
         }
     }
@@ -93,6 +96,7 @@ impl Replica {
             .env("RECONCILED_CACHE_DIR", &self.cache)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
