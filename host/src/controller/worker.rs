@@ -141,18 +141,7 @@ impl Shared {
         };
         let took = started.elapsed();
         let usage = reconciled.usage;
-        // The reconcile's span is the current one here (see `work`).
-        let span = tracing::Span::current();
-        span.record("api_wait_ms", millis(usage.api_wait));
-        span.record("host_wait_ms", millis(usage.host_wait));
-        let blame = match &reconciled.result {
-            Ok(Ok(_)) => None,
-            Ok(Err(_)) => Some(blame.unwrap_or(Blame::Guest)),
-            Err(e) => Some(e.blame()),
-        };
-        if let Some(blame) = blame {
-            span.record("blame", tracing::field::display(blame));
-        }
+        record_on_span(&usage, blame);
         match reconciled.result {
             Ok(Ok(outcome)) => {
                 Metrics::bump(&m.reconciles_ok);
@@ -387,6 +376,17 @@ fn reconcile_span(guest: &str, key: &str, pick: &Pick, slot_wait: Duration) -> t
         api_wait_ms = tracing::field::Empty,
         host_wait_ms = tracing::field::Empty,
     )
+}
+
+/// Records on the reconcile's span, the current one inside [`Shared::reconcile_one`], how long
+/// the guest's imports waited and whom a failure blames.
+fn record_on_span(usage: &crate::guest::Usage, blame: Option<Blame>) {
+    let span = tracing::Span::current();
+    span.record("api_wait_ms", millis(usage.api_wait));
+    span.record("host_wait_ms", millis(usage.host_wait));
+    if let Some(blame) = blame {
+        span.record("blame", tracing::field::display(blame));
+    }
 }
 
 /// A duration as fractional milliseconds, the unit a trace viewer shows beside a span's own.
