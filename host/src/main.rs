@@ -45,6 +45,15 @@ enum Command {
     /// Publish a module to an OCI registry as a Wasm artifact; prints the reference pinned by
     /// digest.
     Push(cli::push::PushArgs),
+    /// Sign a manifest in a registry (the host's image, a module) with a cosign key-pair
+    /// signature; prints the reference pinned by the digest signed.
+    Sign(cli::sign::SignArgs),
+    /// Attach a file (an SBOM) to a manifest in a registry as an OCI referrer; prints its
+    /// digest.
+    Attach(cli::attach::AttachArgs),
+    /// Check a manifest in a registry before running it: its signature, its attached artifacts
+    /// (an SBOM) and an index's platforms.
+    Verify(cli::verify::VerifyArgs),
     /// Write a new reconciler project (Rust, TypeScript or Python): a CRD, the reconciler, a
     /// test and a README; it builds with ./build.sh and runs with `reconciled dev`.
     New(cli::new::NewArgs),
@@ -120,6 +129,9 @@ fn main() -> ExitCode {
         Command::Status(args) => rt.block_on(cli::status::status(args)),
         Command::Pack(args) => cli::pack::pack(args),
         Command::Push(args) => rt.block_on(cli::push::push(args)),
+        Command::Sign(args) => rt.block_on(cli::sign::sign(args)),
+        Command::Attach(args) => rt.block_on(cli::attach::attach(args)),
+        Command::Verify(args) => rt.block_on(cli::verify::verify(args)),
         Command::New(args) => cli::new::new(args),
         Command::Test(args) => rt.block_on(cli::test::test(args)),
         Command::Replay(args) => rt.block_on(cli::replay::replay(args)),

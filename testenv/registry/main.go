@@ -2,7 +2,7 @@
 // pulls a wasm artifact with go-containerregistry (crane) to prove that what `reconciled push`
 // publishes is an ordinary OCI artifact.
 //
-//	registry serve -cert c.pem -key k.pem -user u -password p
+//	registry serve -cert c.pem -key k.pem -user u -password p [-referrers=false]
 //	registry pull -ca ca.pem -user u -password p -ref 127.0.0.1:5000/repo:tag -out m.wasm
 //
 // `serve` prints "listening on <addr>" on stdout once it accepts connections, and stops when
@@ -49,6 +49,7 @@ func serve(args []string) {
 	key := fs.String("key", "", "serving key (PEM)")
 	user := fs.String("user", "", "the one user allowed")
 	password := fs.String("password", "", "its password")
+	referrers := fs.Bool("referrers", true, "serve the OCI 1.1 referrers API (else 404, as older registries)")
 	_ = fs.Parse(args)
 
 	pair, err := tls.LoadX509KeyPair(*cert, *key)
@@ -60,7 +61,7 @@ func serve(args []string) {
 		log.Fatalf("listen %s: %v", *addr, err)
 	}
 	tlsLn := tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})
-	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithReferrersSupport(*referrers))
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, p, ok := r.BasicAuth()
 		if !ok || subtle.ConstantTimeCompare([]byte(u), []byte(*user)) != 1 ||

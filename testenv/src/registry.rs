@@ -61,8 +61,18 @@ pub struct Registry {
 
 impl Registry {
     /// Builds (if needed) and starts a registry on a free loopback port, serving TLS with a
-    /// certificate of a fresh CA and accepting one user.
+    /// certificate of a fresh CA and accepting one user. It serves the OCI 1.1 referrers API.
     pub fn start() -> Result<Self, Error> {
+        Self::start_with(true)
+    }
+
+    /// [`Registry::start`], without the referrers API (a 404, as older registries answer), so
+    /// that clients must keep the referrers tag themselves.
+    pub fn start_without_referrers_api() -> Result<Self, Error> {
+        Self::start_with(false)
+    }
+
+    fn start_with(referrers: bool) -> Result<Self, Error> {
         let bin = binary()?;
         let dir = tempfile::tempdir().map_err(|e| Error::Start(e.to_string()))?;
         let pki = crate::pki::Pki::new()?;
@@ -82,6 +92,7 @@ impl Registry {
             .arg("-key")
             .arg(&key)
             .args(["-user", &user, "-password", &password])
+            .arg(format!("-referrers={referrers}"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -1,6 +1,7 @@
 //! `reconciled push module.wasm registry/repo:tag`: publishes a component as a Wasm OCI
 //! artifact and prints the reference pinned by digest, ready for a `.wasm.ref` key or
-//! `module = "oci://…"`.
+//! `module = "oci://…"`. Also the registry options every command that speaks to a registry
+//! takes.
 
 use std::path::PathBuf;
 
@@ -8,15 +9,11 @@ use clap::Args;
 use reconciled::sources::oci::credentials::Login;
 use reconciled::sources::oci::{ModuleRef, Registry, Settings, signature};
 
-/// `reconciled push`.
+/// How to reach a registry: the login, an extra CA, plain HTTP.
 #[derive(Args)]
-pub(crate) struct PushArgs {
-    /// The component (.wasm).
-    module: PathBuf,
-    /// Where: `registry/repository:tag` (`oci://` optional).
-    reference: String,
+pub(crate) struct RegistryArgs {
     /// Registry user; the password is read from $RECONCILED_REGISTRY_PASSWORD. Without it,
-    /// the push is anonymous.
+    /// access is anonymous.
     #[arg(long, short = 'u')]
     username: Option<String>,
     /// PEM CA certificates to trust beside the system's.
@@ -25,6 +22,47 @@ pub(crate) struct PushArgs {
     /// Speak plain HTTP to this registry (a local one only).
     #[arg(long)]
     insecure: bool,
+}
+
+impl RegistryArgs {
+    /// The login, with its password from the environment.
+    pub(crate) fn login(&self) -> anyhow::Result<Option<Login>> {
+        let Some(username) = &self.username else {
+            return Ok(None);
+        };
+        Ok(Some(Login {
+            username: username.clone(),
+            password: std::env::var("RECONCILED_REGISTRY_PASSWORD").map_err(|_| {
+                anyhow::anyhow!(
+                    "--username {username} needs the password in $RECONCILED_REGISTRY_PASSWORD"
+                )
+            })?,
+        }))
+    }
+
+    /// A client for `reference`'s registry.
+    pub(crate) fn registry(&self, reference: &ModuleRef) -> anyhow::Result<Registry> {
+        Ok(Registry::new(Settings {
+            ca_file: self.ca_file.clone(),
+            insecure: if self.insecure {
+                vec![reference.registry().to_string()]
+            } else {
+                Vec::new()
+            },
+            ..Settings::default()
+        })?)
+    }
+}
+
+/// `reconciled push`.
+#[derive(Args)]
+pub(crate) struct PushArgs {
+    /// The component (.wasm).
+    module: PathBuf,
+    /// Where: `registry/repository:tag` (`oci://` optional).
+    reference: String,
+    #[command(flatten)]
+    registry: RegistryArgs,
     /// Also push a cosign signature made with this PKCS#8 PEM ECDSA P-256 key, which hosts
     /// with the matching `[registry] verify_key` require.
     #[arg(long)]
@@ -48,30 +86,12 @@ pub(crate) async fn push(args: PushArgs) -> anyhow::Result<()> {
             args.module.display()
         );
     }
-    let login = match &args.username {
-        Some(username) => Some(Login {
-            username: username.clone(),
-            password: std::env::var("RECONCILED_REGISTRY_PASSWORD").map_err(|_| {
-                anyhow::anyhow!(
-                    "--username {username} needs the password in $RECONCILED_REGISTRY_PASSWORD"
-                )
-            })?,
-        }),
-        None => None,
-    };
+    let login = args.registry.login()?;
     let sign = match &args.sign_key {
         Some(path) => Some(signature::read_signing_key(path)?),
         None => None,
     };
-    let registry = Registry::new(Settings {
-        ca_file: args.ca_file.clone(),
-        insecure: if args.insecure {
-            vec![reference.registry().to_string()]
-        } else {
-            Vec::new()
-        },
-        ..Settings::default()
-    })?;
+    let registry = args.registry.registry(&reference)?;
     eprintln!(
         "pushing {} ({} bytes) to {reference}{}",
         args.module.display(),

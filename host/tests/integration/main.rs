@@ -45,6 +45,7 @@ mod scaffold;
 mod settings;
 mod shadow;
 mod sharding;
+mod signed_images;
 mod tenant_kinds;
 mod tenants;
 mod traces;

@@ -44,7 +44,7 @@ fn login(reg: &TestRegistry) -> Login {
     }
 }
 
-fn at(reg: &TestRegistry, path: &str) -> ModuleRef {
+pub(crate) fn at(reg: &TestRegistry, path: &str) -> ModuleRef {
     format!("{}/{path}", reg.host()).parse().unwrap()
 }
 
@@ -231,7 +231,7 @@ async fn pushed_modules_are_wasm_artifacts_and_every_bad_pull_says_why() {
 
 /// Pushes `layer` to `path` of `reg` as an ordinary container image (OCI image config, one
 /// tar layer): what a Wasm artifact is not.
-async fn push_image(reg: &TestRegistry, path: &str, layer: Vec<u8>) -> ModuleRef {
+pub(crate) async fn push_image(reg: &TestRegistry, path: &str, layer: Vec<u8>) -> ModuleRef {
     let oci = oci_client::Client::new(oci_client::client::ClientConfig {
         extra_root_certificates: vec![oci_client::client::Certificate {
             encoding: oci_client::client::CertificateEncoding::Pem,

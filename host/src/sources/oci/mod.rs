@@ -27,6 +27,7 @@ pub mod credentials;
 mod error;
 mod media;
 pub mod reference;
+pub mod referrers;
 pub mod signature;
 pub mod watch;
 
@@ -335,9 +336,15 @@ impl Registry {
                 .await
                 .map_err(|reason| match reason {
                     signature::Failure::Registry(e) => classify(e, reference, login),
-                    signature::Failure::Invalid(reason) => Error::Signature {
+                    signature::Failure::Invalid(why) => Error::Signature {
                         reference: reference.clone(),
-                        reason,
+                        reason: format!(
+                            "the module is not signed by the configured verify_key: {why}; sign it with `cosign sign --key cosign.key --tlog-upload=false {}` or `reconciled push --sign-key`",
+                            reference
+                                .at(&manifest)
+                                .to_string()
+                                .trim_start_matches("oci://")
+                        ),
                     },
                 })?;
         }

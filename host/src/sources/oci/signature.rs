@@ -40,7 +40,8 @@ pub enum Failure {
     /// The registry failed.
     #[error(transparent)]
     Registry(#[from] OciDistributionError),
-    /// There is no valid signature.
+    /// There is no valid signature: why, without advice (the caller knows what was signed and
+    /// how to sign it).
     #[error("{0}")]
     Invalid(String),
 }
@@ -194,7 +195,8 @@ pub fn check(
     Ok(())
 }
 
-/// Checks that manifest `digest` of `reference` carries a signature by `key`.
+/// Checks that manifest `digest` of `reference` carries a signature by `key`. Works for any
+/// manifest: a module's, an image's or an image index's.
 pub(super) async fn verify(
     client: &oci_client::Client,
     auth: &RegistryAuth,
@@ -203,15 +205,7 @@ pub(super) async fn verify(
     key: &VerifyingKey,
 ) -> Result<(), Failure> {
     let at = reference.tagged(&tag_of(digest));
-    let unsigned = |why: String| {
-        Failure::Invalid(format!(
-            "the module is not signed by the configured verify_key: {why}; sign it with `cosign sign --key cosign.key --tlog-upload=false {}` or `reconciled push --sign-key`",
-            reference
-                .at(digest)
-                .to_string()
-                .trim_start_matches("oci://")
-        ))
-    };
+    let unsigned = Failure::Invalid;
     let body = match client
         .pull_manifest_raw(
             at.inner(),
