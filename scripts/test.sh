@@ -67,17 +67,21 @@ step "wasm guests (guests/build.sh: the SDK's test guests and the examples in Ru
 RECONCILED_GUEST_WASMS="$(CARGO_TARGET_DIR="$target_dir/wasm-guests" guests/build.sh)"
 export RECONCILED_GUEST_WASMS
 
-step "podman, runc and musl-tools (the image and its container test)"
+step "podman, runc, musl-tools and the arm64 cross compiler (the images and their container test)"
 missing=()
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v musl-gcc >/dev/null 2>&1 || missing+=(musl-tools)
+command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || missing+=(gcc-aarch64-linux-gnu)
+[ -s /usr/lib/aarch64-linux-musl/musl-gcc.specs ] || missing+=(musl-dev:arm64)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null \
+    # musl-dev:arm64 is arm64's own package: dpkg must know the architecture first.
+    dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 \
       || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
   else
-    echo "test: ${missing[*]} missing; install them (Debian: apt-get install ${missing[*]})" >&2
+    echo "test: ${missing[*]} missing; install them (Debian: dpkg --add-architecture arm64; apt-get update; apt-get install ${missing[*]})" >&2
     exit 1
   fi
 fi
@@ -85,6 +89,8 @@ fi
 step "the image (scripts/image.sh: a static binary on an empty root, as deploy/ runs it)"
 RECONCILED_IMAGE="$(scripts/image.sh)"
 export RECONCILED_IMAGE
+step "the arm64 image (scripts/image.sh --arch arm64, cross-built; the release test lists it)"
+scripts/image.sh --arch arm64 >/dev/null
 
 step "cargo fmt --check"
 cargo fmt --all --check

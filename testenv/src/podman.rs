@@ -30,8 +30,8 @@ pub enum Error {
         /// What it printed.
         output: String,
     },
-    /// `scripts/image.sh` failed; it printed why above.
-    #[error("scripts/image.sh failed ({0}); its output above says why")]
+    /// `scripts/image.sh` or `scripts/release.sh` failed; it printed why above.
+    #[error("{0}; its output above says why")]
     Build(String),
     /// A file or directory could not be made.
     #[error("{path}: {source}")]
@@ -58,7 +58,21 @@ pub fn image_archive() -> Result<PathBuf, Error> {
 /// It builds with the machine's podman, not a [`Podman`]'s, and tags
 /// `localhost/reconciled:<version>` there.
 pub fn build_image(args: &[&OsStr]) -> Result<PathBuf, Error> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/image.sh");
+    script("image.sh", args, &[]).map(PathBuf::from)
+}
+
+/// Runs `scripts/release.sh` with `args` and `env` (its progress goes to stderr): it builds the
+/// amd64 and arm64 images with the machine's podman, pushes them as one list, signs it and
+/// attaches each image's SBOM. The list's reference pinned by digest.
+pub fn release(args: &[&OsStr], env: &[(&str, &str)]) -> Result<String, Error> {
+    script("release.sh", args, env)
+}
+
+/// Runs `scripts/<name>`; the last line it printed on stdout.
+fn script(name: &str, args: &[&OsStr], env: &[(&str, &str)]) -> Result<String, Error> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts")
+        .join(name);
     let mut cmd = Command::new("bash");
     // Under `cargo test` the environment carries the test crate's CARGO_PKG_* and friends;
     // build scripts (ring's) track some of them, so the nested cargo would rebuild from ring up.
@@ -71,13 +85,22 @@ pub fn build_image(args: &[&OsStr]) -> Result<PathBuf, Error> {
     let out = cmd
         .arg(&script)
         .args(args)
+        .envs(env.iter().copied())
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| Error::Build(format!("cannot run {}: {e}", script.display())))?;
     if !out.status.success() {
-        return Err(Error::Build(out.status.to_string()));
+        return Err(Error::Build(format!(
+            "scripts/{name} failed ({})",
+            out.status
+        )));
     }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string())
 }
 
 /// podman with storage, configuration and containers of its own.

@@ -247,7 +247,15 @@ fn files(lang: Lang) -> Vec<(&'static str, &'static str, bool)> {
     files
 }
 
+/// The checkout this binary was built from, if it is still there; never, for a binary built
+/// without the `checkout` feature (the image's).
+#[cfg(not(feature = "checkout"))]
+fn default_sdk() -> Option<PathBuf> {
+    None
+}
+
 /// The checkout this binary was built from, if it is still there.
+#[cfg(feature = "checkout")]
 fn default_sdk() -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     root.join("guests/sdk/Cargo.toml")

@@ -1,8 +1,9 @@
-//! The image (`scripts/image.sh`) run with podman as `deploy/reconciled.yaml` runs it: pushed to
-//! the loopback registry and pulled back by digest, then three containers as the Deployment's
-//! three replicas, each given what the kubelet would give its pod (`testenv::pod`: the
-//! ServiceAccount's token and CA, the `host.toml` ConfigMap, an emptyDir for the cache, the env,
-//! the `securityContext`). They must become ready, load a tenant's module from a ConfigMap,
+//! The image (`scripts/image.sh`) run with podman as `deploy/reconciled.yaml` runs it: released
+//! to the loopback registry by `scripts/release.sh` (an amd64 and an arm64 image in one signed
+//! list, each with its SBOM), checked with `reconciled verify` and pulled back by digest, then
+//! three containers as the Deployment's three replicas, each given what the kubelet would give
+//! its pod (`testenv::pod`: the ServiceAccount's token and CA, the `host.toml` ConfigMap, an
+//! emptyDir for the cache, the env, the `securityContext`). They must become ready, load a tenant's module from a ConfigMap,
 //! reconcile, serve `/metrics`, run as non-root on a read-only root, and stop on SIGTERM within
 //! the pod's grace period.
 
@@ -84,11 +85,12 @@ async fn the_image_runs_as_the_deployment_runs_it() {
         "the image itself names a non-root user"
     );
     let registry = testenv::registry::Registry::start().unwrap();
-    let by_digest = push_and_pull(&podman, &registry, &tag, "oci");
+    podman.run(["rmi", &tag]).unwrap();
+    let by_digest = release_verify_and_pull(&podman, &registry).await;
     assert_eq!(
         podman.inspect_image(&by_digest, "{{.Id}}").unwrap(),
         id,
-        "the image pulled by digest is the one built"
+        "the release's amd64 image, pulled by the list's digest, is the one built"
     );
 
     // A tenant with work to do and a reconciler delivered in a ConfigMap.
@@ -226,6 +228,141 @@ async fn the_image_runs_as_the_deployment_runs_it() {
             .filter_map(|l| l.metadata.name.as_deref())
             .collect::<Vec<_>>()
     );
+}
+
+/// Publishes the release with `scripts/release.sh` to `registry` (both platforms, signed, each
+/// image with its SBOM), checks it with `reconciled verify` as an admission step would, reads
+/// the amd64 SBOM back from the registry, and pulls the list by digest (podman picks the amd64
+/// image); the reference pinned by the list's digest.
+async fn release_verify_and_pull(
+    podman: &Podman,
+    registry: &testenv::registry::Registry,
+) -> String {
+    use p256::pkcs8::{EncodePrivateKey as _, EncodePublicKey as _, LineEnding};
+    let key = p256::ecdsa::SigningKey::from_bytes(&[42u8; 32].into()).unwrap();
+    let private = podman.dir().join("cosign.key");
+    let public = podman.dir().join("cosign.pub");
+    std::fs::write(
+        &private,
+        key.to_pkcs8_pem(LineEnding::LF).unwrap().as_bytes(),
+    )
+    .unwrap();
+    std::fs::write(
+        &public,
+        key.verifying_key()
+            .to_public_key_pem(LineEnding::LF)
+            .unwrap(),
+    )
+    .unwrap();
+    let ca = registry.ca_file();
+    let to = format!("{}/reconciled/host:0.1.0", registry.host());
+    let started = Instant::now();
+    let pinned = testenv::podman::release(
+        &[
+            "--sign-key".as_ref(),
+            private.as_os_str(),
+            "--username".as_ref(),
+            registry.user().as_ref(),
+            "--ca-file".as_ref(),
+            ca.as_os_str(),
+            to.as_ref(),
+        ],
+        &[("RECONCILED_REGISTRY_PASSWORD", registry.password())],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("release: {pinned} in {:?}", started.elapsed());
+    assert!(
+        pinned.starts_with(&format!("{}/reconciled/host@sha256:", registry.host())),
+        "{pinned}"
+    );
+
+    // The admission check: the list and both images signed by the key, each with its SBOM.
+    let verified = std::process::Command::new(env!("CARGO_BIN_EXE_reconciled"))
+        .args(["verify", &pinned, "--key"])
+        .arg(&public)
+        .args(["--platform", "linux/amd64", "--platform", "linux/arm64"])
+        .args(["--artifact", "application/vnd.cyclonedx+json"])
+        .args(["-u", registry.user(), "--ca-file"])
+        .arg(&ca)
+        .env("RECONCILED_REGISTRY_PASSWORD", registry.password())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&verified.stdout);
+    assert!(
+        verified.status.success(),
+        "reconciled verify refused the release: {}{out}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    eprintln!("{out}");
+    assert!(
+        out.contains("an image index of linux/amd64, linux/arm64"),
+        "{out}"
+    );
+
+    // The amd64 SBOM, as the registry serves it, lists what the binary was built from.
+    let client = reconciled::sources::oci::Registry::new(reconciled::sources::oci::Settings {
+        ca_file: Some(ca.clone()),
+        ..Default::default()
+    })
+    .unwrap();
+    let login = reconciled::sources::oci::credentials::Login {
+        username: registry.user().into(),
+        password: registry.password().into(),
+    };
+    let index: reconciled::sources::oci::ModuleRef = pinned.parse().unwrap();
+    let described = client.describe(&index, Some(&login)).await.unwrap();
+    let amd64 = index.at(described.image_for("linux/amd64").unwrap());
+    let sboms = client
+        .referrers(&amd64, Some(&login), Some("application/vnd.cyclonedx+json"))
+        .await
+        .unwrap();
+    let [sbom] = sboms.as_slice() else {
+        panic!("one SBOM on the amd64 image, not {sboms:?}");
+    };
+    let bytes = client
+        .pull_referrer(&amd64, Some(&login), sbom, 64 << 20)
+        .await
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(doc["bomFormat"], "CycloneDX", "{doc}");
+    let names: Vec<&str> = doc["components"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default();
+    for crate_name in ["wasmtime", "kube-client", "tokio", "rustls"] {
+        assert!(
+            names.contains(&crate_name),
+            "the SBOM lists {crate_name}; it lists {} components",
+            names.len()
+        );
+    }
+    eprintln!(
+        "amd64 SBOM: {} components, {} bytes",
+        names.len(),
+        bytes.len()
+    );
+
+    // What runs is what the registry serves for this machine's platform.
+    let certs = podman.dir().join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::copy(&ca, certs.join("ca.crt")).unwrap();
+    let creds = format!("{}:{}", registry.user(), registry.password());
+    podman
+        .run([
+            "pull".as_ref(),
+            "--quiet".as_ref(),
+            "--cert-dir".as_ref(),
+            certs.as_os_str(),
+            "--creds".as_ref(),
+            creds.as_ref(),
+            pinned.as_ref(),
+        ])
+        .unwrap();
+    assert_eq!(
+        podman.inspect_image(&pinned, "{{.Architecture}}").unwrap(),
+        "amd64"
+    );
+    pinned
 }
 
 /// Pushes image `tag` to `registry` as `reconciled/host:0.1.0` in manifest format `format`
