@@ -5,7 +5,8 @@
 //! ```text
 //! cargo build --release -p reconciled
 //! cargo run --release -p reconciled-bench --bin controller_runtime -- \
-//!     [--objects N] [--edits E] [--burst B] [--idle-s S] [--workers 1,4] [--host-bin PATH]
+//!     [--objects N] [--edits E] [--burst B] [--idle-s S] [--workers 1,4] [--host-bin PATH] \
+//!     [--traced]
 //! ```
 //!
 //! Defaults: N = 10 000 ConfigMaps of about 1 KiB, E = 200 sequential edits, a burst of
@@ -21,6 +22,10 @@
 //!   its cache scoped to the namespace and label as the guest's is, and its defaults otherwise:
 //!   protobuf on the wire, no transform.
 //! - **controller-runtime, JSON**: the same with `--json`, so that the codec's share is visible.
+//! - **reconciled, traced** (with `--traced`, which measures only the two reconciled sides): the
+//!   first side again, exporting a span per reconcile and per host call over OTLP/HTTP to a real
+//!   Jaeger (v1.75, memory storage, built by testenv) on loopback: what tracing costs per
+//!   reconcile, as a ratio to the untraced side in the same run.
 //!
 //! What each figure is:
 //! - *first reconcile*: from spawning the process to the bench's own watch seeing the first
@@ -61,6 +66,7 @@ struct Args {
     idle: Duration,
     workers: Vec<usize>,
     host_bin: PathBuf,
+    traced: bool,
 }
 
 impl Args {
@@ -73,6 +79,7 @@ impl Args {
             idle: Duration::from_secs(20),
             workers: vec![1, 4],
             host_bin: root.join("target/release/reconciled"),
+            traced: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -92,8 +99,9 @@ impl Args {
                         .collect::<Result<_, _>>()?
                 }
                 "--host-bin" => args.host_bin = value()?.into(),
+                "--traced" => args.traced = true,
                 other => anyhow::bail!(
-                    "unknown argument {other}; usage: controller_runtime [--objects N] [--edits E] [--burst B] [--idle-s S] [--workers 1,4] [--host-bin PATH]"
+                    "unknown argument {other}; usage: controller_runtime [--objects N] [--edits E] [--burst B] [--idle-s S] [--workers 1,4] [--host-bin PATH] [--traced]"
                 ),
             }
         }
@@ -106,20 +114,30 @@ impl Args {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Side {
     Reconciled,
+    ReconciledTraced,
     ControllerRuntime,
     ControllerRuntimeJson,
 }
 
 impl Side {
-    const ALL: [Side; 3] = [
-        Side::Reconciled,
-        Side::ControllerRuntime,
-        Side::ControllerRuntimeJson,
-    ];
+    /// The sides a run measures, in order: with `traced`, reconciled with and without tracing,
+    /// whose ratio is the question; else reconciled and the two controller-runtimes.
+    fn all(traced: bool) -> Vec<Side> {
+        if traced {
+            vec![Side::Reconciled, Side::ReconciledTraced]
+        } else {
+            vec![
+                Side::Reconciled,
+                Side::ControllerRuntime,
+                Side::ControllerRuntimeJson,
+            ]
+        }
+    }
 
     fn name(self) -> &'static str {
         match self {
             Side::Reconciled => "reconciled",
+            Side::ReconciledTraced => "reconciled (traced)",
             Side::ControllerRuntime => "controller-runtime",
             Side::ControllerRuntimeJson => "controller-runtime (JSON)",
         }
@@ -128,7 +146,7 @@ impl Side {
     /// What this side stamps before `:<data.v>`.
     fn prefix(self) -> &'static str {
         match self {
-            Side::Reconciled => "v1",
+            Side::Reconciled | Side::ReconciledTraced => "v1",
             _ => "cr",
         }
     }
@@ -154,12 +172,27 @@ fn main() -> anyhow::Result<()> {
         "no host binary at {}: build it first (cargo build --release -p reconciled)",
         args.host_bin.display()
     );
-    let peer = reconciled_bench::build_peer()?;
+    let peer = if args.traced {
+        PathBuf::new()
+    } else {
+        reconciled_bench::build_peer()?
+    };
     let stamp = reconciled_bench::wasm(&reconciled_bench::guest_wasms(&[])?, "stamp_v1")?;
     let logs = std::env::temp_dir().join(format!("reconciled-versus-{}", std::process::id()));
     std::fs::create_dir_all(&logs)?;
     eprintln!("controller_runtime: logs go to {}", logs.display());
     let cp = testenv::ControlPlane::start()?;
+    let jaeger = if args.traced {
+        let j = testenv::jaeger::Jaeger::start()?;
+        eprintln!(
+            "controller_runtime: Jaeger takes traces at {}",
+            j.otlp_endpoint()
+        );
+        Some(j)
+    } else {
+        None
+    };
+    let otlp = jaeger.as_ref().map(testenv::jaeger::Jaeger::otlp_endpoint);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -178,8 +211,9 @@ fn main() -> anyhow::Result<()> {
         let stamps = Stamps::watch(&client).await;
         let mut results: Vec<(Side, usize, Figures)> = Vec::new();
         for &workers in &args.workers {
-            for side in Side::ALL {
+            for side in Side::all(args.traced) {
                 let launch = Launch {
+                    otlp: otlp.as_deref(),
                     side,
                     workers,
                     kubeconfig: cp.kubeconfig_path(),
@@ -203,6 +237,8 @@ fn main() -> anyhow::Result<()> {
 
 struct Launch<'a> {
     side: Side,
+    /// Where the traced side sends its spans.
+    otlp: Option<&'a str>,
     workers: usize,
     kubeconfig: &'a Path,
     peer: &'a Path,
@@ -218,14 +254,14 @@ impl Launch<'_> {
     }
 
     fn spawn(&self) -> anyhow::Result<Child> {
-        let tag = format!("{}-{}", self.side.prefix(), self.workers);
+        let tag = format!("{:?}-{}", self.side, self.workers);
         let log = std::fs::File::create(self.logs.join(format!(
             "{}-w{}.log",
             self.side.name().replace([' ', '(', ')'], ""),
             self.workers
         )))?;
         let mut cmd = match self.side {
-            Side::Reconciled => {
+            Side::Reconciled | Side::ReconciledTraced => {
                 let config = self.logs.join(format!("{tag}.toml"));
                 std::fs::write(
                     &config,
@@ -245,6 +281,12 @@ impl Launch<'_> {
                     .arg("--config")
                     .arg(config)
                     .args(["--listen", "127.0.0.1:0"]);
+                if self.side == Side::ReconciledTraced {
+                    let otlp = self
+                        .otlp
+                        .ok_or_else(|| anyhow::anyhow!("the traced side needs Jaeger"))?;
+                    cmd.args(["--otlp-endpoint", otlp]);
+                }
                 cmd
             }
             Side::ControllerRuntime | Side::ControllerRuntimeJson => {
@@ -575,6 +617,10 @@ fn report(args: &Args, results: &[(Side, usize, Figures)]) {
             f.burst
         );
     }
+    if args.traced {
+        report_tracing(args, results);
+        return;
+    }
     println!(
         "\nRatios, reconciled / controller-runtime (protobuf, its default) in the same run:\n"
     );
@@ -609,6 +655,41 @@ fn report(args: &Args, results: &[(Side, usize, Figures)]) {
             ratio(r.p99, c.p99),
             ratio(r.cpu_per_round_trip_us, c.cpu_per_round_trip_us),
             ratio(r.burst, c.burst),
+        );
+    }
+}
+
+fn report_tracing(args: &Args, results: &[(Side, usize, Figures)]) {
+    println!("\nWhat tracing costs, reconciled (traced) / reconciled in the same run:\n");
+    println!(
+        "| workers | all reconciled | idle CPU | round trip p50 | p99 | CPU per round trip | burst |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for &w in &args.workers {
+        let of = |side| {
+            results
+                .iter()
+                .find(|(s, rw, _)| *s == side && *rw == w)
+                .map(|(_, _, f)| f.clone())
+        };
+        let (Some(t), Some(r)) = (of(Side::ReconciledTraced), of(Side::Reconciled)) else {
+            continue;
+        };
+        let ratio = |a: f64, b: f64| {
+            if b > 0.0 {
+                format!("{:.2}", a / b)
+            } else {
+                format!("{a:.2} / 0")
+            }
+        };
+        println!(
+            "| {w} | {} | {} | {} | {} | {} | {} |",
+            ratio(t.all, r.all),
+            ratio(t.idle_cpu, r.idle_cpu),
+            ratio(t.p50, r.p50),
+            ratio(t.p99, r.p99),
+            ratio(t.cpu_per_round_trip_us, r.cpu_per_round_trip_us),
+            ratio(t.burst, r.burst),
         );
     }
 }
