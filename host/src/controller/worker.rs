@@ -364,18 +364,23 @@ async fn work(controller: std::sync::Weak<Shared>) {
 /// ended, how it ended (`outcome`, `blame`) and how long its imports waited on the API server and
 /// on the host (read-your-writes).
 fn reconcile_span(guest: &str, key: &str, pick: &Pick, slot_wait: Duration) -> tracing::Span {
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "reconcile",
         guest = %guest,
         key = %key,
         digest = %pick.version.module.digest(),
-        canary = pick.canary.is_some(),
+        canary = tracing::field::Empty,
         slot_wait_ms = millis(slot_wait),
         outcome = tracing::field::Empty,
         blame = tracing::field::Empty,
         api_wait_ms = tracing::field::Empty,
         host_wait_ms = tracing::field::Empty,
-    )
+    );
+    // Only when it is one: every log line in the span carries its fields.
+    if pick.canary.is_some() {
+        span.record("canary", true);
+    }
+    span
 }
 
 /// Records on the reconcile's span, the current one inside [`Shared::reconcile_one`], how long

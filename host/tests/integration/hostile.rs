@@ -54,8 +54,9 @@ async fn each_line_a_guest_logs_names_its_guest_key_and_module() {
         .map_err(|(e, _)| e)
         .unwrap();
     result(&api, "calls-1").await;
+    // The span's first fields; the waits it records for traces follow them.
     let span = format!(
-        "reconcile{{guest=hostile-logs key={ns}/calls-1 digest={}}}",
+        "reconcile{{guest=hostile-logs key={ns}/calls-1 digest={} ",
         c.digest()
     );
     let line = common::logs::line_with(&[&span, "forged"]);
