@@ -53,12 +53,15 @@ pub(super) const CONCURRENT_REVIEWS: usize = 4;
 /// would answer as before the change).
 const SETTLE: Duration = Duration::from_secs(1);
 
-/// How long after a pass that followed an RBAC change the same namespaces are looked at once
-/// more. The API server's authorizer reads Roles and RoleBindings through a cache of its own,
-/// which on a loaded server can be seconds behind the change our informers saw: a review made
-/// in that gap is denied, and without a second look a guest just granted would wait for the
-/// next period (a minute) to resume, or forever if its load was refused.
-const ECHO: Duration = Duration::from_secs(5);
+/// How long after a pass that followed an RBAC change the same namespaces are looked at again,
+/// each delay counted from the look before. The API server's authorizer reads Roles and
+/// RoleBindings through a cache of its own, which on a loaded server can be seconds behind the
+/// change our informers saw: a review made in that gap is denied, and without another look a
+/// guest just granted would wait for the next period (a minute) to resume, or forever if its
+/// load was refused. One look 5 s after proved too few on a loaded two-core machine
+/// (`tenants::a_guest_refused_for_access_loads_once_its_service_account_is_granted_without_an_edit`
+/// failed there once); the second, 10 s later, covers a lag of up to 16 s.
+const ECHOES: [Duration; 2] = [Duration::from_secs(5), Duration::from_secs(10)];
 
 /// Why a review did not allow the guest's reads.
 #[derive(Debug, thiserror::Error)]
@@ -479,20 +482,24 @@ async fn run(shared: Arc<Shared>, forwarders: Vec<AbortHandle>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick is immediate, and the load has just reviewed.
     tick.tick().await;
-    let mut echo: Option<(tokio::time::Instant, BTreeSet<String>)> = None;
+    // When the next look is due, at which of `ECHOES`, and for which namespaces.
+    let mut echo: Option<(tokio::time::Instant, usize, BTreeSet<String>)> = None;
     loop {
         let echo_due = async {
             match &echo {
-                Some((at, _)) => tokio::time::sleep_until(*at).await,
+                Some((at, _, _)) => tokio::time::sleep_until(*at).await,
                 None => std::future::pending().await,
             }
         };
         let only = tokio::select! {
             _ = tick.tick() => None,
             _ = echo_due => {
-                let again = echo.take().map(|(_, e)| e).unwrap_or_default();
+                let (step, again) = echo.take().map(|(_, s, e)| (s, e)).unwrap_or_default();
                 for ns in &again {
                     let _ = shared.changes.send(ns.clone());
+                }
+                if let Some(delay) = ECHOES.get(step + 1) {
+                    echo = Some((tokio::time::Instant::now() + *delay, step + 1, again.clone()));
                 }
                 Some(again)
             }
@@ -507,11 +514,12 @@ async fn run(shared: Arc<Shared>, forwarders: Vec<AbortHandle>) {
                     // Nobody listening is fine: no source wants them.
                     let _ = shared.changes.send(ns.clone());
                 }
-                let at = tokio::time::Instant::now() + ECHO;
-                let mut again = echo.take().map(|(_, e)| e).unwrap_or_default();
+                // A new change starts the looks over, for its namespaces and those still due.
+                let at = tokio::time::Instant::now() + ECHOES[0];
+                let mut again = echo.take().map(|(_, _, e)| e).unwrap_or_default();
                 again.extend(dirty.iter().filter(|ns| !ns.is_empty()).cloned());
                 if !again.is_empty() {
-                    echo = Some((at, again));
+                    echo = Some((at, 0, again));
                 }
                 // "" marks a resync of the RBAC informers: everything may have changed.
                 (!dirty.contains("")).then_some(dirty)
@@ -707,11 +715,14 @@ mod tests {
         assert_eq!(passes(), 2);
         assert!(shared.dirty.lock().unwrap().is_empty());
         let mut changes = shared.changes.subscribe();
-        tokio::time::sleep(ECHO).await;
+        tokio::time::sleep(ECHOES[0]).await;
         assert_eq!(passes(), 3, "once more, for the authorizer's lag");
         assert_eq!(changes.try_recv().unwrap(), "team-a");
+        tokio::time::sleep(ECHOES[1]).await;
+        assert_eq!(passes(), 4, "and again, for a longer lag");
+        assert_eq!(changes.try_recv().unwrap(), "team-a");
         tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(passes(), 3, "nothing more until the next period");
+        assert_eq!(passes(), 4, "nothing more until the next period");
         task.abort();
     }
 
