@@ -103,7 +103,11 @@ fn guest_state(status: &Status, name: &str) -> Option<GuestState> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_is_never_ok_before_every_configured_guest_has_loaded_or_been_rejected() {
-    let cp = ControlPlane::shared();
+    // Its own control plane: an operator's `--guest` may read and write every namespace, and
+    // the probe guest would answer other tests' `leak-` ConfigMaps on the shared one
+    // (isolation.rs read a probe's record where it expected its TypeScript guest's).
+    static CP: std::sync::OnceLock<Result<ControlPlane, String>> = std::sync::OnceLock::new();
+    let cp = ControlPlane::own(&CP, &[]);
     let addr = free_port();
     let probe_wasm = common::guests::wasm("probe");
     let stamp = common::guests::wasm("stamp_v1");
