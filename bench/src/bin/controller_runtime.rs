@@ -629,21 +629,11 @@ fn report(args: &Args, results: &[(Side, usize, Figures)]) {
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for &w in &args.workers {
-        let of = |side| {
-            results
-                .iter()
-                .find(|(s, rw, _)| *s == side && *rw == w)
-                .map(|(_, _, f)| f.clone())
-        };
-        let (Some(r), Some(c)) = (of(Side::Reconciled), of(Side::ControllerRuntime)) else {
+        let (Some(r), Some(c)) = (
+            of(results, Side::Reconciled, w),
+            of(results, Side::ControllerRuntime, w),
+        ) else {
             continue;
-        };
-        let ratio = |a: f64, b: f64| {
-            if b > 0.0 {
-                format!("{:.2}", a / b)
-            } else {
-                format!("{a:.2} / 0")
-            }
         };
         println!(
             "| {w} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -666,21 +656,11 @@ fn report_tracing(args: &Args, results: &[(Side, usize, Figures)]) {
     );
     println!("|---|---|---|---|---|---|---|");
     for &w in &args.workers {
-        let of = |side| {
-            results
-                .iter()
-                .find(|(s, rw, _)| *s == side && *rw == w)
-                .map(|(_, _, f)| f.clone())
-        };
-        let (Some(t), Some(r)) = (of(Side::ReconciledTraced), of(Side::Reconciled)) else {
+        let (Some(t), Some(r)) = (
+            of(results, Side::ReconciledTraced, w),
+            of(results, Side::Reconciled, w),
+        ) else {
             continue;
-        };
-        let ratio = |a: f64, b: f64| {
-            if b > 0.0 {
-                format!("{:.2}", a / b)
-            } else {
-                format!("{a:.2} / 0")
-            }
         };
         println!(
             "| {w} | {} | {} | {} | {} | {} | {} |",
@@ -691,5 +671,22 @@ fn report_tracing(args: &Args, results: &[(Side, usize, Figures)]) {
             ratio(t.cpu_per_round_trip_us, r.cpu_per_round_trip_us),
             ratio(t.burst, r.burst),
         );
+    }
+}
+
+/// What `side` measured with `workers` workers, if it ran.
+fn of(results: &[(Side, usize, Figures)], side: Side, workers: usize) -> Option<&Figures> {
+    results
+        .iter()
+        .find(|(s, w, _)| *s == side && *w == workers)
+        .map(|(_, _, f)| f)
+}
+
+/// `a / b` to two places, or `a / 0` when `b` is zero (an idle CPU of 0.00 s).
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.2}", a / b)
+    } else {
+        format!("{a:.2} / 0")
     }
 }

@@ -44,22 +44,24 @@ pub(crate) async fn attach(args: AttachArgs) -> anyhow::Result<()> {
     let registry = args.registry.registry(&reference)?;
     let described = registry.describe(&reference, login.as_ref()).await?;
     let subject = match &args.platform {
-        None => described.digest.clone(),
-        Some(platform) => described
-            .image_for(platform)
-            .ok_or_else(|| {
+        None => described,
+        Some(platform) => {
+            let image = described.image_for(platform).ok_or_else(|| {
                 anyhow::anyhow!(
                     "{reference} lists no {platform} image (it lists: {}); name a platform it has",
                     listed(&described.platforms())
                 )
-            })?
-            .to_string(),
+            })?;
+            registry
+                .describe(&reference.at(image), login.as_ref())
+                .await?
+        }
     };
-    let pinned = reference.at(&subject);
     let size = bytes.len();
     let digest = registry
         .attach(
-            &pinned,
+            &reference,
+            &subject,
             login.as_ref(),
             Attachment {
                 artifact_type: args.artifact_type.clone(),
@@ -72,7 +74,7 @@ pub(crate) async fn attach(args: AttachArgs) -> anyhow::Result<()> {
         "attached {} ({size} bytes, {}) to {}",
         args.file.display(),
         args.artifact_type,
-        subject
+        subject.digest
     );
     println!("{digest}");
     Ok(())

@@ -238,22 +238,7 @@ async fn release_verify_and_pull(
     podman: &Podman,
     registry: &testenv::registry::Registry,
 ) -> String {
-    use p256::pkcs8::{EncodePrivateKey as _, EncodePublicKey as _, LineEnding};
-    let key = p256::ecdsa::SigningKey::from_bytes(&[42u8; 32].into()).unwrap();
-    let private = podman.dir().join("cosign.key");
-    let public = podman.dir().join("cosign.pub");
-    std::fs::write(
-        &private,
-        key.to_pkcs8_pem(LineEnding::LF).unwrap().as_bytes(),
-    )
-    .unwrap();
-    std::fs::write(
-        &public,
-        key.verifying_key()
-            .to_public_key_pem(LineEnding::LF)
-            .unwrap(),
-    )
-    .unwrap();
+    let (_, private, public) = common::keys::cosign_pair(podman.dir(), 42);
     let ca = registry.ca_file();
     let to = format!("{}/reconciled/host:0.1.0", registry.host());
     let started = Instant::now();
@@ -343,21 +328,7 @@ async fn release_verify_and_pull(
     );
 
     // What runs is what the registry serves for this machine's platform.
-    let certs = podman.dir().join("certs");
-    std::fs::create_dir_all(&certs).unwrap();
-    std::fs::copy(&ca, certs.join("ca.crt")).unwrap();
-    let creds = format!("{}:{}", registry.user(), registry.password());
-    podman
-        .run([
-            "pull".as_ref(),
-            "--quiet".as_ref(),
-            "--cert-dir".as_ref(),
-            certs.as_os_str(),
-            "--creds".as_ref(),
-            creds.as_ref(),
-            pinned.as_ref(),
-        ])
-        .unwrap();
+    pull(podman, registry, &pinned);
     assert_eq!(
         podman.inspect_image(&pinned, "{{.Architecture}}").unwrap(),
         "amd64"
@@ -374,10 +345,7 @@ fn push_and_pull(
     tag: &str,
     format: &str,
 ) -> String {
-    let certs = podman.dir().join("certs");
-    std::fs::create_dir_all(&certs).unwrap();
-    std::fs::copy(registry.ca_file(), certs.join("ca.crt")).unwrap();
-    let creds = format!("{}:{}", registry.user(), registry.password());
+    let (certs, creds) = login(podman, registry);
     let digest_file = podman.dir().join(format!("digest-{format}"));
     let repo = format!("{}/reconciled/host", registry.host());
     podman
@@ -400,6 +368,24 @@ fn push_and_pull(
     // What runs must be what the registry serves, not the local copy.
     podman.run(["rmi", tag]).unwrap();
     let by_digest = format!("{repo}@{}", digest.trim());
+    pull(podman, registry, &by_digest);
+    by_digest
+}
+
+/// What podman needs to reach `registry`: a certificate folder with its CA, and `user:password`.
+fn login(podman: &Podman, registry: &testenv::registry::Registry) -> (PathBuf, String) {
+    let certs = podman.dir().join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::copy(registry.ca_file(), certs.join("ca.crt")).unwrap();
+    (
+        certs,
+        format!("{}:{}", registry.user(), registry.password()),
+    )
+}
+
+/// Pulls `reference` from `registry` into `podman`.
+fn pull(podman: &Podman, registry: &testenv::registry::Registry, reference: &str) {
+    let (certs, creds) = login(podman, registry);
     podman
         .run([
             "pull".as_ref(),
@@ -408,10 +394,9 @@ fn push_and_pull(
             certs.as_os_str(),
             "--creds".as_ref(),
             creds.as_ref(),
-            by_digest.as_ref(),
+            reference.as_ref(),
         ])
         .unwrap();
-    by_digest
 }
 
 /// Starts a container of `pod` named `name` (its pod name, and so its replica identity) from

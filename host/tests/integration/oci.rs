@@ -18,7 +18,6 @@ use kube::api::{
     ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams, PostParams,
 };
 use p256::ecdsa::SigningKey;
-use p256::pkcs8::{EncodePrivateKey as _, EncodePublicKey as _, LineEnding};
 use reconciled::guest::digest_of;
 use reconciled::sources::configmap::PULL_SECRET;
 use reconciled::sources::configmap::{ConfigMapSource, LABEL};
@@ -150,15 +149,7 @@ async fn pushed_modules_are_wasm_artifacts_and_every_bad_pull_says_why() {
     );
 
     // Signatures: none, the right key, another key.
-    let key = SigningKey::from_bytes(&[7u8; 32].into()).unwrap();
-    let public = dir.0.join("cosign.pub");
-    std::fs::write(
-        &public,
-        key.verifying_key()
-            .to_public_key_pem(LineEnding::LF)
-            .unwrap(),
-    )
-    .unwrap();
+    let (key, private, public) = common::keys::cosign_pair(&dir.0, 7);
     let verifying = Registry::new(Settings {
         verify_key: Some(public),
         ..settings(&reg)
@@ -188,12 +179,6 @@ async fn pushed_modules_are_wasm_artifacts_and_every_bad_pull_says_why() {
 
     // `reconciled push`: prints the reference pinned by digest, and refuses what is no
     // component.
-    let private = dir.0.join("signing.pem");
-    std::fs::write(
-        &private,
-        key.to_pkcs8_pem(LineEnding::LF).unwrap().as_bytes(),
-    )
-    .unwrap();
     let cli = |module: &std::path::Path, to: &str| {
         std::process::Command::new(env!("CARGO_BIN_EXE_reconciled"))
             .arg("push")

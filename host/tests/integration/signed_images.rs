@@ -11,8 +11,6 @@ use std::path::Path;
 use std::process::Output;
 
 use common::host::TempDir;
-use p256::ecdsa::SigningKey;
-use p256::pkcs8::{EncodePrivateKey as _, EncodePublicKey as _, LineEnding};
 use testenv::registry::Registry as TestRegistry;
 
 const SBOM: &str = "application/vnd.cyclonedx+json";
@@ -47,21 +45,7 @@ fn refused(o: &Output) -> String {
 }
 
 fn keys(dir: &Path, seed: u8) -> (String, String) {
-    let key = SigningKey::from_bytes(&[seed; 32].into()).unwrap();
-    let private = dir.join(format!("cosign-{seed}.key"));
-    let public = dir.join(format!("cosign-{seed}.pub"));
-    std::fs::write(
-        &private,
-        key.to_pkcs8_pem(LineEnding::LF).unwrap().as_bytes(),
-    )
-    .unwrap();
-    std::fs::write(
-        &public,
-        key.verifying_key()
-            .to_public_key_pem(LineEnding::LF)
-            .unwrap(),
-    )
-    .unwrap();
+    let (_, private, public) = common::keys::cosign_pair(dir, seed);
     (private.display().to_string(), public.display().to_string())
 }
 

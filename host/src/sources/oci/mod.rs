@@ -275,6 +275,22 @@ impl Registry {
         Ok((client, auth))
     }
 
+    /// The client for `login`, authenticated to `reference`'s repository for `operation` (a
+    /// push needs the token up front; a pull gets one on its first request anyway).
+    pub(crate) async fn client_for(
+        &self,
+        reference: &ModuleRef,
+        login: Option<&Login>,
+        operation: oci_client::RegistryOperation,
+    ) -> Result<(oci_client::Client, RegistryAuth), Error> {
+        let (client, auth) = self.client(login)?;
+        client
+            .auth(reference.inner(), &auth, operation)
+            .await
+            .map_err(|e| classify(e, reference, login))?;
+        Ok((client, auth))
+    }
+
     /// Pulls `reference` as `login`, unless it still resolves to manifest `known`; at most
     /// `max_bytes` of module. Bounded by [`Settings::pull_timeout`].
     pub async fn pull(
@@ -304,22 +320,8 @@ impl Registry {
         max_bytes: usize,
     ) -> Result<Fetched, Error> {
         let (client, auth) = self.client(login)?;
-        let fail = |e| classify(e, reference, login);
-        let (body, _) = client
-            .pull_manifest_raw(reference.inner(), &auth, &[MANIFEST_MEDIA_TYPE])
-            .await
-            .map_err(fail)?;
-        let manifest = format!("sha256:{}", crate::guest::digest_of(&body));
-        if let Some(pinned) = reference.pinned()
-            && pinned != manifest
-        {
-            return Err(Error::DigestMismatch {
-                reference: reference.clone(),
-                what: "the manifest",
-                expected: pinned.to_string(),
-                actual: manifest,
-            });
-        }
+        let (body, manifest) =
+            manifest_of(&client, &auth, reference, login, &[MANIFEST_MEDIA_TYPE]).await?;
         if known == Some(manifest.as_str()) {
             return Ok(Fetched::Unchanged);
         }
@@ -463,16 +465,10 @@ impl Registry {
         module: Vec<u8>,
         sign: Option<&p256::ecdsa::SigningKey>,
     ) -> Result<String, Error> {
-        let (client, auth) = self.client(login)?;
+        let (client, _) = self
+            .client_for(reference, login, oci_client::RegistryOperation::Push)
+            .await?;
         let fail = |e| classify(e, reference, login);
-        client
-            .auth(
-                reference.inner(),
-                &auth,
-                oci_client::RegistryOperation::Push,
-            )
-            .await
-            .map_err(fail)?;
         let layer_digest = format!("sha256:{}", crate::guest::digest_of(&module));
         let config = serde_json::to_vec(&serde_json::json!({
             "architecture": "wasm",
@@ -520,6 +516,33 @@ impl Registry {
             .map_err(fail)?;
         Ok(digest)
     }
+}
+
+/// `reference`'s manifest, of one of `media_types`, and its digest, checked against the digest
+/// `reference` is pinned to, if any.
+async fn manifest_of(
+    client: &oci_client::Client,
+    auth: &RegistryAuth,
+    reference: &ModuleRef,
+    login: Option<&Login>,
+    media_types: &[&str],
+) -> Result<(bytes::Bytes, String), Error> {
+    let (body, _) = client
+        .pull_manifest_raw(reference.inner(), auth, media_types)
+        .await
+        .map_err(|e| classify(e, reference, login))?;
+    let digest = format!("sha256:{}", crate::guest::digest_of(&body));
+    if let Some(pinned) = reference.pinned()
+        && pinned != digest
+    {
+        return Err(Error::DigestMismatch {
+            reference: reference.clone(),
+            what: "the manifest",
+            expected: pinned.to_string(),
+            actual: digest,
+        });
+    }
+    Ok((body, digest))
 }
 
 /// The manifest's one component layer, once its media types say it is a Wasm artifact.

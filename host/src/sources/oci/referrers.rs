@@ -23,7 +23,7 @@ use p256::ecdsa::{SigningKey, VerifyingKey};
 
 use super::credentials::Login;
 use super::error::classify;
-use super::{Error, ModuleRef, Registry, signature};
+use super::{Error, ModuleRef, Registry, manifest_of, signature};
 
 /// The media types a subject's manifest may have: an image, an image index, or Docker's two.
 const MANIFEST_TYPES: &[&str] = &[
@@ -100,21 +100,7 @@ impl Registry {
         login: Option<&Login>,
     ) -> Result<Described, Error> {
         let (client, auth) = self.client(login)?;
-        let (body, _) = client
-            .pull_manifest_raw(reference.inner(), &auth, MANIFEST_TYPES)
-            .await
-            .map_err(|e| classify(e, reference, login))?;
-        let digest = format!("sha256:{}", crate::guest::digest_of(&body));
-        if let Some(pinned) = reference.pinned()
-            && pinned != digest
-        {
-            return Err(Error::DigestMismatch {
-                reference: reference.clone(),
-                what: "the manifest",
-                expected: pinned.to_string(),
-                actual: digest,
-            });
-        }
+        let (body, digest) = manifest_of(&client, &auth, reference, login, MANIFEST_TYPES).await?;
         described(reference, &body, digest)
     }
 
@@ -129,15 +115,12 @@ impl Registry {
         key: &SigningKey,
     ) -> Result<(), Error> {
         let digest = pinned(subject)?;
-        let (client, auth) = self.client(login)?;
-        let fail = |e| classify(e, subject, login);
-        client
-            .auth(subject.inner(), &auth, oci_client::RegistryOperation::Push)
-            .await
-            .map_err(fail)?;
+        let (client, _) = self
+            .client_for(subject, login, oci_client::RegistryOperation::Push)
+            .await?;
         signature::sign(&client, subject, digest, key)
             .await
-            .map_err(fail)
+            .map_err(|e| classify(e, subject, login))
     }
 
     /// Checks that manifest `subject` (pinned) carries a cosign signature by `key`.
@@ -162,26 +145,25 @@ impl Registry {
             })
     }
 
-    /// Attaches `artifact` to manifest `subject` (pinned) as a referrer; the referrer's
-    /// manifest digest.
+    /// Attaches `artifact` as a referrer to `described`, a manifest of `repository` as
+    /// [`Registry::describe`] gave it; the referrer's manifest digest.
     pub async fn attach(
         &self,
-        subject: &ModuleRef,
+        repository: &ModuleRef,
+        described: &Described,
         login: Option<&Login>,
         artifact: Attachment,
     ) -> Result<String, Error> {
-        let described = self.describe(subject, login).await?;
-        let (client, auth) = self.client(login)?;
+        let subject = &repository.at(&described.digest);
+        let (client, _) = self
+            .client_for(subject, login, oci_client::RegistryOperation::Push)
+            .await?;
         let fail = |e| classify(e, subject, login);
-        client
-            .auth(subject.inner(), &auth, oci_client::RegistryOperation::Push)
-            .await
-            .map_err(fail)?;
         let layer_digest = format!("sha256:{}", crate::guest::digest_of(&artifact.bytes));
         let layer_size = artifact.bytes.len();
         let empty = b"{}".to_vec();
         let empty_digest = format!("sha256:{}", crate::guest::digest_of(&empty));
-        let manifest = referrer_manifest(&artifact, &described, &layer_digest, layer_size);
+        let manifest = referrer_manifest(&artifact, described, &layer_digest, layer_size);
         let digest = format!("sha256:{}", crate::guest::digest_of(&manifest));
         client
             .push_blob(subject.inner(), artifact.bytes, &layer_digest)
@@ -271,12 +253,10 @@ impl Registry {
         artifact_type: Option<&str>,
     ) -> Result<Vec<Referrer>, Error> {
         pinned(subject)?;
-        let (client, auth) = self.client(login)?;
+        let (client, auth) = self
+            .client_for(subject, login, oci_client::RegistryOperation::Pull)
+            .await?;
         let fail = |e| classify(e, subject, login);
-        client
-            .auth(subject.inner(), &auth, oci_client::RegistryOperation::Pull)
-            .await
-            .map_err(fail)?;
         let index: OciImageIndex = client
             .pull_referrers(subject.inner(), artifact_type)
             .await

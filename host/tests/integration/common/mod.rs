@@ -4,6 +4,7 @@
 pub mod controllers;
 pub mod guests;
 pub mod host;
+pub mod keys;
 pub mod logs;
 pub mod reconcilers;
 pub mod replica;
