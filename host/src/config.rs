@@ -76,6 +76,9 @@
 //! rebalance_after_ms = 15000          # how long a shard is wanted elsewhere before it moves
 //! lease_owner = "reconciled-config"   # a ConfigMap of that namespace owning every Lease: deleting
 //!                                     # it (an uninstall) deletes them [none]
+//! standby = "warm"                    # "cold": load a guest only where its shard is held, so a
+//!                                     # replica caches nothing for the others' guests, and a
+//!                                     # takeover loads and syncs first [warm]
 //! ```
 //!
 //! The replica's identity is `--replica-id`, else `POD_NAME`, else `<hostname>-<pid>`.
@@ -210,6 +213,8 @@ pub struct ReplicasConfig {
     pub rebalance_after_ms: Option<u64>,
     /// A ConfigMap of the Leases' namespace that owns every Lease \[none\].
     pub lease_owner: Option<String>,
+    /// `"warm"` or `"cold"`: whether guests of shards held elsewhere stay loaded \[warm\].
+    pub standby: Option<crate::replicas::Standby>,
 }
 
 impl ReplicasConfig {
@@ -229,6 +234,7 @@ impl ReplicasConfig {
         c.retry_period = ms(self.retry_period_ms, c.retry_period);
         c.rebalance_after = ms(self.rebalance_after_ms, c.rebalance_after);
         c.lease_owner = self.lease_owner.clone();
+        c.standby = self.standby.unwrap_or_default();
         c
     }
 }
@@ -585,6 +591,21 @@ mod tests {
             "{err}"
         );
         assert!(toml::from_str::<Config>("[replicas]\nshard = 4\n").is_err());
+    }
+
+    #[test]
+    fn standby_is_warm_unless_the_file_says_cold_and_nothing_else_is_taken() {
+        let standby = |toml: &str| {
+            let c: Config = toml::from_str(toml).unwrap();
+            c.replicas.unwrap().resolve("host-a", "ops").standby
+        };
+        use crate::replicas::Standby;
+        assert_eq!(standby("[replicas]\n"), Standby::Warm);
+        assert_eq!(standby("[replicas]\nstandby = \"cold\"\n"), Standby::Cold);
+        let err = toml::from_str::<Config>("[replicas]\nstandby = \"hot\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("warm") && err.contains("cold"), "{err}");
     }
 
     #[test]

@@ -5,14 +5,14 @@
 //! ```text
 //! cargo run --release -p reconciled-bench --bin failover -- [--objects N] [--kills K]
 //!     [--lease-duration-ms L] [--renew-deadline-ms D] [--retry-period-ms R]
-//!     [--only peer|host] [--host-bin PATH]
+//!     [--only peer|host|cold] [--host-bin PATH]
 //! ```
 //!
 //! Defaults: N = 10 000 labelled ConfigMaps, K = 3 kills per scenario, and client-go's leader
 //! election timings (L = 15 000, D = 10 000, R = 2000), for both; L must be whole seconds, as
 //! a Lease records it. The host is `target/release/reconciled` (build it first:
 //! `cargo build --release -p reconciled`); the peer is built by `bench/peers/build.sh`. About
-//! 4 minutes at the defaults, most of it Leases expiring and each side stamping N objects.
+//! 6 minutes at the defaults, most of it Leases expiring and each side stamping N objects.
 //!
 //! One loopback control plane; the namespace `bench-failover` holds the N ConfigMaps, labelled
 //! `stamp.reconciled.dev/enabled=true` with `data.v` and a KiB of padding (a LIST costs what it
@@ -25,6 +25,10 @@
 //! - **reconciled**: two `reconciled run --replica-id` processes with `[replicas] shards = 1`
 //!   (plain leader election), running `stamp_v1` (stamps `v1:<data.v>`). The follower keeps
 //!   its informers synced (warm standby), so a new owner should need no LIST.
+//! - **reconciled, cold standby**: the same with `[replicas] standby = "cold"`: the follower
+//!   loads nothing, so a new owner loads the guest (its compiled artifact from the disk cache)
+//!   and LISTs all N objects before its first reconcile, as controller-runtime's does. What it
+//!   saves is the follower's memory, recorded for every scenario just before each kill.
 //!
 //! Each round waits until every object carries the scenario's stamp and both replicas are up
 //! (the follower has had two retry periods to see the Lease), finds the replica holding the
@@ -79,7 +83,7 @@ const PEER_LEASE: &str = "controller-runtime-peer";
 const HOST_SHARD_LEASES: &str = "reconciled.dev/lease=shard";
 const IDS: [&str; 2] = ["a", "b"];
 
-const USAGE: &str = "usage: failover [--objects N] [--kills K] [--lease-duration-ms L] [--renew-deadline-ms D] [--retry-period-ms R] [--only peer|host] [--host-bin PATH]";
+const USAGE: &str = "usage: failover [--objects N] [--kills K] [--lease-duration-ms L] [--renew-deadline-ms D] [--retry-period-ms R] [--only peer|host|cold] [--host-bin PATH]";
 
 /// Leader election timings, the same for both scenarios.
 #[derive(Debug, Clone, Copy)]
@@ -149,7 +153,10 @@ impl Args {
                     args.only = Some(match value()?.as_str() {
                         "peer" => Scenario::Peer,
                         "host" => Scenario::Host,
-                        other => anyhow::bail!("--only {other:?}: expected peer or host\n{USAGE}"),
+                        "cold" => Scenario::Cold,
+                        other => {
+                            anyhow::bail!("--only {other:?}: expected peer, host or cold\n{USAGE}")
+                        }
                     })
                 }
                 "-h" | "--help" => {
@@ -191,8 +198,10 @@ impl Args {
 enum Scenario {
     /// controller-runtime, leader election.
     Peer,
-    /// reconciled, Lease replicas with one shard.
+    /// reconciled, Lease replicas with one shard, warm standby.
     Host,
+    /// The same under cold standby: the follower loads nothing until it takes the shard.
+    Cold,
 }
 
 impl Scenario {
@@ -200,7 +209,22 @@ impl Scenario {
         match self {
             Scenario::Peer => "controller-runtime",
             Scenario::Host => "reconciled",
+            Scenario::Cold => "reconciled, cold standby",
         }
+    }
+
+    /// Names its probe values: the warm and cold scenarios stamp alike, and each must see
+    /// values of its own.
+    fn tag(self) -> &'static str {
+        match self {
+            Scenario::Peer => "cr",
+            Scenario::Host => "warm",
+            Scenario::Cold => "cold",
+        }
+    }
+
+    fn is_host(self) -> bool {
+        matches!(self, Scenario::Host | Scenario::Cold)
     }
 
     /// What its reconciler stamps before the `:`.
@@ -208,6 +232,8 @@ impl Scenario {
         match self {
             Scenario::Peer => "cr",
             Scenario::Host => "v1",
+            // The same guest: each scenario's probe values are its own (see `round`).
+            Scenario::Cold => "v1",
         }
     }
 }
@@ -218,7 +244,7 @@ fn main() -> anyhow::Result<()> {
         .runs(Scenario::Peer)
         .then(reconciled_bench::build_peer)
         .transpose()?;
-    let host = if args.runs(Scenario::Host) {
+    let host = if args.runs(Scenario::Host) || args.runs(Scenario::Cold) {
         anyhow::ensure!(
             args.host_bin.is_file(),
             "no host binary at {}: build it with `cargo build --release -p reconciled`, or pass --host-bin",
@@ -287,18 +313,23 @@ async fn run(
         results.push((Scenario::Peer, bench.scenario(launch).await?));
     }
     if let Some((bin, module)) = host {
-        let config = logs.join("host.toml");
-        std::fs::write(&config, host_toml(&module, args.timings))?;
-        let launch = Launch {
-            scenario: Scenario::Host,
-            bin,
-            kubeconfig: cp.kubeconfig_path().to_path_buf(),
-            timings: args.timings,
-            config: Some(config),
-            logs: logs.to_path_buf(),
-            spawned: 0,
-        };
-        results.push((Scenario::Host, bench.scenario(launch).await?));
+        for (s, standby) in [(Scenario::Host, "warm"), (Scenario::Cold, "cold")] {
+            if !args.runs(s) {
+                continue;
+            }
+            let config = logs.join(format!("host-{standby}.toml"));
+            std::fs::write(&config, host_toml(&module, args.timings, standby))?;
+            let launch = Launch {
+                scenario: s,
+                bin: bin.clone(),
+                kubeconfig: cp.kubeconfig_path().to_path_buf(),
+                timings: args.timings,
+                config: Some(config),
+                logs: logs.to_path_buf(),
+                spawned: 0,
+            };
+            results.push((s, bench.scenario(launch).await?));
+        }
     }
     report(args, &results);
     Ok(())
@@ -307,7 +338,7 @@ async fn run(
 /// The host config: the stamp guest, over every labelled ConfigMap in the cluster (as the peer
 /// caches them), one shard. The module path is quoted as Rust debug-prints it, which is a TOML
 /// basic string for any path without control characters or non-ASCII.
-fn host_toml(module: &Path, t: Timings) -> String {
+fn host_toml(module: &Path, t: Timings, standby: &str) -> String {
     format!(
         r#"[[guest]]
 name = "stamp"
@@ -322,6 +353,7 @@ shards = 1
 lease_duration_ms = {}
 renew_deadline_ms = {}
 retry_period_ms = {}
+standby = "{standby}"
 "#,
         t.lease_ms,
         t.renew_ms,
@@ -346,6 +378,10 @@ struct Kill {
     /// reconciled's survivor: ConfigMap relists and LIST requests during the failover.
     relists: Option<f64>,
     lists: Option<f64>,
+    /// Resident memory just before the kill, MiB: of the replica about to take over (the
+    /// follower), and of the one doing the work.
+    follower_rss: Option<f64>,
+    leader_rss: Option<f64>,
 }
 
 impl Kill {
@@ -385,6 +421,11 @@ impl Bench<'_> {
             for r in &mut replicas {
                 r.ready(launch.timings).await?;
             }
+            if s == Scenario::Cold {
+                // The objects may carry the warm scenario's stamps already: what says the
+                // holder serves is its informer synced.
+                serving(&mut replicas).await?;
+            }
             let (kill, killed) = self.round(s, &mut replicas, round).await?;
             kills.push(kill);
             // The killed process is reaped as its Replica drops; its successor joins as a
@@ -408,12 +449,13 @@ impl Bench<'_> {
         let owner = replicas.iter().position(|r| r.id == holder.id).unwrap();
         let survivor = 1 - owner;
         let before = match s {
-            Scenario::Host => Some(replicas[survivor].lists().await?),
             Scenario::Peer => None,
+            _ => Some(replicas[survivor].lists().await?),
         };
+        let (follower_rss, leader_rss) = (replicas[survivor].rss(), replicas[owner].rss());
         // Named after the scenario too: the probe keeps the last scenario's value, which the
         // next one stamps while it converges, and a stamp seen then is no failover.
-        let value = format!("{}-kill-{round}", s.stamp());
+        let value = format!("{}-kill-{round}", s.tag());
         let stamp = format!("{}:{value}", s.stamp());
         eprintln!(
             "failover: {}: round {round}: killing {} (holds the Lease), setting {PROBE} to {value}",
@@ -456,10 +498,12 @@ impl Bench<'_> {
         let mut kill = Kill {
             failover: seen - killed,
             lease_left: renewed.map(|ms| (lease_ms - (killed_unix - ms)) as f64 / 1e3),
+            follower_rss,
+            leader_rss,
             ..Kill::default()
         };
         match s {
-            Scenario::Host => {
+            Scenario::Host | Scenario::Cold => {
                 let after = replicas[survivor].lists().await?;
                 let before = before.unwrap_or_default();
                 kill.relists = Some(after.relists - before.relists);
@@ -524,7 +568,7 @@ impl Launch {
                     .arg(format!("--retry-period-ms={}", t.retry_ms))
                     .stdout(Stdio::piped());
             }
-            Scenario::Host => {
+            Scenario::Host | Scenario::Cold => {
                 let addr = free_addr()?;
                 listen = Some(addr);
                 let config = self.config.as_ref().expect("a host scenario has a config");
@@ -657,6 +701,8 @@ impl Replica {
                 Scenario::Host => self.metrics().await.is_ok_and(|m| {
                     configmap_samples(&m, "reconciled_informer_synced") == Some(1.0)
                 }),
+                // A cold follower has no informer to sync: serving /metrics is all it does.
+                Scenario::Cold => self.metrics().await.is_ok(),
             };
             if up && self.started.elapsed() >= t.retry() * 2 {
                 return Ok(());
@@ -669,6 +715,7 @@ impl Replica {
                     Scenario::Peer => "it never printed {\"event\":\"started\"}",
                     Scenario::Host =>
                         "its /metrics never showed its v1/ConfigMap informer synced (a warm follower should sync it)",
+                    Scenario::Cold => "it never served /metrics",
                 },
                 self.log.display()
             );
@@ -681,9 +728,27 @@ impl Replica {
         http_get(addr, "/metrics").await
     }
 
+    /// Its resident memory now, MiB, from `/proc`; `None` once it has exited.
+    fn rss(&self) -> Option<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib / 1024.0)
+    }
+
     async fn lists(&self) -> anyhow::Result<Lists> {
         let m = self.metrics().await?;
         let count = |family: &str| {
+            // A cold follower has no ConfigMap informer yet: it has listed nothing.
+            if self.scenario == Scenario::Cold && !m.contains("kind=\"v1/ConfigMap\"") {
+                return Ok(0.0);
+            }
             configmap_samples(&m, family).ok_or_else(|| {
                 anyhow::anyhow!(
                     "{}: /metrics has no {family} for v1/ConfigMap",
@@ -695,6 +760,28 @@ impl Replica {
             relists: count("reconciled_informer_relists_total")?,
             lists: count("reconciled_informer_lists_total")?,
         })
+    }
+}
+
+/// Waits until one of the cold scenario's replicas has synced its ConfigMap informer: the
+/// holder has loaded the guest.
+async fn serving(replicas: &mut [Replica]) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        for r in replicas.iter_mut() {
+            r.alive()?;
+            if r.metrics()
+                .await
+                .is_ok_and(|m| configmap_samples(&m, "reconciled_informer_synced") == Some(1.0))
+            {
+                return Ok(());
+            }
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(120),
+            "no cold replica synced its v1/ConfigMap informer within 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -784,7 +871,7 @@ impl Leases {
             .iter()
             .filter(|(name, l)| match s {
                 Scenario::Peer => *name == PEER_LEASE,
-                Scenario::Host => l.shard,
+                Scenario::Host | Scenario::Cold => l.shard,
             })
             .filter_map(|(name, l)| Some((name, l.holder.as_deref()?)))
             .collect();
@@ -798,7 +885,7 @@ impl Leases {
             });
         }
         anyhow::ensure!(
-            s == Scenario::Host,
+            s.is_host(),
             "Lease {LEASE_NS}/{PEER_LEASE} is held by {holders:?}, none of the peers {IDS:?}; is the peer's --id its holderIdentity?"
         );
         let first = replicas.iter().min_by_key(|r| r.started).unwrap();
@@ -906,13 +993,13 @@ fn report(args: &Args, results: &[(Scenario, Vec<Kill>)]) {
         command.join(" ")
     );
     println!(
-        "Lease duration {} ms, renew deadline {} ms, retry period {} ms. Two replicas per scenario; the Lease's holder is SIGKILLed and the probe edited at once. Failover: from the kill to the probe's new stamp, seen by a watch. Lease left: the Lease's duration less the time since its last renewal, before which no one may take over. Beyond expiry: the failover less the Lease left, the survivor's own part.\n",
+        "Lease duration {} ms, renew deadline {} ms, retry period {} ms. Two replicas per scenario; the Lease's holder is SIGKILLed and the probe edited at once. Failover: from the kill to the probe's new stamp, seen by a watch. Lease left: the Lease's duration less the time since its last renewal, before which no one may take over. Beyond expiry: the failover less the Lease left, the survivor's own part. RSS: resident memory just before the kill, from /proc.\n",
         t.lease_ms, t.renew_ms, t.retry_ms
     );
     println!(
-        "| scenario | kill | failover s | Lease left at the kill s | beyond expiry s | survivor: elected / cache synced / first reconcile, s after the kill | survivor: ConfigMap relists / LIST requests |"
+        "| scenario | kill | failover s | Lease left at the kill s | beyond expiry s | survivor: elected / cache synced / first reconcile, s after the kill | survivor: ConfigMap relists / LIST requests | RSS MiB: follower / leader |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (s, kills) in results {
         for (i, k) in kills.iter().enumerate() {
             let milestones = match s {
@@ -922,19 +1009,21 @@ fn report(args: &Args, results: &[(Scenario, Vec<Kill>)]) {
                     secs(k.synced),
                     secs(k.first_reconcile)
                 ),
-                Scenario::Host => "—".into(),
+                _ => "—".into(),
             };
             let lists = match s {
                 Scenario::Peer => "—".into(),
-                Scenario::Host => format!("{} / {}", count(k.relists), count(k.lists)),
+                _ => format!("{} / {}", count(k.relists), count(k.lists)),
             };
             println!(
-                "| {} | {} | {:.2} | {} | {} | {milestones} | {lists} |",
+                "| {} | {} | {:.2} | {} | {} | {milestones} | {lists} | {} / {} |",
                 s.name(),
                 i + 1,
                 k.failover.as_secs_f64(),
                 secs(k.lease_left),
                 secs(k.beyond_expiry()),
+                mib(k.follower_rss),
+                mib(k.leader_rss),
             );
         }
     }
@@ -944,24 +1033,49 @@ fn report(args: &Args, results: &[(Scenario, Vec<Kill>)]) {
         let mut v: Vec<f64> = of(s)?.iter().filter_map(f).collect();
         (!v.is_empty()).then(|| reconciled_bench::median(&mut v))
     };
-    let rows: [(&str, Figure); 3] = [
+    let rows: [(&str, Figure); 5] = [
         ("failover s", |k| Some(k.failover.as_secs_f64())),
         ("Lease left at the kill s", |k| k.lease_left),
         ("beyond expiry s", Kill::beyond_expiry),
+        ("follower RSS MiB", |k| k.follower_rss),
+        ("leader RSS MiB", |k| k.leader_rss),
     ];
     println!(
-        "\n| median of {} kills | controller-runtime | reconciled | controller-runtime / reconciled |",
+        "\n| median of {} kills | controller-runtime | reconciled | reconciled, cold standby | controller-runtime / reconciled | cold / warm |",
         args.kills
     );
-    println!("|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b != 0.0 => format!("{:.2}x", a / b),
+        _ => "—".into(),
+    };
     for (what, f) in rows {
-        let (p, h) = (median(Scenario::Peer, f), median(Scenario::Host, f));
-        let ratio = match (p, h) {
-            (Some(p), Some(h)) => format!("{:.2}x", p / h),
-            _ => "—".into(),
+        let (p, h, c) = (
+            median(Scenario::Peer, f),
+            median(Scenario::Host, f),
+            median(Scenario::Cold, f),
+        );
+        let show = |v: Option<f64>| {
+            if what.ends_with("MiB") {
+                mib(v)
+            } else {
+                secs(v)
+            }
         };
-        println!("| {what} | {} | {} | {ratio} |", secs(p), secs(h));
+        println!(
+            "| {what} | {} | {} | {} | {} | {} |",
+            show(p),
+            show(h),
+            show(c),
+            ratio(p, h),
+            ratio(c, h)
+        );
     }
+}
+
+/// MiB with one decimal, or a dash.
+fn mib(v: Option<f64>) -> String {
+    v.map_or("—".into(), |v| format!("{v:.1}"))
 }
 
 /// Seconds with two decimals, or a dash.

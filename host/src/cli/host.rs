@@ -92,6 +92,7 @@ impl Host {
             ..supervisor::Options::default()
         };
         let supervisor = Arc::new(Supervisor::new(runtime, factory, identities, options));
+        supervisor.follow_shards();
         Ok(Self {
             supervisor,
             endpoints: None,

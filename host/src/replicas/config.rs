@@ -27,6 +27,26 @@ pub struct Config {
     /// deleting it (uninstalling the release that made it) has the garbage collector delete
     /// the Leases, even when the replicas can no longer \[none\].
     pub lease_owner: Option<String>,
+    /// Whether guests of shards held elsewhere stay loaded here \[warm\].
+    pub standby: Standby,
+}
+
+/// What a replica keeps of the guests whose shard another replica holds.
+///
+/// Where it may surprise: under `Cold`, guests whose keys are split over every replica
+/// (`shard_keys`) and guests rolled out step by step stay loaded anyway: the first run on
+/// every replica, and the second must keep its staged revision to resume the rollout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Standby {
+    /// Every guest is loaded, compiled and synced on every replica: a takeover needs neither
+    /// a compile nor a relist, and every replica holds every guest's cache.
+    #[default]
+    Warm,
+    /// A guest is loaded only where its shard is held: a replica keeps the module's bytes of
+    /// the others and no cache for them, and a takeover loads the guest (its compiled artifact
+    /// from the disk cache) and syncs its informers before its first reconcile.
+    Cold,
 }
 
 impl Config {
@@ -42,6 +62,7 @@ impl Config {
             retry_period: Duration::from_secs(2),
             rebalance_after: Duration::from_secs(15),
             lease_owner: None,
+            standby: Standby::Warm,
         }
     }
 

@@ -4,7 +4,9 @@
 //! one Lease, `<group>-shard-<n>`, in the host's namespace, and each replica announces itself
 //! with a Lease of its own, `<group>-replica-<identity>`. Every replica loads every guest (its
 //! module compiled, its informers synced), but a guest's reconciles run only where its shard's
-//! Lease is held: its [`Gate`] is open there and closed everywhere else. Which replica should
+//! Lease is held: its [`Gate`] is open there and closed everywhere else. Under cold standby
+//! ([`Standby::Cold`]) a replica loads only the guests of the shards it holds, and loads the
+//! others' as it takes their shards (the supervisor does, following [`Replicas::held`]). Which replica should
 //! hold which shard is computed by each replica from the same Leases ([`assignment`]), balanced
 //! by guests; the Leases alone decide who does.
 //!
@@ -59,7 +61,7 @@ mod snapshot;
 pub mod stale;
 mod state;
 
-pub use config::{Config, Error};
+pub use config::{Config, Error, Standby};
 pub use snapshot::{Placement, ShardView, Snapshot};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -182,6 +184,16 @@ impl Replicas {
         self.inner.gates[self.shard_of(name) as usize].clone()
     }
 
+    /// Whether this replica holds guest `name`'s shard now, with its gate open.
+    pub fn holds(&self, name: &str) -> bool {
+        self.inner.held.borrow().contains(&self.shard_of(name))
+    }
+
+    /// The shards held here, each with its gate open; changes as shards are taken and lost.
+    pub fn held(&self) -> watch::Receiver<BTreeSet<u32>> {
+        self.inner.held.subscribe()
+    }
+
     /// The gates of a guest whose keys are split across the replicas: shard `i`'s gate for the
     /// keys whose uid hashes into the `i`-th range, and which shards are held here.
     pub fn key_gates(&self) -> KeyGates {
@@ -217,7 +229,12 @@ impl Replicas {
             .shards
             .get(shard as usize)
             .and_then(|s| s.holder.clone());
-        Placement { shard, owner }
+        drop(state);
+        Placement {
+            shard,
+            owner,
+            here: self.inner.held.borrow().contains(&shard),
+        }
     }
 
     /// Resolves, with the reason, once this replica has stopped taking part because another

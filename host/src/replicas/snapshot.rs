@@ -49,4 +49,9 @@ pub struct Placement {
     pub shard: u32,
     /// The replica holding it now, if any.
     pub owner: Option<String>,
+    /// Whether this replica holds it, with its gate open.
+    ///
+    /// Where it may surprise: `owner` is read from the Leases and `here` from the gates, so
+    /// for a moment around a hand-over the two may disagree.
+    pub here: bool,
 }

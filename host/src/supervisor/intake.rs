@@ -129,13 +129,10 @@ impl Supervisor {
                     })
                 });
                 match read {
-                    Ok((bytes, digest)) => matches!(
-                        self.apply_digested(name, source, settings, bytes, digest)
+                    Ok((bytes, digest)) => took(
+                        &self
+                            .apply_digested(name, source, settings, bytes, digest)
                             .await,
-                        Applied::Loaded { .. }
-                            | Applied::Reloaded { .. }
-                            | Applied::Staged { .. }
-                            | Applied::Unchanged
                     ),
                     Err(u) => {
                         self.reject_unreadable(name, source, settings, &u.digest, u.message)
@@ -146,4 +143,17 @@ impl Supervisor {
             }
         }
     }
+}
+
+/// Whether the guest settled from a load: it serves what was offered, or already did (or those
+/// bytes were already rejected for good), or they are parked until a takeover.
+fn took(applied: &Applied) -> bool {
+    matches!(
+        applied,
+        Applied::Loaded { .. }
+            | Applied::Reloaded { .. }
+            | Applied::Staged { .. }
+            | Applied::Unchanged
+            | Applied::Parked
+    )
 }

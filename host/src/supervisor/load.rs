@@ -512,6 +512,7 @@ impl<'a> Load<'a> {
             .or_insert_with(|| Entry::new(source.clone(), self.settings.clone()));
         let old = entry.controller.replace(started.controller.clone());
         entry.loading = false;
+        entry.parked = false;
         entry.source = source.clone();
         entry.settings = self.settings.clone();
         entry.loads += 1;
@@ -561,6 +562,8 @@ impl<'a> Load<'a> {
             .or_insert_with(|| Entry::new(source.clone(), self.settings));
         *entry.rejections.entry(reason).or_default() += 1;
         entry.loading = false;
+        // Tried here (its shard is held) and refused: the status must say so, not "standby".
+        entry.parked = false;
         entry.last_error = Some(message.clone());
         entry.rejected_digest = lasting.then(|| digest.to_string());
         let serving = entry.controller.as_ref().map(|c| c.digest());
@@ -614,7 +617,25 @@ impl Supervisor {
     /// [`Supervisor::apply`] for bytes whose sha256 the source already computed (the dev
     /// folder does, to skip unchanged files). The digest is trusted: it names the precompiled
     /// artifact loaded for these bytes.
+    ///
+    /// Where it may surprise: under cold standby, a guest whose shard another replica holds is
+    /// not loaded but parked ([`Applied::Parked`]), and loads when this replica takes the shard.
     pub async fn apply_digested(
+        &self,
+        name: &str,
+        source: Source,
+        settings: Settings,
+        bytes: Vec<u8>,
+        digest: Option<String>,
+    ) -> Applied {
+        if self.cold() {
+            return self.apply_cold(name, source, settings, bytes, digest).await;
+        }
+        self.load_now(name, source, settings, bytes, digest).await
+    }
+
+    /// [`Supervisor::apply_digested`] here and now, whoever holds the guest's shard.
+    pub(super) async fn load_now(
         &self,
         name: &str,
         source: Source,

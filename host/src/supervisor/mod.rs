@@ -48,6 +48,7 @@ mod rollout;
 mod seating;
 mod shadow;
 mod source;
+mod standby;
 
 pub use offers::{Offer, Read, Unreadable};
 pub use outcome::{Applied, Reason};
@@ -88,8 +89,10 @@ pub struct Options {
     /// How guests share the host's CPU: slots, tenant weights, CPU budgets.
     pub fair_share: fair_share::Config,
     /// The replicas this host shares its guests with, if any: a guest then reconciles only
-    /// while this replica holds its shard (see [`crate::replicas`]). Every guest is still
-    /// loaded, compiled and synced here, so a takeover needs neither a compile nor a relist.
+    /// while this replica holds its shard (see [`crate::replicas`]). Under warm standby every
+    /// guest is still loaded, compiled and synced here, so a takeover needs neither a compile
+    /// nor a relist; under cold standby only the guests of shards held here are, once
+    /// [`Supervisor::follow_shards`] runs (see `supervisor/standby.rs`).
     pub replicas: Option<Arc<Replicas>>,
     /// The guest (by name) whose reconciles are recorded, and where.
     pub record: Option<(String, crate::guest::tape::RecorderRef)>,
@@ -117,6 +120,12 @@ struct Entry {
     controller: Option<Arc<Controller>>,
     /// Configured and not yet loaded or rejected: `/readyz` waits for it.
     loading: bool,
+    /// Under cold standby, the module to load when this replica holds the guest's shard: the
+    /// serving version's, or the latest offered while none serves (see `standby`).
+    stash: Option<standby::Stash>,
+    /// Under cold standby, not loaded here because another replica holds its shard: its
+    /// controller is stopped and its informers released; `stash` is what loads on a takeover.
+    parked: bool,
     loads: u64,
     rejections: BTreeMap<Reason, u64>,
     last_error: Option<String>,
@@ -137,6 +146,8 @@ impl Entry {
             settings,
             controller: None,
             loading: false,
+            stash: None,
+            parked: false,
             loads: 0,
             rejections: BTreeMap::new(),
             last_error: None,
@@ -188,6 +199,9 @@ pub struct Supervisor {
     tenant_limits: Mutex<TenantLimits>,
     /// Loads admitted under the cache cap that do not serve yet (see `memory::Claims`).
     cache_claims: Mutex<memory::Claims>,
+    /// This supervisor, once [`Supervisor::follow_shards`] runs: cold standby offers parked
+    /// guests again from where only `&self` is at hand.
+    me: std::sync::OnceLock<std::sync::Weak<Supervisor>>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -235,6 +249,7 @@ impl Supervisor {
             seats: Mutex::new(quota::Seats::default()),
             tenant_limits: Mutex::new(TenantLimits::default()),
             cache_claims: Mutex::new(memory::Claims::new()),
+            me: std::sync::OnceLock::new(),
         }
     }
 

@@ -1,4 +1,4 @@
-//! What a load came to: loaded, reloaded, unchanged or rejected, and why.
+//! What a load came to: loaded, reloaded, staged, unchanged, parked or rejected, and why.
 
 use crate::controller;
 
@@ -68,6 +68,10 @@ pub enum Applied {
     },
     /// These bytes are already serving, or were already rejected: nothing done.
     Unchanged,
+    /// Not loaded: under cold standby another replica holds the guest's shard. The bytes are
+    /// kept, unchecked, and load if this replica takes the shard; a version that served here
+    /// is stopped.
+    Parked,
     /// The module was rejected; whatever served before still serves.
     Rejected {
         /// The category.

@@ -282,6 +282,7 @@ fn guest_status(
     let key_shards = e.controller.as_ref().and_then(|c| c.key_shards());
     let placement = placement.filter(|_| key_shards.is_none());
     let (state, reason, blame) = match &snap {
+        None if e.parked => parked(placement.as_ref()),
         None if e.loading => (GuestState::Loading, Some("loading".to_string()), None),
         None => (GuestState::Rejected, e.last_error.clone(), None),
         Some(s) => match (&s.failing, &s.held_back, standby) {
@@ -323,6 +324,36 @@ fn guest_status(
         key_shards: key_shards.map(|s| s.to_string()),
         rollout: e.rollout.as_ref().map(|t| t.progress()),
     }
+}
+
+/// The state of a guest parked under cold standby: loading once its shard is held here, else
+/// standby, naming who holds the shard.
+fn parked(placement: Option<&Placement>) -> (GuestState, Option<String>, Option<Blame>) {
+    let why = match placement {
+        Some(p) if p.here => {
+            return (
+                GuestState::Loading,
+                Some(format!(
+                    "this replica took shard {}: loading the guest (cold standby)",
+                    p.shard
+                )),
+                None,
+            );
+        }
+        Some(Placement {
+            shard,
+            owner: Some(o),
+            ..
+        }) => format!(
+            "cold standby: replica {o} holds shard {shard} and runs the guest; this replica loads it only if it takes the shard over"
+        ),
+        Some(p) => format!(
+            "cold standby: no replica holds shard {} yet; the one that takes it loads the guest",
+            p.shard
+        ),
+        None => "cold standby: not loaded here".to_string(),
+    };
+    (GuestState::Standby, Some(why), None)
 }
 
 /// What a serving guest holds in memory: `share` is its part of the cache (see

@@ -32,7 +32,7 @@ impl Supervisor {
     ///
     /// Lock order: offers, then seats; the guests' lock is taken before or after, never inside.
     pub(super) fn submit_seated(&self, name: &str, offer: Offer) -> bool {
-        let serving = self.controller(name).is_some();
+        let serving = self.holds_seat(name);
         let max = self.tenant_limits().max_guests_per_namespace;
         let mut refusal = None;
         let start = {
@@ -88,7 +88,7 @@ impl Supervisor {
     /// newer waits for it, and queues the waiting guests that now have room. Returns the names
     /// whose drain tasks must be started.
     pub(super) fn reseat(&self, name: &str) -> Vec<String> {
-        let serving = self.controller(name).is_some();
+        let serving = self.holds_seat(name);
         let Some(max) = self.tenant_limits().max_guests_per_namespace else {
             return Vec::new();
         };
@@ -108,6 +108,15 @@ impl Supervisor {
             }
         }
         start
+    }
+
+    /// Whether `name` keeps its seat: it serves here, or it is parked because another replica
+    /// holds its shard and serves it (cold standby).
+    fn holds_seat(&self, name: &str) -> bool {
+        let guests = self.guests.lock().unwrap();
+        guests
+            .get(name)
+            .is_some_and(|e| e.controller.is_some() || e.parked)
     }
 
     /// Starts a drain task for each of `names`.

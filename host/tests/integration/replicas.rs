@@ -945,3 +945,150 @@ async fn a_duplicate_replica_id_is_refused_and_a_killed_replicas_lease_is_collec
         "r-b counts what it collected"
     );
 }
+
+/// Turns `[replicas] standby = "cold"` on in a config `host_config` wrote.
+fn cold(config: &Path) {
+    let text = std::fs::read_to_string(config).unwrap();
+    let cold = text.replacen("[replicas]\n", "[replicas]\nstandby = \"cold\"\n", 1);
+    assert_ne!(text, cold, "{text}");
+    std::fs::write(config, cold).unwrap();
+}
+
+/// Checks that every guest replica `r` does not serve is parked: standby, saying so, with no
+/// informer and nothing in memory here; returns how many are. Parking follows a hand-over
+/// asynchronously, so it first waits a little for the last one to end.
+async fn parked_on(r: &Replica) -> usize {
+    common::wait::wait_until_async(
+        &format!("{} parks the guests it does not serve", r.id),
+        Duration::from_secs(10),
+        async || {
+            r.status().await.is_some_and(|s| {
+                s.guests
+                    .iter()
+                    .all(|g| g.state == GuestState::Serving || g.informers.is_empty())
+            })
+        },
+    )
+    .await;
+    let status = r.status().await.expect("the replica answers");
+    let mut parked = 0;
+    for g in status.guests {
+        if g.state == GuestState::Serving {
+            assert!(
+                !g.informers.is_empty(),
+                "{}: serving, with informers",
+                g.name
+            );
+            continue;
+        }
+        assert_eq!(
+            g.state,
+            GuestState::Standby,
+            "{} on {}: {g:?}",
+            g.name,
+            r.id
+        );
+        let reason = g.reason.clone().unwrap_or_default();
+        assert!(reason.contains("cold standby"), "{reason}");
+        assert!(
+            g.informers.is_empty() && g.memory.is_none(),
+            "{} is not loaded on {}: {g:?}",
+            g.name,
+            r.id
+        );
+        parked += 1;
+    }
+    parked
+}
+
+/// Cold standby: each of two replicas loads only the guests whose shard it holds; a kill moves
+/// the dead one's guests to the survivor, which loads them, syncs and reconciles; a restarted
+/// replica takes its share back and the survivor parks what it handed over. No two replicas
+/// reconcile one guest at once throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_cold_standby_a_replica_loads_only_the_guests_of_its_shards_and_takes_over_by_loading()
+ {
+    let _serial = serial().await;
+    let cp = control_plane();
+    let client = cp.admin_client();
+    let dir = KeepOnFailure(TempDir::new("replicas-cold"));
+    let dir = &dir.0;
+    let (prefix, guests) = ("cold", 8);
+    common::namespace(&client, "cold-leases").await;
+    create_objects(&client, prefix, guests).await;
+    let config = host_config(&dir.0, "cold", "cold-leases", prefix, guests);
+    cold(&config);
+    let ids = ["c0", "c1"];
+    let mut replicas = Vec::new();
+    for id in ids {
+        replicas.push(Replica::new(cp, &dir.0, id, &config).await);
+    }
+
+    step("two replicas share eight guests, each loading only its own");
+    wait_spread(&replicas, guests, &ids, Duration::from_secs(90)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let per = wait_spread(&replicas, guests, &ids, Duration::from_secs(30)).await;
+    for r in &replicas {
+        let parked = parked_on(r).await;
+        assert_eq!(
+            parked + per[&r.id],
+            guests,
+            "{}: every guest serves or is parked",
+            r.id
+        );
+        assert!(parked > 0, "{} parks the other's guests", r.id);
+    }
+
+    step("kill -9 c0: c1 loads its guests and reconciles them");
+    let moved = guests_of(&replicas[0]).await;
+    let probe_ns = format!("{prefix}-{}", moved[0]);
+    replicas[0].kill9();
+    let killed = Instant::now();
+    set_v(&client, &probe_ns, "o0", 7).await;
+    let took_over = wait_moved(&[&replicas[1]], &moved, LEASE + Duration::from_secs(20)).await;
+    common::wait::wait_until_async(
+        "the probe edit reconciled by the survivor",
+        Duration::from_secs(20),
+        || {
+            let (client, ns) = (client.clone(), probe_ns.clone());
+            async move { seen(&client, &ns, "o0").await.as_deref() == Some("v1:7") }
+        },
+    )
+    .await;
+    eprintln!(
+        "cold takeover of {moved:?}: served {took_over:?} and probe reconciled {:?} after the kill",
+        killed.elapsed()
+    );
+    assert_eq!(parked_on(&replicas[1]).await, 0, "c1 runs every guest now");
+
+    step("c0 comes back: it takes its share, and c1 parks what it handed over");
+    replicas[0].start();
+    wait_spread(&replicas, guests, &ids, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    wait_spread(&replicas, guests, &ids, Duration::from_secs(30)).await;
+    assert!(parked_on(&replicas[1]).await > 0, "c1 handed some back");
+
+    step("every object reconciled, and no two replicas reconciled one guest at once");
+    for g in 0..guests {
+        set_v(&client, &format!("{prefix}-g{g:02}"), "o1", 9).await;
+    }
+    common::wait::wait_until_async(
+        "every guest's edit reconciled",
+        Duration::from_secs(30),
+        || {
+            let client = client.clone();
+            async move {
+                for g in 0..guests {
+                    let ns = format!("{prefix}-g{g:02}");
+                    if seen(&client, &ns, "o1").await.as_deref() != Some("v1:9") {
+                        return false;
+                    }
+                }
+                true
+            }
+        },
+    )
+    .await;
+    let overlapping = overlaps(&marks(&client, prefix, guests).await);
+    assert!(overlapping.is_empty(), "{overlapping:?}");
+}

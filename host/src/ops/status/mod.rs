@@ -200,8 +200,9 @@ pub enum GuestState {
     Waiting,
     /// Its last reconcile trapped or a worker died running it (`reason` and `blame` say why).
     Failing,
-    /// Loaded and synced here, but another replica holds its shard and reconciles it (`owner`
-    /// says which); this one takes over, warm, if that one goes.
+    /// Another replica holds its shard and reconciles it (`owner` says which). Under warm
+    /// standby it is loaded and synced here, and this replica takes over at once if that one
+    /// goes; under cold standby it is not loaded here, and a takeover loads it first.
     Standby,
     /// No version could be loaded (`reason` and `last_error` say why).
     Rejected,
