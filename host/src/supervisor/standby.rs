@@ -146,8 +146,15 @@ impl Supervisor {
             return Applied::Parked;
         }
         let (bytes, digest) = (stash.bytes.as_ref().clone(), stash.digest.clone());
+        let settings_now = settings.clone();
         let applied = self.load_now(name, source, settings, bytes, digest).await;
         self.keep_stash(name, stash, &applied);
+        // The shard may have gone while the guest loaded: `follow` looked before it served.
+        if self.place_of(name, &settings_now) == Place::Parked
+            && let Some(me) = self.me.get().and_then(Weak::upgrade)
+        {
+            tokio::spawn(me.park_serving(name.to_string()));
+        }
         applied
     }
 
