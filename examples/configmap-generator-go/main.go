@@ -90,19 +90,27 @@ func (generator) Reconcile(req reconciled.Request) (reconciled.Outcome, error) {
 		data = map[string]string{}
 	}
 
-	for i := range copies {
-		cm := &ConfigMap{
-			Metadata: reconciled.ObjectMeta{
-				Name:            fmt.Sprintf("%s-%d", req.Name, i),
-				Namespace:       req.Namespace,
-				Labels:          map[string]string{generatorLabel: req.Name},
-				OwnerReferences: []reconciled.OwnerReference{owner},
-			},
-			Data: data,
+	// A span of its own in the host's traces, beside the host's spans for each write.
+	err = reconciled.InSpan("apply copies", func(span *reconciled.Span) error {
+		span.Attribute("copies", copies)
+		for i := range copies {
+			cm := &ConfigMap{
+				Metadata: reconciled.ObjectMeta{
+					Name:            fmt.Sprintf("%s-%d", req.Name, i),
+					Namespace:       req.Namespace,
+					Labels:          map[string]string{generatorLabel: req.Name},
+					OwnerReferences: []reconciled.OwnerReference{owner},
+				},
+				Data: data,
+			}
+			if _, err := client.Apply(cm, fieldManager, true); err != nil {
+				return err
+			}
 		}
-		if _, err := client.Apply(cm, fieldManager, true); err != nil {
-			return reconciled.Done(), err
-		}
+		return nil
+	})
+	if err != nil {
+		return reconciled.Done(), err
 	}
 
 	generated := cache.ListOptions{}.InNamespace(req.Namespace).Labels(generatorLabel + "=" + req.Name)

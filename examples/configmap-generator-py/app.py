@@ -28,6 +28,7 @@ from reconciled_guest import (
     gvk,
     is_controlled_by,
     log,
+    open_span,
 )
 
 # The custom resource (crd.yaml, shared with the Rust example).
@@ -62,21 +63,24 @@ class Generator(Reconciler):
         data = spec.get("data") or {}
         # An ``invalid`` error when the generator has no uid: nothing could be controlled by it.
         owner = controller_reference(CONFIG_MAP_GENERATOR, generator)
-        for i in range(copies):
-            client.apply(
-                Kinds.CONFIG_MAP,
-                {
-                    "metadata": {
-                        "name": f"{name}-{i}",
-                        "namespace": namespace,
-                        "labels": {GENERATOR_LABEL: name},
-                        "ownerReferences": [owner],
+        # A span of its own in the host's traces, beside the host's spans for each write.
+        with open_span("apply copies") as span:
+            span.attribute("copies", copies)
+            for i in range(copies):
+                client.apply(
+                    Kinds.CONFIG_MAP,
+                    {
+                        "metadata": {
+                            "name": f"{name}-{i}",
+                            "namespace": namespace,
+                            "labels": {GENERATOR_LABEL: name},
+                            "ownerReferences": [owner],
+                        },
+                        "data": data,
                     },
-                    "data": data,
-                },
-                FIELD_MANAGER,
-                force=True,
-            )
+                    FIELD_MANAGER,
+                    force=True,
+                )
 
         generated = ListOptions().in_namespace(namespace).labels(f"{GENERATOR_LABEL}={name}")
         for cm in cache.list(Kinds.CONFIG_MAP, generated):

@@ -23,6 +23,7 @@ import {
   events,
   exportReconciler,
   gvk,
+  inSpan,
   isControlledBy,
   log,
 } from '../../../guests/js/src/index';
@@ -52,22 +53,26 @@ function reconcileGenerator(req: Request): Outcome {
   const data = generator.spec?.data ?? {};
   // An `invalid` error when the generator has no uid: nothing could be controlled by it.
   const owner = controllerReference(ConfigMapGenerator, generator);
-  for (let i = 0; i < copies; i++) {
-    client.apply(
-      Kinds.ConfigMap,
-      {
-        metadata: {
-          name: `${name}-${i}`,
-          namespace,
-          labels: { [GENERATOR_LABEL]: name },
-          ownerReferences: [owner],
+  // A span of its own in the host's traces, beside the host's spans for each write.
+  inSpan('apply copies', (span) => {
+    span.attribute('copies', copies);
+    for (let i = 0; i < copies; i++) {
+      client.apply(
+        Kinds.ConfigMap,
+        {
+          metadata: {
+            name: `${name}-${i}`,
+            namespace,
+            labels: { [GENERATOR_LABEL]: name },
+            ownerReferences: [owner],
+          },
+          data,
         },
-        data,
-      },
-      FIELD_MANAGER,
-      true,
-    );
-  }
+        FIELD_MANAGER,
+        true,
+      );
+    }
+  });
 
   const generated = new ListOptions().inNamespace(namespace).labels(`${GENERATOR_LABEL}=${name}`);
   for (const cm of cache.list(Kinds.ConfigMap, generated)) {

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use reconciled_guest::{
     Description, ListOptions, Outcome, Reconciler, Request, Result, cache, client,
-    controller_reference, describe, events, is_controlled_by,
+    controller_reference, describe, events, in_span, is_controlled_by,
 };
 
 use crate::crd::{ConfigMapGenerator, ConfigMapGeneratorStatus};
@@ -47,23 +47,28 @@ impl Reconciler for Generator {
         let (namespace, name) = (req.namespace.as_str(), req.name.as_str());
         let copies = generator.spec.copies.max(0);
         let owner = controller_reference(&generator)?;
-        for i in 0..copies {
-            let copy = ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(format!("{name}-{i}")),
-                    namespace: Some(namespace.to_owned()),
-                    labels: Some(BTreeMap::from([(
-                        GENERATOR_LABEL.to_owned(),
-                        name.to_owned(),
-                    )])),
-                    owner_references: Some(vec![owner.clone()]),
-                    ..ObjectMeta::default()
-                },
-                data: Some(generator.spec.data.clone()),
-                ..ConfigMap::default()
-            };
-            client::apply(&copy, FIELD_MANAGER, true)?;
-        }
+        // A span of its own in the host's traces, beside the host's spans for each write.
+        in_span("apply copies", |span| -> Result<()> {
+            span.attribute("copies", copies);
+            for i in 0..copies {
+                let copy = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(format!("{name}-{i}")),
+                        namespace: Some(namespace.to_owned()),
+                        labels: Some(BTreeMap::from([(
+                            GENERATOR_LABEL.to_owned(),
+                            name.to_owned(),
+                        )])),
+                        owner_references: Some(vec![owner.clone()]),
+                        ..ObjectMeta::default()
+                    },
+                    data: Some(generator.spec.data.clone()),
+                    ..ConfigMap::default()
+                };
+                client::apply(&copy, FIELD_MANAGER, true)?;
+            }
+            Ok(())
+        })?;
 
         let generated = ListOptions::new()
             .in_namespace(namespace)

@@ -97,6 +97,18 @@ type Host struct {
 	Events []Event
 	// Logs are its log lines, in order.
 	Logs []Log
+	// Spans are the spans it opened, in order.
+	Spans []Span
+}
+
+// Span is one span the reconciler opened.
+type Span struct {
+	Name       string
+	Attributes map[string]string
+	// Open says whether it has not been closed yet.
+	Open bool
+	// Failure is the message it was closed with as failed; "" for a success.
+	Failure string
 }
 
 // New is an empty fake host.
@@ -580,4 +592,41 @@ func (h *Host) Settings() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.SettingsJSON
+}
+
+// SpanOpen implements the host's trace.open: handles count from 1.
+func (h *Host) SpanOpen(name string) uint32 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Spans = append(h.Spans, Span{Name: name, Attributes: map[string]string{}, Open: true})
+	return uint32(len(h.Spans))
+}
+
+// span is the open span of handle span, or nil.
+func (h *Host) span(span uint32) *Span {
+	if span == 0 || int(span) > len(h.Spans) || !h.Spans[span-1].Open {
+		return nil
+	}
+	return &h.Spans[span-1]
+}
+
+// SpanSetAttribute implements the host's trace.set-attribute.
+func (h *Host) SpanSetAttribute(span uint32, key, value string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.span(span); s != nil {
+		s.Attributes[key] = value
+	}
+}
+
+// SpanClose implements the host's trace.close.
+func (h *Host) SpanClose(span uint32, failure *string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.span(span); s != nil {
+		s.Open = false
+		if failure != nil {
+			s.Failure = *failure
+		}
+	}
 }

@@ -158,3 +158,40 @@ func TestSettingsDecodeWhatTheDeploymentGave(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestInSpanEndsItsSpanAndMarksItFailedWithTheError(t *testing.T) {
+	h := fake.New()
+	fake.Install(t, h)
+	if err := reconciled.InSpan("render", func(s *reconciled.Span) error {
+		s.Attribute("template", "a").Attribute("replicas", 3)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	conflict := reconciled.Errorf(reconciled.Conflict, "changed meanwhile")
+	if err := reconciled.InSpan("write", func(*reconciled.Span) error { return conflict }); err != conflict {
+		t.Fatal(err)
+	}
+	late := reconciled.OpenSpan("once")
+	late.End()
+	late.Attribute("late", "x")
+	late.Fail("too late")
+	want := []fake.Span{
+		{Name: "render", Attributes: map[string]string{"template": "a", "replicas": "3"}},
+		{Name: "write", Attributes: map[string]string{}, Failure: conflict.Error()},
+		{Name: "once", Attributes: map[string]string{}},
+	}
+	if len(h.Spans) != len(want) {
+		t.Fatalf("%+v", h.Spans)
+	}
+	for i, s := range h.Spans {
+		if s.Name != want[i].Name || s.Open || s.Failure != want[i].Failure || len(s.Attributes) != len(want[i].Attributes) {
+			t.Fatalf("span %d: %+v, want %+v", i, s, want[i])
+		}
+		for k, v := range want[i].Attributes {
+			if s.Attributes[k] != v {
+				t.Fatalf("span %d: %+v, want %+v", i, s, want[i])
+			}
+		}
+	}
+}

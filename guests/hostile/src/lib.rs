@@ -46,7 +46,7 @@
 
 use reconciled_guest::bindings::reconciled::runtime::client::{ApplyPatch, PatchBody};
 use reconciled_guest::bindings::reconciled::runtime::log::Level;
-use reconciled_guest::bindings::reconciled::runtime::{api, cache, client, log};
+use reconciled_guest::bindings::reconciled::runtime::{api, cache, client, log, trace};
 use reconciled_guest::k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use reconciled_guest::serde_json::{self, Value, json};
 use reconciled_guest::{
@@ -541,6 +541,19 @@ fn calls(req: &Request) -> String {
     for text in ["a\0b", "forged\nline", &"l".repeat(10 << 20)] {
         log::log(Level::Warn, text);
     }
+    // Spans: a 10 MB name, key, value and error, handles that name nothing, and more spans than
+    // a call may open. Nothing of it may trap or fail the reconcile.
+    let big = "s".repeat(10 << 20);
+    let span = trace::open(&big);
+    trace::set_attribute(span, &big, &big);
+    for unknown in [0, 7_777, u32::MAX] {
+        trace::set_attribute(unknown, "k", "v");
+        trace::close(unknown, Some("forged\nline"));
+    }
+    for _ in 0..100 {
+        trace::open("one too many");
+    }
+    trace::close(span, Some(&big));
     t.0.join("\n")
 }
 

@@ -16,20 +16,21 @@
 //   `removeCondition`) change it in place, as their Go and Rust namesakes do; copy first if the
 //   original must stay as read.
 
-import * as rawApi from 'reconciled:runtime/api@0.1.2';
-import * as rawCache from 'reconciled:runtime/cache@0.1.2';
-import * as rawClient from 'reconciled:runtime/client@0.1.2';
+import * as rawApi from 'reconciled:runtime/api@0.1.3';
+import * as rawCache from 'reconciled:runtime/cache@0.1.3';
+import * as rawClient from 'reconciled:runtime/client@0.1.3';
 import type {
   Consistency,
   Description,
   FieldIndex,
   Mapping,
   Watch,
-} from 'reconciled:runtime/declaration@0.1.2';
-import { log as rawLog } from 'reconciled:runtime/log@0.1.2';
-import { get as rawSettings } from 'reconciled:runtime/settings@0.1.2';
-import type * as World from 'reconciled:runtime/reconciler@0.1.2';
-import type { Error as WitError, Gvk, Request } from 'reconciled:runtime/types@0.1.2';
+} from 'reconciled:runtime/declaration@0.1.3';
+import { log as rawLog } from 'reconciled:runtime/log@0.1.3';
+import { get as rawSettings } from 'reconciled:runtime/settings@0.1.3';
+import * as rawTrace from 'reconciled:runtime/trace@0.1.3';
+import type * as World from 'reconciled:runtime/reconciler@0.1.3';
+import type { Error as WitError, Gvk, Request } from 'reconciled:runtime/types@0.1.3';
 
 export type { Description, Gvk, Request };
 
@@ -640,6 +641,71 @@ export const log = {
  */
 export function settings<T extends object = Record<string, unknown>>(): T {
   return JSON.parse(rawSettings()) as T;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Spans
+
+/**
+ * A span of the guest's own in the host's traces (WIT 0.1.3): a child of the innermost span
+ * still open, else of the reconcile's. End it with `end()` or `fail(message)`; ending one also
+ * ends the spans opened inside it, and whatever is open when `reconcile` returns ends then.
+ * Tracing never fails a reconcile: past the host's limits (64 spans a call, 32 attributes a
+ * span) or with the host's traces off, the span does nothing.
+ */
+export class Span {
+  /** The host's handle; 0 names no span. */
+  private handle: number;
+
+  constructor(name: string) {
+    this.handle = rawTrace.open(name);
+  }
+
+  /** Sets attribute `key` to `value`, shown with the span. */
+  attribute(key: string, value: string | number | boolean): this {
+    if (this.handle !== 0) {
+      rawTrace.setAttribute(this.handle, key, String(value));
+    }
+    return this;
+  }
+
+  /** Ends the span; a second end does nothing. */
+  end(): void {
+    this.close(undefined);
+  }
+
+  /** Ends the span marked failed, with `message`. */
+  fail(message: string): void {
+    this.close(message);
+  }
+
+  private close(error: string | undefined): void {
+    if (this.handle !== 0) {
+      rawTrace.close(this.handle, error);
+      this.handle = 0;
+    }
+  }
+}
+
+/** Opens a span named `name`: see `Span`. */
+export function openSpan(name: string): Span {
+  return new Span(name);
+}
+
+/**
+ * Runs `f` in a span named `name`, ended when `f` returns, and marked failed (with the
+ * message) when `f` throws; what `f` threw is thrown on.
+ */
+export function inSpan<T>(name: string, f: (span: Span) => T): T {
+  const span = new Span(name);
+  try {
+    const result = f(span);
+    span.end();
+    return result;
+  } catch (e) {
+    span.fail(e instanceof Error ? e.message : String(e));
+    throw e;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// Owner references, finalizers and conditions, against the fake host.
+// Owner references, finalizers, conditions and spans, against the fake host.
 
 import { strict as assert } from 'node:assert';
 import { afterEach, beforeEach, test } from 'node:test';
@@ -18,6 +18,9 @@ import {
   setCondition,
   setControllerReference,
   withFinalizer,
+  ReconcileError,
+  inSpan,
+  openSpan,
 } from '../src/index';
 import * as fake from './fake/state';
 
@@ -303,4 +306,33 @@ test('findCondition, isConditionTrue, removeCondition', () => {
 
 test('Kinds are unaffected by the helpers', () => {
   assert.deepEqual(Kinds.ConfigMap, { group: '', version: 'v1', kind: 'ConfigMap' });
+});
+
+test('inSpan ends its span, and marks it failed with the message when the function throws', () => {
+  const value = inSpan('render', (span) => {
+    span.attribute('template', 'a').attribute('replicas', 3);
+    return 42;
+  });
+  assert.equal(value, 42);
+  assert.throws(
+    () =>
+      inSpan('write', () => {
+        throw new ReconcileError('conflict', 'changed meanwhile');
+      }),
+    ReconcileError,
+  );
+  assert.deepEqual(fake.state.spans, [
+    { name: 'render', attributes: { template: 'a', replicas: '3' }, open: false, error: undefined },
+    { name: 'write', attributes: {}, open: false, error: 'conflict: changed meanwhile' },
+  ]);
+});
+
+test('a span ends once, and its attributes stop with it', () => {
+  const span = openSpan('once');
+  span.end();
+  span.attribute('late', 'x');
+  span.fail('too late');
+  assert.deepEqual(fake.state.spans, [
+    { name: 'once', attributes: {}, open: false, error: undefined },
+  ]);
 });

@@ -31,6 +31,7 @@ from wit_world.imports import client as _client
 from wit_world.imports import declaration as _decl
 from wit_world.imports import log as _log
 from wit_world.imports import settings as _settings
+from wit_world.imports import trace as _trace
 from wit_world.imports import types as _types
 
 Gvk = _types.Gvk
@@ -586,6 +587,65 @@ def settings() -> Dict[str, Any]:
     ``dict``, empty when none were given, so read each key with a default. Fixed for the life of a version (new settings reload the guest), and not readable
     in ``describe``."""
     return json.loads(_settings.get())
+
+
+# ---------------------------------------------------------------------------------------------
+# Spans
+
+
+class Span:
+    """A span of the guest's own in the host's traces (WIT 0.1.3): a child of the innermost span
+    still open, else of the reconcile's. Use it as a context manager (``with open_span("render")
+    as span:``), which ends it, marked failed with the message if the block raised; or end it
+    with ``end()`` or ``fail(message)``. Ending one also ends the spans opened inside it, and
+    whatever is open when ``reconcile`` returns ends then. Tracing never fails a reconcile: past
+    the host's limits (64 spans a call, 32 attributes a span) or with the host's traces off, the
+    span does nothing."""
+
+    def __init__(self, name: str) -> None:
+        # The host's handle; 0 names no span.
+        self._handle = _trace.open(name)
+
+    def attribute(self, key: str, value: Any) -> "Span":
+        """Sets attribute ``key`` to ``value`` (as text), shown with the span."""
+        if self._handle:
+            _trace.set_attribute(self._handle, key, str(value))
+        return self
+
+    def end(self) -> None:
+        """Ends the span; a second end does nothing."""
+        self._close(None)
+
+    def fail(self, message: str) -> None:
+        """Ends the span marked failed, with ``message``."""
+        self._close(message)
+
+    def _close(self, error: Optional[str]) -> None:
+        if self._handle:
+            _trace.close(self._handle, error)
+            self._handle = 0
+
+    def __enter__(self) -> "Span":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is not None:
+            self.fail(str(exc))
+        else:
+            self.end()
+        return False
+
+
+def open_span(name: str) -> Span:
+    """Opens a span named ``name``: see ``Span``."""
+    return Span(name)
+
+
+def in_span(name: str, f: Callable[[Span], Any]) -> Any:
+    """Runs ``f`` in a span named ``name``, ended when ``f`` returns and marked failed (with the
+    message) when it raises; what it raised is raised on."""
+    with Span(name) as span:
+        return f(span)
 
 
 # ---------------------------------------------------------------------------------------------

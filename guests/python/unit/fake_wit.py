@@ -222,6 +222,8 @@ class Server:
         self.calls: List[Dict[str, Any]] = []
         self.faults: List[Dict[str, Any]] = []
         self.settings = "{}"
+        # The spans the guest opened: name, attributes, whether still open, the error it ended with.
+        self.spans: List[Dict[str, Any]] = []
         self.next_uid = 1
         self.next_version = 1
         # The deletionTimestamp a delete of an object with finalizers sets.
@@ -579,6 +581,21 @@ def _settings_get() -> str:
     return SERVER.settings
 
 
+def _trace_open(name: str) -> int:
+    SERVER.spans.append({"name": name, "attributes": {}, "open": True, "error": None})
+    return len(SERVER.spans)
+
+
+def _trace_set_attribute(span: int, key: str, value: str) -> None:
+    if 0 < span <= len(SERVER.spans) and SERVER.spans[span - 1]["open"]:
+        SERVER.spans[span - 1]["attributes"][key] = value
+
+
+def _trace_close(span: int, error: Optional[str]) -> None:
+    if 0 < span <= len(SERVER.spans) and SERVER.spans[span - 1]["open"]:
+        SERVER.spans[span - 1].update(open=False, error=error)
+
+
 # The fake modules, by the names the real bindings have.
 MODULES: Dict[str, Dict[str, Any]] = {
     "componentize_py_types": {"Some": Some, "Ok": Ok, "Err": Err, "Result": Union[Ok, Err]},
@@ -610,6 +627,11 @@ MODULES: Dict[str, Dict[str, Any]] = {
     "wit_world.imports.client": _client_module(),
     "wit_world.imports.log": {"Level": Level, "log": _log},
     "wit_world.imports.settings": {"get": _settings_get},
+    "wit_world.imports.trace": {
+        "open": _trace_open,
+        "set_attribute": _trace_set_attribute,
+        "close": _trace_close,
+    },
 }
 
 

@@ -95,6 +95,27 @@ class TestReading(Case):
         SERVER.settings = '{"replicas": 3}'
         self.assertEqual(rg.settings(), {"replicas": 3})
 
+    def test_spans_end_with_their_block_and_a_raise_marks_them_failed(self):
+        with rg.open_span("render") as span:
+            span.attribute("template", "a").attribute("replicas", 3)
+        def write(span):
+            raise rg.ReconcileError("conflict", "changed meanwhile")
+
+        with self.assertRaises(rg.ReconcileError):
+            rg.in_span("write", write)
+        late = rg.open_span("once")
+        late.end()
+        late.attribute("late", "x")
+        late.fail("too late")
+        self.assertEqual(
+            [(s["name"], s["attributes"], s["open"], s["error"]) for s in SERVER.spans],
+            [
+                ("render", {"template": "a", "replicas": "3"}, False, None),
+                ("write", {}, False, str(rg.ReconcileError("conflict", "changed meanwhile"))),
+                ("once", {}, False, None),
+            ],
+        )
+
     def test_describe_watches_owner(self):
         d = (
             rg.describe(THING)

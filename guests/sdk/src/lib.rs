@@ -45,6 +45,7 @@ mod meta;
 mod object;
 mod owner;
 mod settings;
+pub mod trace;
 
 /// The raw bindings generated from `wit/` (world `reconciler`).
 ///
@@ -65,13 +66,13 @@ pub mod bindings {
         default_bindings_module: "reconciled_guest::bindings",
         // Our own `Error`, with a useful `Display`; same shape as the WIT variant.
         with: {
-            "reconciled:runtime/types@0.1.2/error": crate::error::Error,
+            "reconciled:runtime/types@0.1.3/error": crate::error::Error,
         },
         generate_all,
         additional_derives: [PartialEq, Eq],
         additional_type_attributes: {
-            "reconciled:runtime/types@0.1.2/gvk": [#[derive(Hash, PartialOrd, Ord)]],
-            "reconciled:runtime/types@0.1.2/request": [#[derive(Hash, PartialOrd, Ord)]],
+            "reconciled:runtime/types@0.1.3/gvk": [#[derive(Hash, PartialOrd, Ord)]],
+            "reconciled:runtime/types@0.1.3/request": [#[derive(Hash, PartialOrd, Ord)]],
         },
     });
 }
@@ -92,6 +93,7 @@ pub use kind::Kind;
 pub use meta::Object;
 pub use owner::{controller_of, controller_reference, is_controlled_by, set_controller_reference};
 pub use settings::{settings, settings_json};
+pub use trace::{Span, in_span};
 
 // Re-exported so that guests use the same versions as the SDK.
 pub use k8s_openapi;

@@ -12,7 +12,7 @@ use semver::Version;
 pub const PACKAGE: &str = "reconciled:runtime";
 
 /// The version of the package this host serves: `wit/runtime.wit`'s.
-pub const SERVED: &str = "0.1.2";
+pub const SERVED: &str = "0.1.3";
 
 /// Why a module's imports do not fit this host.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

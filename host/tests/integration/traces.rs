@@ -1,7 +1,8 @@
 //! Traces in a real Jaeger (v1.75, built from Go modules by `testenv`): a `reconciled run`
 //! process given `--otlp-endpoint` sends a span per reconcile, with the guest, key, revision,
-//! outcome and the time waited for a slot, the API server and the host, and under it a span per host call (the cache read, the API write with its status),
-//! found through Jaeger's query API.
+//! outcome and the time waited for a slot, the API server and the host, and under it a span per
+//! host call (the cache read, the API write with its status) and the guest's own spans (the
+//! `trace` interface, from each SDK), found through Jaeger's query API.
 
 use crate::common;
 
@@ -12,8 +13,17 @@ use common::host::TempDir;
 use common::replica::Replica;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::Value;
+
+/// The configmap-generator example in each SDK's language (file stems from guests/build.sh):
+/// each opens a span of its own, `apply copies`, with the number of copies.
+const GENERATORS: [&str; 4] = [
+    "configmap_generator",
+    "configmap_generator_ts",
+    "configmap_generator_py",
+    "configmap_generator_go",
+];
 
 /// The tag `key` of a Jaeger span, as text.
 fn tag<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
@@ -39,7 +49,7 @@ fn children<'a>(trace: &'a Value, parent: &Value) -> Vec<&'a Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reconciles_trace_with_its_host_calls_is_found_in_jaeger() {
+async fn a_reconciles_trace_with_its_host_calls_and_the_guests_own_spans_is_found_in_jaeger() {
     let jaeger = tokio::task::spawn_blocking(testenv::jaeger::Jaeger::start)
         .await
         .unwrap()
@@ -53,16 +63,23 @@ async fn a_reconciles_trace_with_its_host_calls_is_found_in_jaeger() {
         .await
         .unwrap();
 
+    common::install_example_crd(cp).await;
+
     let dir = TempDir::new("traces");
     let config = dir.0.join("host.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[guest]]\nname = \"traced\"\nmodule = \"{}\"\n[guest.grant]\nnamespaces = [\"{ns}\"]\n",
-            wasm("stamp_v1").display()
-        ),
-    )
-    .unwrap();
+    let mut toml = format!(
+        "[[guest]]\nname = \"traced\"\nmodule = \"{}\"\n[guest.grant]\nnamespaces = [\"{ns}\"]\n",
+        wasm("stamp_v1").display()
+    );
+    for stem in GENERATORS {
+        let gen_ns = generator_namespace(stem);
+        common::namespace(&client, &gen_ns).await;
+        toml.push_str(&format!(
+            "\n[[guest]]\nname = \"{stem}\"\nmodule = \"{}\"\n[guest.grant]\nnamespaces = [\"{gen_ns}\"]\n",
+            wasm(stem).display()
+        ));
+    }
+    std::fs::write(&config, toml).unwrap();
     let mut host = Replica::new_stopped(cp, &dir.0, "traced", &config).await;
     // As a Deployment would set it (`--otlp-endpoint` does the same).
     host.env
@@ -144,4 +161,71 @@ async fn a_reconciles_trace_with_its_host_calls_is_found_in_jaeger() {
         tag(write, "path").is_some_and(|p| p.ends_with("/namespaces/traces/configmaps/work")),
         "{write}"
     );
+
+    // The guests' own spans: one generator in each language, each reconcile with its span.
+    let gvk = GroupVersionKind::gvk("example.reconciled.dev", "v1alpha1", "ConfigMapGenerator");
+    for stem in GENERATORS {
+        let generators = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &generator_namespace(stem),
+            &ApiResource::from_gvk(&gvk),
+        );
+        let generator: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "example.reconciled.dev/v1alpha1", "kind": "ConfigMapGenerator",
+            "metadata": {"name": "spans"},
+            "spec": {"copies": 2, "data": {"greeting": "hello"}}
+        }))
+        .unwrap();
+        generators
+            .create(&PostParams::default(), &generator)
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut missing: Vec<&str> = GENERATORS.to_vec();
+    while !missing.is_empty() {
+        missing.retain(|stem| {
+            let path =
+                "/api/traces?service=reconciled-traces-test&operation=apply%20copies&limit=100";
+            let found = jaeger.get(path).is_some_and(|(status, body)| {
+                assert_eq!(status, 200, "{body}");
+                let doc: Value = serde_json::from_str(&body).unwrap();
+                doc["data"].as_array().is_some_and(|traces| {
+                    traces
+                        .iter()
+                        .any(|trace| guest_span_under_reconcile(trace, stem))
+                })
+            });
+            !found
+        });
+        assert!(
+            Instant::now() < deadline || missing.is_empty(),
+            "no `apply copies` span under a reconcile of {missing:?} in Jaeger after 90 s; Jaeger's log:\n{}",
+            jaeger.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Where the generator built as `stem` runs.
+fn generator_namespace(stem: &str) -> String {
+    format!("traces-{}", stem.replace('_', "-"))
+}
+
+/// Whether `trace` holds a reconcile of guest `stem` whose children include its own span
+/// `apply copies`, with the guest named and the two copies it applies.
+fn guest_span_under_reconcile(trace: &Value, stem: &str) -> bool {
+    let Some(spans) = trace["spans"].as_array() else {
+        return false;
+    };
+    spans
+        .iter()
+        .filter(|s| s["operationName"] == "reconcile" && tag(s, "guest") == Some(stem))
+        .any(|reconcile| {
+            children(trace, reconcile).iter().any(|c| {
+                c["operationName"] == "apply copies"
+                    && tag(c, "guest") == Some(stem)
+                    && tag(c, "copies") == Some("2")
+            })
+        })
 }

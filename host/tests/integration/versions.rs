@@ -1,5 +1,5 @@
 //! A host upgrade never breaks a module: guests built against the frozen
-//! `reconciled:runtime@0.1.0` and `@0.1.1` WITs and SDKs (`guests/frozen/`) run beside one built
+//! `reconciled:runtime@0.1.0`, `@0.1.1` and `@0.1.2` WITs and SDKs (`guests/frozen/`) run beside one built
 //! against the current WIT, on one host; a module built against a newer version runs if it uses nothing
 //! new, and is refused, naming both versions, if it does.
 
@@ -37,7 +37,8 @@ fn names(bytes: &[u8], text: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn modules_built_against_wit_0_1_0_and_0_1_1_run_beside_one_built_against_the_current_wit() {
+async fn modules_built_against_wit_0_1_0_0_1_1_and_0_1_2_run_beside_one_built_against_the_current_wit()
+ {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
     // (guest, module, the version its imports name, its namespace, what it stamps)
@@ -57,6 +58,13 @@ async fn modules_built_against_wit_0_1_0_and_0_1_1_run_beside_one_built_against_
             "wit-0-1-1",
             "frozen-0.1.1:1",
         ),
+        (
+            "v0-1-2",
+            "frozen_stamp_0_1_2",
+            "0.1.2",
+            "wit-0-1-2",
+            "frozen-0.1.2:1",
+        ),
         ("current", "stamp_v1", SERVED, "wit-current", "v1:1"),
     ];
     let sup = supervisor_with(&cp.admin_config(), None);
@@ -64,14 +72,14 @@ async fn modules_built_against_wit_0_1_0_and_0_1_1_run_beside_one_built_against_
         namespace(&client, ns).await;
         let bytes = wasm(module);
         // The modules are what they claim: each imports only its own version.
-        for other in ["0.1.0", "0.1.1", SERVED] {
+        for other in ["0.1.0", "0.1.1", "0.1.2", SERVED] {
             let imported = names(&bytes, &format!("reconciled:runtime/cache@{other}"));
             assert_eq!(imported, other == version, "{module} imports cache@{other}");
         }
         let mut settings = settings(name, ns);
-        if version == "0.1.1" {
-            settings.guest_settings =
-                GuestSettings::parse(r#"{"version": "frozen-0.1.1"}"#).unwrap();
+        if version == "0.1.1" || version == "0.1.2" {
+            let stamp = format!(r#"{{"version": "frozen-{version}"}}"#);
+            settings.guest_settings = GuestSettings::parse(&stamp).unwrap();
         }
         let source = Source::File(format!("{module}.wasm").into());
         let applied = sup.apply(name, source, settings, bytes).await;

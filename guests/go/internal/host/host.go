@@ -84,6 +84,12 @@ type Host interface {
 	Log(level Level, message string)
 	// Settings is settings.get.
 	Settings() string
+	// SpanOpen is trace.open.
+	SpanOpen(name string) uint32
+	// SpanSetAttribute is trace.set-attribute.
+	SpanSetAttribute(span uint32, key, value string)
+	// SpanClose is trace.close; a nil failure closes it as a success.
+	SpanClose(span uint32, failure *string)
 }
 
 // Current is the host the SDK calls: the wasm imports in a component, a fake in a native test.
@@ -170,5 +176,10 @@ func (m missing) RecordEvent(Gvk, string, string, bool, string, string) error {
 	m.fail()
 	return nil
 }
-func (m missing) Log(Level, string) { m.fail() }
-func (m missing) Settings() string  { m.fail(); return "" }
+func (m missing) Log(Level, string)      { m.fail() }
+func (m missing) Settings() string       { m.fail(); return "" }
+func (m missing) SpanOpen(string) uint32 { m.fail(); return 0 }
+func (m missing) SpanSetAttribute(uint32, string, string) {
+	m.fail()
+}
+func (m missing) SpanClose(uint32, *string) { m.fail() }

@@ -10,6 +10,7 @@ import (
 	"reconciled.dev/guest/internal/wit/reconciled_runtime_client"
 	"reconciled.dev/guest/internal/wit/reconciled_runtime_log"
 	"reconciled.dev/guest/internal/wit/reconciled_runtime_settings"
+	"reconciled.dev/guest/internal/wit/reconciled_runtime_trace"
 	"reconciled.dev/guest/internal/wit/reconciled_runtime_types"
 )
 
@@ -156,4 +157,20 @@ func (imports) Log(level Level, message string) {
 
 func (imports) Settings() string {
 	return reconciled_runtime_settings.Get()
+}
+
+func (imports) SpanOpen(name string) uint32 {
+	return reconciled_runtime_trace.Open(name)
+}
+
+func (imports) SpanSetAttribute(span uint32, key, value string) {
+	reconciled_runtime_trace.SetAttribute(span, key, value)
+}
+
+func (imports) SpanClose(span uint32, failure *string) {
+	if failure == nil {
+		reconciled_runtime_trace.Close(span, witTypes.None[string]())
+		return
+	}
+	reconciled_runtime_trace.Close(span, witTypes.Some(*failure))
 }

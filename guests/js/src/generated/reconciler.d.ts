@@ -4,12 +4,13 @@
 /// <reference path="./interfaces/reconciled-runtime-declaration.d.ts" />
 /// <reference path="./interfaces/reconciled-runtime-log.d.ts" />
 /// <reference path="./interfaces/reconciled-runtime-settings.d.ts" />
+/// <reference path="./interfaces/reconciled-runtime-trace.d.ts" />
 /// <reference path="./interfaces/reconciled-runtime-types.d.ts" />
-declare module 'reconciled:runtime/reconciler@0.1.2' {
-  export type Gvk = import('reconciled:runtime/types@0.1.2').Gvk;
-  export type Request = import('reconciled:runtime/types@0.1.2').Request;
-  export type Error = import('reconciled:runtime/types@0.1.2').Error;
-  export type Description = import('reconciled:runtime/declaration@0.1.2').Description;
+declare module 'reconciled:runtime/reconciler@0.1.3' {
+  export type Gvk = import('reconciled:runtime/types@0.1.3').Gvk;
+  export type Request = import('reconciled:runtime/types@0.1.3').Request;
+  export type Error = import('reconciled:runtime/types@0.1.3').Error;
+  export type Description = import('reconciled:runtime/declaration@0.1.3').Description;
   /**
   * What to do after a reconcile.
   */
@@ -30,13 +31,14 @@ declare module 'reconciled:runtime/reconciler@0.1.2' {
     tag: 'requeue-after',
     val: bigint,
   }
-  export type * as ReconciledRuntimeApi012 from 'reconciled:runtime/api@0.1.2'; // import reconciled:runtime/api@0.1.2
-  export type * as ReconciledRuntimeCache012 from 'reconciled:runtime/cache@0.1.2'; // import reconciled:runtime/cache@0.1.2
-  export type * as ReconciledRuntimeClient012 from 'reconciled:runtime/client@0.1.2'; // import reconciled:runtime/client@0.1.2
-  export type * as ReconciledRuntimeDeclaration012 from 'reconciled:runtime/declaration@0.1.2'; // import reconciled:runtime/declaration@0.1.2
-  export type * as ReconciledRuntimeLog012 from 'reconciled:runtime/log@0.1.2'; // import reconciled:runtime/log@0.1.2
-  export type * as ReconciledRuntimeSettings012 from 'reconciled:runtime/settings@0.1.2'; // import reconciled:runtime/settings@0.1.2
-  export type * as ReconciledRuntimeTypes012 from 'reconciled:runtime/types@0.1.2'; // import reconciled:runtime/types@0.1.2
+  export type * as ReconciledRuntimeApi013 from 'reconciled:runtime/api@0.1.3'; // import reconciled:runtime/api@0.1.3
+  export type * as ReconciledRuntimeCache013 from 'reconciled:runtime/cache@0.1.3'; // import reconciled:runtime/cache@0.1.3
+  export type * as ReconciledRuntimeClient013 from 'reconciled:runtime/client@0.1.3'; // import reconciled:runtime/client@0.1.3
+  export type * as ReconciledRuntimeDeclaration013 from 'reconciled:runtime/declaration@0.1.3'; // import reconciled:runtime/declaration@0.1.3
+  export type * as ReconciledRuntimeLog013 from 'reconciled:runtime/log@0.1.3'; // import reconciled:runtime/log@0.1.3
+  export type * as ReconciledRuntimeSettings013 from 'reconciled:runtime/settings@0.1.3'; // import reconciled:runtime/settings@0.1.3
+  export type * as ReconciledRuntimeTrace013 from 'reconciled:runtime/trace@0.1.3'; // import reconciled:runtime/trace@0.1.3
+  export type * as ReconciledRuntimeTypes013 from 'reconciled:runtime/types@0.1.3'; // import reconciled:runtime/types@0.1.3
   /**
   * Called once at load time, in a fresh instance: what this guest reconciles and needs.
   */

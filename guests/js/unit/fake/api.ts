@@ -1,7 +1,7 @@
 // The fake `reconciled:runtime/api` import (see ./state.ts).
 
-import type { Gvk } from 'reconciled:runtime/types@0.1.2';
-import type { ListOptions, ListPage } from 'reconciled:runtime/cache@0.1.2';
+import type { Gvk } from 'reconciled:runtime/types@0.1.3';
+import type { ListOptions, ListPage } from 'reconciled:runtime/cache@0.1.3';
 import * as server from './state';
 
 export function get(kind: Gvk, namespace: string, name: string): string {
@@ -13,4 +13,4 @@ export function list(kind: Gvk, options: ListOptions): ListPage {
 }
 
 // The fake must offer what the generated bindings declare, with the same signatures.
-void ({ get, list } satisfies typeof import('reconciled:runtime/api@0.1.2'));
+void ({ get, list } satisfies typeof import('reconciled:runtime/api@0.1.3'));

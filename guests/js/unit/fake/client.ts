@@ -11,6 +11,6 @@ export const recordEvent = server.recordEvent;
 export { del as delete } from './state';
 
 // The fake must offer what the generated bindings declare, with the same signatures.
-type Real = typeof import('reconciled:runtime/client@0.1.2');
+type Real = typeof import('reconciled:runtime/client@0.1.3');
 const self = { create, update, patch, patchStatus, updateStatus, recordEvent, delete: server.del };
 void (self satisfies Real);

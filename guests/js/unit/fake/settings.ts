@@ -7,4 +7,4 @@ export function get(): string {
   return state.settings;
 }
 
-void ({ get } satisfies typeof import('reconciled:runtime/settings@0.1.2'));
+void ({ get } satisfies typeof import('reconciled:runtime/settings@0.1.3'));

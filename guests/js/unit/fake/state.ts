@@ -3,8 +3,8 @@
 // (the same error cases, JSON text in and out) and records every call, so that a test can say
 // exactly what a helper wrote. Cache and server are one store: the cache is never stale here.
 
-import type { Gvk } from 'reconciled:runtime/types@0.1.2';
-import type { PatchBody } from 'reconciled:runtime/client@0.1.2';
+import type { Gvk } from 'reconciled:runtime/types@0.1.3';
+import type { PatchBody } from 'reconciled:runtime/client@0.1.3';
 
 /** An object as JSON. */
 export type Json = Record<string, any>;
@@ -44,9 +44,18 @@ export class HostError extends Error {
   }
 }
 
+/** A span the guest opened. */
+export interface Span {
+  name: string;
+  attributes: Record<string, string>;
+  open: boolean;
+  error?: string;
+}
+
 export const state = {
   objects: new Map<string, Json>(),
   calls: [] as Call[],
+  spans: [] as Span[],
   faults: [] as Fault[],
   settings: '{}',
   nextUid: 1,
@@ -59,6 +68,7 @@ export const state = {
 export function reset(): void {
   state.objects.clear();
   state.calls = [];
+  state.spans = [];
   state.faults = [];
   state.settings = '{}';
   state.nextUid = 1;

@@ -25,6 +25,7 @@ pub mod log;
 pub mod metrics;
 mod notes;
 pub mod settings;
+pub mod trace;
 pub mod view;
 
 pub use access::{Access, check_access};

@@ -63,6 +63,8 @@ pub struct HostState {
     cluster_failed: bool,
     /// What this call did, when its guest is recorded (see `notes`).
     pub(crate) tape: Option<crate::guest::tape::Tape>,
+    /// The guest's own spans still open in this call (see `trace`).
+    pub(crate) spans: super::trace::Spans,
 }
 
 impl std::fmt::Debug for HostState {
@@ -152,6 +154,7 @@ impl HostState {
             host_wait: Duration::ZERO,
             cluster_failed: false,
             tape,
+            spans: super::trace::Spans::default(),
         }
     }
 
@@ -196,6 +199,7 @@ impl HostState {
         self.api_wait = Duration::ZERO;
         self.host_wait = Duration::ZERO;
         self.cluster_failed = false;
+        self.spans.clear();
     }
 
     /// Sends one request to the API server and returns the answer's body, or the error the

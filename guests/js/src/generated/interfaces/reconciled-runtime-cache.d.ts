@@ -1,5 +1,5 @@
 /// <reference path="./reconciled-runtime-types.d.ts" />
-declare module 'reconciled:runtime/cache@0.1.2' {
+declare module 'reconciled:runtime/cache@0.1.3' {
   /**
    * One object as JSON.
    */
@@ -8,8 +8,8 @@ declare module 'reconciled:runtime/cache@0.1.2' {
    * A page of objects.
    */
   export function list(kind: Gvk, options: ListOptions): ListPage;
-  export type Gvk = import('reconciled:runtime/types@0.1.2').Gvk;
-  export type Error = import('reconciled:runtime/types@0.1.2').Error;
+  export type Gvk = import('reconciled:runtime/types@0.1.3').Gvk;
+  export type Error = import('reconciled:runtime/types@0.1.3').Error;
   export interface ListOptions {
     /**
      * Empty: all namespaces the guest may read.

@@ -1,5 +1,5 @@
 /// <reference path="./reconciled-runtime-types.d.ts" />
-declare module 'reconciled:runtime/client@0.1.2' {
+declare module 'reconciled:runtime/client@0.1.3' {
   /**
    * Creates the object; returns it as stored.
    */
@@ -36,8 +36,8 @@ declare module 'reconciled:runtime/client@0.1.2' {
    * bytes, at a character boundary, and ` ...` appended.
    */
   export function recordEvent(regarding: Gvk, namespace: string, name: string, eventType: EventType, reason: string, message: string): void;
-  export type Gvk = import('reconciled:runtime/types@0.1.2').Gvk;
-  export type Error = import('reconciled:runtime/types@0.1.2').Error;
+  export type Gvk = import('reconciled:runtime/types@0.1.3').Gvk;
+  export type Error = import('reconciled:runtime/types@0.1.3').Error;
   export interface ApplyPatch {
     body: string,
     fieldManager: string,

@@ -1,6 +1,6 @@
 /// <reference path="./reconciled-runtime-types.d.ts" />
-declare module 'reconciled:runtime/declaration@0.1.2' {
-  export type Gvk = import('reconciled:runtime/types@0.1.2').Gvk;
+declare module 'reconciled:runtime/declaration@0.1.3' {
+  export type Gvk = import('reconciled:runtime/types@0.1.3').Gvk;
   /**
    * How a watched object maps to primary keys.
    */

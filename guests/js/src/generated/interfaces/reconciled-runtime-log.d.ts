@@ -1,4 +1,4 @@
-declare module 'reconciled:runtime/log@0.1.2' {
+declare module 'reconciled:runtime/log@0.1.3' {
   export function log(level: Level, message: string): void;
   /**
    * # Variants

@@ -1,4 +1,4 @@
-declare module 'reconciled:runtime/settings@0.1.2' {
+declare module 'reconciled:runtime/settings@0.1.3' {
   /**
    * The settings as JSON text: always an object, `{}` when none were given. They come from
    * whoever deploys the module (a `[[guest]]`'s `settings` in the host config, or a

@@ -1,4 +1,4 @@
-declare module 'reconciled:runtime/types@0.1.2' {
+declare module 'reconciled:runtime/types@0.1.3' {
   /**
    * A kind: API group (empty for the core group), version and kind.
    */
