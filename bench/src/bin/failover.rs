@@ -27,7 +27,7 @@
 //!   its informers synced (warm standby), so a new owner should need no LIST.
 //! - **reconciled, cold standby**: the same with `[replicas] standby = "cold"`: the follower
 //!   loads nothing, so a new owner loads the guest (its compiled artifact from the disk cache)
-//!   and LISTs all N objects before its first reconcile, as controller-runtime's does. What it
+//!   and syncs all N objects before its first reconcile, as controller-runtime's does. What it
 //!   saves is the follower's memory, recorded for every scenario just before each kill.
 //!
 //! Each round waits until every object carries the scenario's stamp and both replicas are up

@@ -3,14 +3,15 @@
 //! replica still balances shards by the same guests), its source, its settings and its module's
 //! bytes, but no controller, no instance and no informers. When this replica takes the shard,
 //! the stashed bytes are offered again and load as any offer does (the compiled artifact from
-//! the disk cache, informers listed and synced before the first reconcile); when it loses the
+//! the disk cache, informers synced before the first reconcile); when it loses the
 //! shard, the guest is stopped and parked again.
 //!
 //! [`place`] and [`decide`] are the decisions, pure; the rest of this module carries them out.
 //!
 //! Where it may surprise:
-//! - A takeover costs a load and a LIST of everything the guest reads, where a warm one costs
-//!   neither: cold standby trades takeover time for each replica caching only its own guests.
+//! - A takeover costs a load and an initial sync of everything the guest reads (a LIST, or a
+//!   watch stream where the API server offers one), where a warm one costs neither: cold
+//!   standby trades takeover time for each replica caching only its own guests.
 //! - A parked guest keeps its seat in its namespace's guest quota: some replica serves it, and
 //!   the quota counts guests, not where they run.
 //! - A parked guest's module is not validated here: the replica holding its shard rejects a bad
