@@ -122,7 +122,7 @@ struct Entry {
     loading: bool,
     /// Under cold standby, the module to load when this replica holds the guest's shard: the
     /// serving version's, or the latest offered while none serves (see `standby`).
-    stash: Option<standby::Stash>,
+    stash: Option<offers::Stash>,
     /// Under cold standby, not loaded here because another replica holds its shard: its
     /// controller is stopped and its informers released; `stash` is what loads on a takeover.
     parked: bool,

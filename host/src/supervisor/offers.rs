@@ -21,6 +21,21 @@ pub struct Unreadable {
 /// in the guest's own task: unpacking a large module must not hold up other guests.
 pub type Read = Box<dyn FnOnce() -> Result<(Vec<u8>, Option<String>), Unreadable> + Send>;
 
+/// The module a guest parked under cold standby loads when its shard comes to this replica:
+/// what its source last offered, kept to be offered again (see `standby`).
+#[derive(Clone)]
+pub(super) struct Stash {
+    pub(super) bytes: std::sync::Arc<Vec<u8>>,
+    /// The sha256 the source gave with the bytes, if it gave one.
+    pub(super) digest: Option<String>,
+}
+
+impl std::fmt::Debug for Stash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stash({} bytes)", self.bytes.len())
+    }
+}
+
 /// What a source asks of the supervisor for one guest.
 pub enum Offer {
     /// Load (or reload) the guest from what `read` produces.

@@ -22,24 +22,10 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::offers::Offer;
+use super::offers::{Offer, Stash};
 use super::{Applied, Source, Supervisor};
 use crate::controller::Settings;
 use crate::replicas::Standby;
-
-/// The module a parked guest loads when its shard comes here.
-#[derive(Clone)]
-pub(super) struct Stash {
-    pub(super) bytes: Arc<Vec<u8>>,
-    /// The sha256 the source gave with the bytes, if it gave one.
-    pub(super) digest: Option<String>,
-}
-
-impl std::fmt::Debug for Stash {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Stash({} bytes)", self.bytes.len())
-    }
-}
 
 /// Where a guest belongs on this replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
