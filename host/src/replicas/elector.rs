@@ -167,15 +167,51 @@ pub(super) async fn claim_identity(
     }
 }
 
+/// [`claim_identity`], noting meanwhile when each Lease version is first seen in `store`, so
+/// that the elector measures expiry from then rather than from when the claim ended. The claim
+/// of a restarted replica waits a lease duration or more; without this, its first look would
+/// take every Lease as just renewed, and it would wait a whole lease duration more before
+/// taking a shard whose holder died before it started.
+pub(super) async fn claim_observing(
+    writer: &lease::Writer,
+    config: &Config,
+    store: &Store,
+) -> Result<(Option<Lease>, Observed), Error> {
+    let mut observed = Observed::default();
+    let claim = claim_identity(writer, config);
+    tokio::pin!(claim);
+    loop {
+        let changed = store.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        note_all(store, &mut observed, Instant::now());
+        tokio::select! {
+            claimed = &mut claim => return Ok((claimed?, observed)),
+            () = &mut changed => {}
+        }
+    }
+}
+
+/// Notes every Lease in `store` as seen at `now` (a version seen before keeps its time).
+fn note_all(store: &Store, observed: &mut Observed, now: Instant) {
+    for o in store.all() {
+        if let Some(s) = Seen::from_json(o.json()) {
+            observed.note(&s, now);
+        }
+    }
+}
+
 /// The elector's loop: every change of a Lease, every change of the guests, and every due
 /// renewal or expiry wakes it. Each round reads the Leases ([`look`]), decides per shard
 /// ([`decide_round`]), then makes the writes and announces this replica at once, and deletes
 /// litter ([`collect`]). `claimed` is this replica's Lease as [`claim_identity`] wrote it.
 ///
+/// `observed` holds when each Lease version was first seen before the loop starts (see
+/// [`claim_observing`]).
+///
 /// It ends only if another process turns out to hold this replica's identity: every shard is
 /// then dropped here (gates closed, Leases left to that process) and the refusal published.
-pub(super) async fn elect(inner: Arc<Inner>, claimed: Option<Lease>) {
-    let mut observed = Observed::default();
+pub(super) async fn elect(inner: Arc<Inner>, claimed: Option<Lease>, mut observed: Observed) {
     let mut membership: Option<(Lease, Instant)> =
         claimed.map(|l| (l, Instant::now() + inner.config.renew_every()));
     let mut tried: HashSet<(String, String)> = HashSet::new();

@@ -137,7 +137,8 @@ impl Replicas {
             Some(o) => writer.with_owner(o),
             None => writer,
         };
-        let claimed = elector::claim_identity(&writer, &config).await?;
+        let (claimed, observed) =
+            elector::claim_observing(&writer, &config, informer.store()).await?;
         let gates = (0..config.shards)
             .map(|s| Gate::closed(format!("shard {s} is not held by this replica")))
             .collect();
@@ -160,7 +161,7 @@ impl Replicas {
         });
         tracing::info!(identity = %inner.config.identity, namespace = %inner.config.namespace, shards = inner.config.shards, lease_duration = ?inner.config.lease_duration, renew_deadline = ?inner.config.renew_deadline, "joining the replicas: guests run where their shard's Lease is held");
         let tasks = vec![
-            tokio::spawn(elector::elect(inner.clone(), claimed)).abort_handle(),
+            tokio::spawn(elector::elect(inner.clone(), claimed, observed)).abort_handle(),
             tokio::spawn(elector::watchdog(inner.clone())).abort_handle(),
         ];
         Ok(Self {

@@ -1092,3 +1092,60 @@ async fn under_cold_standby_a_replica_loads_only_the_guests_of_its_shards_and_ta
     let overlapping = overlaps(&marks(&client, prefix, guests).await);
     assert!(overlapping.is_empty(), "{overlapping:?}");
 }
+
+/// A replica restarted under its identity first waits for its old process's Lease to go
+/// unrenewed (about a lease duration) before it joins. The Leases it saw change meanwhile must
+/// count from when it saw them: a shard whose holder died while it waited is taken as soon as it
+/// joins, not a whole lease duration later, as it was when its elector took every Lease as
+/// just renewed at its first look.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_replica_takes_a_dead_holders_shard_as_it_joins_not_a_lease_later() {
+    let _serial = serial().await;
+    let cp = control_plane();
+    let client = cp.admin_client();
+    let lease_ns = "rejoin-leases";
+    common::namespace(&client, lease_ns).await;
+    create_objects(&client, "rejoin", 1).await;
+    let dir = KeepOnFailure(TempDir::new("replicas-rejoin"));
+    let dir = &dir.0;
+    let config = host_config(&dir.0, "rejoin", lease_ns, "rejoin", 1);
+    let ids = ["j0", "j1"];
+    let mut replicas = Vec::new();
+    for id in ids {
+        replicas.push(Replica::new(cp, &dir.0, id, &config).await);
+    }
+    wait_spread(&replicas, 1, &[], Duration::from_secs(60)).await;
+    let holder = if guests_of(&replicas[0]).await.is_empty() {
+        1
+    } else {
+        0
+    };
+    let other = 1 - holder;
+
+    step(&format!(
+        "restart {} (it waits for its old Lease), then kill the holder {}",
+        ids[other], ids[holder]
+    ));
+    replicas[other].kill9();
+    replicas[other].start();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    replicas[holder].kill9();
+    // Its endpoints answer once it has joined.
+    let joined =
+        common::wait::wait_until_async("the restarted replica joins", LEASE * 4, async || {
+            replicas[other].status().await.is_some()
+        })
+        .await;
+    let served = wait_moved(&[&replicas[other]], &["g00".to_string()], LEASE * 4).await;
+    eprintln!(
+        "the restarted replica joined {joined:?} after the holder's kill, and served g00 {served:?} after joining"
+    );
+    assert!(
+        joined >= LEASE / 2,
+        "it joined {joined:?} after the kill: it should have waited for its old Lease"
+    );
+    assert!(
+        served < LEASE / 2,
+        "it served g00 {served:?} after joining, {joined:?} after the holder's kill: the holder's Lease, which it saw renewed last before it joined, counted from its join"
+    );
+}
