@@ -92,12 +92,16 @@ pub(super) fn decide(f: &Facts<'_>) -> Decision {
         Some(s) => (s.free_at, s.holder == Some(f.me)),
     };
     let mine = f.planned == f.me;
+    // The plan may still give the shard to the replica that let its Lease expire: that one
+    // counts as alive until its own replica Lease expires too, up to a renew interval later.
+    // It stopped renewing the shard, so it is not waited for.
+    let expired_under_planned = f.seen.is_some_and(|s| s.holder == Some(f.planned));
     // A free shard the plan gives another replica is left to it for a while; if it does not
     // take it (the replicas disagree on the plan for a moment), anyone may.
-    let want = mine || f.now >= free_at + f.grace;
+    let want = mine || expired_under_planned || f.now >= free_at + f.grace;
     if (f.now >= free_at || ours_on_record) && want {
         Decision::Acquire
-    } else if mine {
+    } else if mine || expired_under_planned {
         Decision::Wait(Some(free_at))
     } else {
         Decision::Wait(Some(free_at.max(f.now) + f.grace))
@@ -242,6 +246,45 @@ mod tests {
             ..held
         };
         assert_eq!(decide(&expired), Decision::Acquire);
+    }
+
+    #[test]
+    fn a_shard_that_expired_under_the_replica_the_plan_still_gives_it_to_is_taken_at_its_expiry() {
+        // The dead holder still counts as alive, and so keeps its place in the plan, until its
+        // replica Lease expires too; waiting the grace for it only delayed the failover.
+        let now = Instant::now();
+        let dying = Facts {
+            seen: Some(Seen {
+                holder: Some("b"),
+                free_at: now + 3 * S,
+                newer_than_ours: false,
+            }),
+            planned: "b",
+            ..facts(now)
+        };
+        assert_eq!(
+            decide(&dying),
+            Decision::Wait(Some(now + 3 * S)),
+            "woken at the expiry, not a grace after it"
+        );
+        let expired = Facts {
+            now: now + 3 * S,
+            ..dying
+        };
+        assert_eq!(decide(&expired), Decision::Acquire);
+        let released_for_b = Facts {
+            seen: Some(Seen {
+                holder: None,
+                free_at: now,
+                newer_than_ours: false,
+            }),
+            ..dying
+        };
+        assert_eq!(
+            decide(&released_for_b),
+            Decision::Wait(Some(now + 4 * S)),
+            "a shard handed over to b on purpose is still left to b for the grace"
+        );
     }
 
     #[test]
