@@ -194,11 +194,17 @@ pub(super) async fn claim_observing(
 
 /// Notes every Lease in `store` as seen at `now` (a version seen before keeps its time).
 fn note_all(store: &Store, observed: &mut Observed, now: Instant) {
-    for o in store.all() {
-        if let Some(s) = Seen::from_json(o.json()) {
-            observed.note(&s, now);
-        }
+    for s in leases(store) {
+        observed.note(&s, now);
     }
+}
+
+/// The group's Leases in `store`, as read.
+fn leases(store: &Store) -> impl Iterator<Item = Seen> {
+    store
+        .all()
+        .into_iter()
+        .filter_map(|o| Seen::from_json(o.json()))
 }
 
 /// The elector's loop: every change of a Lease, every change of the guests, and every due
@@ -273,11 +279,9 @@ fn look(inner: &Inner, store: &Store, observed: &mut Observed, guests: &Guests) 
     let now = Instant::now();
     let synced = inner.informer.status().state.is_synced();
     let mut seen: HashMap<String, (Seen, Instant)> = HashMap::new();
-    for o in store.all() {
-        if let Some(s) = Seen::from_json(o.json()) {
-            let at = observed.note(&s, now);
-            seen.insert(s.name().to_string(), (s, at));
-        }
+    for s in leases(store) {
+        let at = observed.note(&s, now);
+        seen.insert(s.name().to_string(), (s, at));
     }
     observed.retain(&seen.keys().map(String::as_str).collect::<HashSet<_>>());
     let live_holder = |name: &str| -> Option<String> {

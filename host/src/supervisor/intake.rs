@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::offers::{Offer, Unreadable};
-use super::{Applied, Supervisor};
+use super::Supervisor;
 
 impl Supervisor {
     /// Hands `offer` for guest `name` to its queue: see the module docs. A tenant's guest
@@ -129,11 +129,10 @@ impl Supervisor {
                     })
                 });
                 match read {
-                    Ok((bytes, digest)) => took(
-                        &self
-                            .apply_digested(name, source, settings, bytes, digest)
-                            .await,
-                    ),
+                    Ok((bytes, digest)) => self
+                        .apply_digested(name, source, settings, bytes, digest)
+                        .await
+                        .settled(),
                     Err(u) => {
                         self.reject_unreadable(name, source, settings, &u.digest, u.message)
                             .await;
@@ -143,17 +142,4 @@ impl Supervisor {
             }
         }
     }
-}
-
-/// Whether the guest settled from a load: it serves what was offered, or already did (or those
-/// bytes were already rejected for good), or they are parked until a takeover.
-fn took(applied: &Applied) -> bool {
-    matches!(
-        applied,
-        Applied::Loaded { .. }
-            | Applied::Reloaded { .. }
-            | Applied::Staged { .. }
-            | Applied::Unchanged
-            | Applied::Parked
-    )
 }

@@ -80,3 +80,19 @@ pub enum Applied {
         message: String,
     },
 }
+
+impl Applied {
+    /// Whether the guest settled from the offer: it serves those bytes (or a rollout stages
+    /// them), they already served or were already rejected for good, or they are parked until
+    /// a takeover. A rejection that may pass next time did not settle it.
+    pub(crate) fn settled(&self) -> bool {
+        matches!(
+            self,
+            Applied::Loaded { .. }
+                | Applied::Reloaded { .. }
+                | Applied::Staged { .. }
+                | Applied::Unchanged
+                | Applied::Parked
+        )
+    }
+}

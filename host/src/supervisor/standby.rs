@@ -163,16 +163,25 @@ impl Supervisor {
             entry.controller.take()
         };
         self.publish_guests();
+        self.parked(name, stopped, serial).await;
+    }
+
+    /// What both ways of parking `name` end with, once it is recorded as parked: the controller
+    /// that served here (if any) stopped, its informers released, and the load lock (`serial`)
+    /// let go; then the stash is offered again if the shard came here meanwhile, since `follow`
+    /// looked before the guest was parked and passed it by.
+    async fn parked(
+        &self,
+        name: &str,
+        stopped: Option<Arc<crate::controller::Controller>>,
+        serial: tokio::sync::MutexGuard<'_, ()>,
+    ) {
         self.access.forget(name);
         if let Some(c) = stopped {
             c.stop().await;
-            tracing::info!(guest = %name, "guest parked: another replica holds its shard (cold standby)");
-        } else {
-            tracing::debug!(guest = %name, "guest parked: another replica holds its shard (cold standby)");
+            tracing::info!(guest = %name, "guest parked: another replica holds its shard (cold standby); its informers are released");
         }
         drop(serial);
-        // Recorded before looking: had the shard come here meanwhile, `follow` looked before
-        // the guest was parked and passed it by.
         self.reoffer_if_here(name);
     }
 
@@ -183,14 +192,7 @@ impl Supervisor {
         let Some(entry) = guests.get_mut(name) else {
             return;
         };
-        let took = matches!(
-            applied,
-            Applied::Loaded { .. }
-                | Applied::Reloaded { .. }
-                | Applied::Staged { .. }
-                | Applied::Unchanged
-        );
-        if took || entry.controller.is_none() {
+        if applied.settled() || entry.controller.is_none() {
             entry.stash = Some(stash);
         }
     }
@@ -250,13 +252,7 @@ impl Supervisor {
             entry.parked = true;
             entry.controller.take()
         };
-        self.access.forget(&name);
-        if let Some(c) = stopped {
-            c.stop().await;
-            tracing::info!(guest = %name, "guest parked: its shard went to another replica (cold standby); its informers are released");
-        }
-        drop(serial);
-        self.reoffer_if_here(&name);
+        self.parked(&name, stopped, serial).await;
     }
 
     /// Loads or parks every guest as the shards held here now require.
