@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::offers::{Offer, Unreadable};
 use super::Supervisor;
+use super::offers::{Offer, Unreadable};
 
 impl Supervisor {
     /// Hands `offer` for guest `name` to its queue: see the module docs. A tenant's guest
