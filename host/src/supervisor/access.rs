@@ -14,7 +14,9 @@
 //!   RoleBinding of the cluster, and needs to list and watch them). An informer rather than a
 //!   bare watch, for its relists, bookmarks and reconnects. Like every informer the host runs,
 //!   `/readyz` waits for them and names the rule to add if RBAC forbids them. A right lost
-//!   through a ClusterRole edit shows at the next period only.
+//!   through a ClusterRole edit shows at the next period only. The end of their first list
+//!   counts as a change in every namespace, since a grant made while it ran cannot be told from
+//!   the Roles that were there before.
 //! - The API server's RBAC authorizer reads Roles through its own cache: a review right after
 //!   an edit may still see the old rules; the next one (at most a period later) sees the new.
 //! - One pass reviews each distinct (ServiceAccount, rule) once, however many guests share it,
@@ -42,7 +44,7 @@ use crate::controller::Controller;
 use crate::events::Type;
 use crate::guest::identity::{Rule, ServiceAccount};
 use crate::informer::factory::InformerFactory;
-use crate::informer::{Event, InformerKey, Namespaces, Scope, State};
+use crate::informer::{Event, InformerKey, Namespaces, Notification, Scope, State};
 
 /// Reviews in flight at once, over every guest: they are requests to the API server.
 pub(super) const CONCURRENT_REVIEWS: usize = 4;
@@ -433,25 +435,23 @@ fn rbac_changes(factory: &InformerFactory, shared: &Arc<Shared>) -> Vec<AbortHan
         let shared = Arc::downgrade(shared);
         tasks.push(
             tokio::spawn(async move {
-                while let Some(n) = sub.recv().await {
-                    // The initial list replayed, or a relist that changed nothing: no change
-                    // the last review did not see.
-                    if n.background && !matches!(n.event, Event::Resync) {
-                        continue;
-                    }
-                    let namespace = match &n.event {
-                        Event::Added(o) => o.namespace().map(str::to_string),
-                        Event::Updated { new, .. } => new.namespace().map(str::to_string),
-                        Event::Deleted { last_known, .. } => {
-                            last_known.namespace().map(str::to_string)
-                        }
-                        // Missed events: review everything.
-                        Event::Resync => Some(String::new()),
+                let mut status = sub.informer().watch_status();
+                let mut follow = Follow::new(&status.borrow_and_update().state);
+                loop {
+                    let review = tokio::select! {
+                        n = sub.recv() => match n {
+                            Some(n) => follow.notified(&n),
+                            None => return,
+                        },
+                        changed = status.changed(), if follow.listing => match changed {
+                            Ok(()) => follow.status(&status.borrow_and_update().state),
+                            Err(_) => return,
+                        },
                     };
                     let Some(shared) = shared.upgrade() else {
                         return;
                     };
-                    if let Some(ns) = namespace {
+                    if let Some(ns) = review {
                         shared.dirty.lock().unwrap().insert(ns);
                         shared.wake.notify_one();
                     }
@@ -461,6 +461,57 @@ fn rbac_changes(factory: &InformerFactory, shared: &Arc<Shared>) -> Vec<AbortHan
         );
     }
     tasks
+}
+
+/// What an RBAC informer's news asks the reviews to look at again.
+///
+/// An informer started for the first review replays its initial list as background `Added`s,
+/// and a Role granted while that list was in flight is among them, indistinguishable from the
+/// Roles that were always there. So the end of a list this subscription saw begin counts as a
+/// change everywhere: without it, a guest refused for access just before its grant was listed
+/// would never be offered again.
+#[derive(Debug)]
+struct Follow {
+    /// The informer had not synced when subscribed to.
+    listing: bool,
+}
+
+impl Follow {
+    fn new(at_subscribe: &State) -> Self {
+        Self {
+            listing: !synced(at_subscribe),
+        }
+    }
+
+    /// The namespace a notification asks to review (`""` for every one), if any.
+    fn notified(&self, n: &Notification) -> Option<String> {
+        // The initial list replayed, or a relist that changed nothing: no change the last
+        // review did not see (or, while listing, one `status` covers).
+        if n.background && !matches!(n.event, Event::Resync) {
+            return None;
+        }
+        match &n.event {
+            Event::Added(o) => o.namespace().map(str::to_string),
+            Event::Updated { new, .. } => new.namespace().map(str::to_string),
+            Event::Deleted { last_known, .. } => last_known.namespace().map(str::to_string),
+            // Missed events: review everything.
+            Event::Resync => Some(String::new()),
+        }
+    }
+
+    /// What the informer's reaching `state` asks to review (`""` for every namespace).
+    fn status(&mut self, state: &State) -> Option<String> {
+        if self.listing && synced(state) {
+            self.listing = false;
+            return Some(String::new());
+        }
+        None
+    }
+}
+
+/// Whether an informer in `state` holds its initial list (a degraded one does, but may lag).
+fn synced(state: &State) -> bool {
+    matches!(state, State::Synced | State::Degraded)
 }
 
 /// Stops the forwarding tasks with the reviewing task.
@@ -724,6 +775,58 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(passes(), 4, "nothing more until the next period");
         task.abort();
+    }
+
+    fn role(ns: &str) -> crate::object::ObjectRef {
+        let v = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "grant", "namespace": ns, "resourceVersion": "7"},
+        });
+        Arc::new(
+            crate::object::Object::from_value(v, &crate::object::Transform::none(), None).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_grant_listed_by_the_rbac_informers_first_list_still_counts_as_a_change() {
+        // The informer starts with the first review; the tenant's Role is created while its
+        // initial list is in flight, so it arrives as a background `Added` like every old Role.
+        let mut follow = Follow::new(&State::Syncing);
+        let listed = Notification {
+            event: Event::Added(role("team-a")),
+            background: true,
+        };
+        assert_eq!(follow.notified(&listed), None);
+        assert_eq!(follow.status(&State::Syncing), None);
+        assert_eq!(
+            follow.status(&State::Synced),
+            Some(String::new()),
+            "the list's end reviews every namespace"
+        );
+        assert_eq!(follow.status(&State::Synced), None, "once");
+        let live = Notification {
+            event: Event::Added(role("team-b")),
+            background: false,
+        };
+        assert_eq!(follow.notified(&live).as_deref(), Some("team-b"));
+    }
+
+    #[test]
+    fn a_subscription_to_a_synced_informer_reviews_only_what_changes_after_it() {
+        // Its replay is a consistent snapshot: nothing granted during it goes unseen.
+        let mut follow = Follow::new(&State::Synced);
+        let replayed = Notification {
+            event: Event::Added(role("team-a")),
+            background: true,
+        };
+        assert_eq!(follow.notified(&replayed), None);
+        assert_eq!(follow.status(&State::Synced), None);
+        let missed = Notification {
+            event: Event::Resync,
+            background: false,
+        };
+        assert_eq!(follow.notified(&missed).as_deref(), Some(""));
     }
 
     #[test]
