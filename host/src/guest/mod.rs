@@ -665,9 +665,13 @@ fn usage_of(store: &Store<HostState>, started: Instant, cpu: Duration) -> Usage 
 /// `memory.copy` of a megabyte is one), costs a few percent on every call, and misses the host
 /// work done inside imports for the guest; epoch ticks are 5 ms apart, so a 1 ms reconcile would
 /// count as 0 or 5 ms. The kernel's per-thread clock is measured, not guessed, to about a
-/// microsecond, costs two calls of ~50 ns per poll, and, read around each poll, counts only the
-/// time the call really ran: not another task's, not the time preempted by another process.
-/// Zero where the clock is unavailable, which then meters nothing.
+/// microsecond, and, read around each poll, counts only the time the call really ran: not
+/// another task's, not the time preempted by another process.
+///
+/// Where it may surprise: each read is a system call (the vDSO serves only the wall clocks),
+/// about 0.4 µs on the benchmark machine, so two per poll are about 4% of an empty Rust
+/// reconcile (see `bench/RESULTS.md`). Zero where the clock is unavailable, which then
+/// meters nothing.
 pub fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
