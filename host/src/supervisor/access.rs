@@ -479,7 +479,7 @@ struct Follow {
 impl Follow {
     fn new(at_subscribe: &State) -> Self {
         Self {
-            listing: !synced(at_subscribe),
+            listing: !at_subscribe.is_synced(),
         }
     }
 
@@ -501,17 +501,12 @@ impl Follow {
 
     /// What the informer's reaching `state` asks to review (`""` for every namespace).
     fn status(&mut self, state: &State) -> Option<String> {
-        if self.listing && synced(state) {
+        if self.listing && state.is_synced() {
             self.listing = false;
             return Some(String::new());
         }
         None
     }
-}
-
-/// Whether an informer in `state` holds its initial list (a degraded one does, but may lag).
-fn synced(state: &State) -> bool {
-    matches!(state, State::Synced | State::Degraded)
 }
 
 /// Stops the forwarding tasks with the reviewing task.
@@ -788,15 +783,16 @@ mod tests {
         )
     }
 
+    fn news(event: Event, background: bool) -> Notification {
+        Notification { event, background }
+    }
+
     #[test]
     fn a_grant_listed_by_the_rbac_informers_first_list_still_counts_as_a_change() {
         // The informer starts with the first review; the tenant's Role is created while its
         // initial list is in flight, so it arrives as a background `Added` like every old Role.
         let mut follow = Follow::new(&State::Syncing);
-        let listed = Notification {
-            event: Event::Added(role("team-a")),
-            background: true,
-        };
+        let listed = news(Event::Added(role("team-a")), true);
         assert_eq!(follow.notified(&listed), None);
         assert_eq!(follow.status(&State::Syncing), None);
         assert_eq!(
@@ -805,10 +801,7 @@ mod tests {
             "the list's end reviews every namespace"
         );
         assert_eq!(follow.status(&State::Synced), None, "once");
-        let live = Notification {
-            event: Event::Added(role("team-b")),
-            background: false,
-        };
+        let live = news(Event::Added(role("team-b")), false);
         assert_eq!(follow.notified(&live).as_deref(), Some("team-b"));
     }
 
@@ -816,16 +809,10 @@ mod tests {
     fn a_subscription_to_a_synced_informer_reviews_only_what_changes_after_it() {
         // Its replay is a consistent snapshot: nothing granted during it goes unseen.
         let mut follow = Follow::new(&State::Synced);
-        let replayed = Notification {
-            event: Event::Added(role("team-a")),
-            background: true,
-        };
+        let replayed = news(Event::Added(role("team-a")), true);
         assert_eq!(follow.notified(&replayed), None);
         assert_eq!(follow.status(&State::Synced), None);
-        let missed = Notification {
-            event: Event::Resync,
-            background: false,
-        };
+        let missed = news(Event::Resync, false);
         assert_eq!(follow.notified(&missed).as_deref(), Some(""));
     }
 
