@@ -6,8 +6,8 @@
 //! replicas writes status and Events from the shard's owner only.
 //!
 //! The guests are `guests/stamp` (which stamps `<settings.version>:<data.v>` when its settings
-//! name a version) and the frozen `frozen_stamp` (`wit-0.1.0:<data.v>`): two modules, two
-//! digests.
+//! name a version) and the stamp built against `reconciled:runtime@0.1.0` that `guests/compat/`
+//! keeps (`wit-0.1.0:<data.v>`): two modules, two digests.
 
 use crate::common;
 
@@ -125,7 +125,7 @@ async fn a_reconciler_serves_from_a_registry_records_its_revisions_and_rolls_bac
     };
     let (stamp, frozen) = (
         std::fs::read(common::guests::wasm("stamp_v1")).unwrap(),
-        std::fs::read(common::guests::wasm("frozen_stamp")).unwrap(),
+        common::guests::compat("0.1.0"),
     );
     push(stamp.clone()).await;
 
@@ -431,7 +431,7 @@ async fn bad_reconcilers_get_a_condition_and_one_event_and_change_nothing_that_s
     .await;
 
     // A module edit in the ConfigMap reloads it.
-    let frozen = std::fs::read(common::guests::wasm("frozen_stamp")).unwrap();
+    let frozen = common::guests::compat("0.1.0");
     cms.replace("mods", &PostParams::default(), &{
         let mut cm = module_configmap("mods", "stamp.wasm", &frozen, false);
         cm.metadata.resource_version = cms.get("mods").await.unwrap().metadata.resource_version;

@@ -1,12 +1,13 @@
-//! A host upgrade never breaks a module: guests built against the frozen
-//! `reconciled:runtime@0.1.0`, `@0.1.1` and `@0.1.2` WITs and SDKs (`guests/frozen/`) run beside one built
-//! against the current WIT, on one host; a module built against a newer version runs if it uses nothing
-//! new, and is refused, naming both versions, if it does.
+//! A host upgrade never breaks a module: guests built against `reconciled:runtime@0.1.0`, `@0.1.1`
+//! and `@0.1.2` when each was current, kept as the components they were (`guests/compat/`), run
+//! beside one built against the current WIT, on one host; a module built against a newer version
+//! runs if it uses nothing new, and is refused, naming both versions, if it does.
 
 use crate::common;
 
 use std::time::Duration;
 
+use common::guests::compat;
 use common::host::{seen_all, stamped, supervisor_with};
 use common::namespace;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -41,36 +42,23 @@ async fn modules_built_against_wit_0_1_0_0_1_1_and_0_1_2_run_beside_one_built_ag
  {
     let cp = ControlPlane::shared();
     let client = cp.admin_client();
-    // (guest, module, the version its imports name, its namespace, what it stamps)
+    // (guest, the version its imports name, its namespace, what it stamps); every one but the
+    // current is the component guests/compat/ keeps.
     let guests = [
-        (
-            "v0-1-0",
-            "frozen_stamp",
-            "0.1.0",
-            "wit-0-1-0",
-            "wit-0.1.0:1",
-        ),
+        ("v0-1-0", "0.1.0", "wit-0-1-0", "wit-0.1.0:1"),
         // Its settings name the version to stamp: the interface 0.1.1 added, still served.
-        (
-            "v0-1-1",
-            "frozen_stamp_0_1_1",
-            "0.1.1",
-            "wit-0-1-1",
-            "frozen-0.1.1:1",
-        ),
-        (
-            "v0-1-2",
-            "frozen_stamp_0_1_2",
-            "0.1.2",
-            "wit-0-1-2",
-            "frozen-0.1.2:1",
-        ),
-        ("current", "stamp_v1", SERVED, "wit-current", "v1:1"),
+        ("v0-1-1", "0.1.1", "wit-0-1-1", "compat-0.1.1:1"),
+        ("v0-1-2", "0.1.2", "wit-0-1-2", "compat-0.1.2:1"),
+        ("current", SERVED, "wit-current", "v1:1"),
     ];
     let sup = supervisor_with(&cp.admin_config(), None);
-    for (name, module, version, ns, _) in guests {
+    for (name, version, ns, _) in guests {
         namespace(&client, ns).await;
-        let bytes = wasm(module);
+        let (module, bytes) = if version == SERVED {
+            ("stamp_v1".to_string(), wasm("stamp_v1"))
+        } else {
+            (format!("compat-{version}"), compat(version))
+        };
         // The modules are what they claim: each imports only its own version.
         for other in ["0.1.0", "0.1.1", "0.1.2", SERVED] {
             let imported = names(&bytes, &format!("reconciled:runtime/cache@{other}"));
@@ -78,7 +66,7 @@ async fn modules_built_against_wit_0_1_0_0_1_1_and_0_1_2_run_beside_one_built_ag
         }
         let mut settings = settings(name, ns);
         if version == "0.1.1" || version == "0.1.2" {
-            let stamp = format!(r#"{{"version": "frozen-{version}"}}"#);
+            let stamp = format!(r#"{{"version": "compat-{version}"}}"#);
             settings.guest_settings = GuestSettings::parse(&stamp).unwrap();
         }
         let source = Source::File(format!("{module}.wasm").into());
@@ -94,7 +82,7 @@ async fn modules_built_against_wit_0_1_0_0_1_1_and_0_1_2_run_beside_one_built_ag
     let stamped_all = async {
         loop {
             last.clear();
-            for (_, _, _, ns, _) in guests {
+            for (_, _, ns, _) in guests {
                 let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
                 last.push(seen_all(&api).await.remove("work").flatten());
             }

@@ -1,6 +1,7 @@
 //! Builds the wasm guests once per test binary (guests/build.sh) and hands out their paths;
 //! under scripts/test.sh, which built them already, it takes the paths from
-//! `RECONCILED_GUEST_WASMS` instead.
+//! `RECONCILED_GUEST_WASMS` instead. The modules built against older WIT versions are not built:
+//! they are the components `guests/compat/` keeps ([`compat`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -40,4 +41,32 @@ pub fn wasm(name: &str) -> PathBuf {
         .get(name)
         .unwrap_or_else(|| panic!("guests/build.sh built no {name}.wasm: {built:?}"))
         .clone()
+}
+
+/// A module built against the released `reconciled:runtime@<version>`, as `guests/compat/` keeps
+/// it: its bytes, checked against the digest its `provenance.toml` records, so that a test never
+/// runs a component other than the one kept.
+pub fn compat(version: &str) -> Vec<u8> {
+    use sha2::Digest as _;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../guests/compat")
+        .join(version);
+    let bytes = std::fs::read(dir.join("stamp.wasm"))
+        .unwrap_or_else(|e| panic!("guests/compat/{version}/stamp.wasm: {e}"));
+    let provenance = std::fs::read_to_string(dir.join("provenance.toml"))
+        .unwrap_or_else(|e| panic!("guests/compat/{version}/provenance.toml: {e}"));
+    let recorded = provenance
+        .lines()
+        .find_map(|l| l.strip_prefix("sha256 = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("guests/compat/{version}/provenance.toml records no sha256"));
+    let digest: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        digest, recorded,
+        "guests/compat/{version}/stamp.wasm is not the component its provenance records"
+    );
+    bytes
 }
