@@ -7,6 +7,11 @@
 #   scripts/image.sh --arch arm64         # target/oci/arm64/…, localhost/reconciled:0.1.0-arm64 (cross-built)
 #   scripts/image.sh --out DIR            # the archive in DIR instead (relative to the repository)
 #   scripts/image.sh --rootfs-only DIR    # only the root filesystem (deploy/Containerfile's build stage)
+#   scripts/image.sh --profile image-test # the binary built without optimisation (the test suite's)
+#
+# The binary's cargo profile is `image` (optimised, stripped) unless --profile or
+# RECONCILED_IMAGE_PROFILE names another: scripts/test.sh builds its image with `image-test`,
+# which compiles in a fraction of the time; releases use `image`.
 #
 # The binary is built with cargo-auditable, so it carries the list of crates compiled into it
 # (any scanner that reads the `.dep-v0` section, syft and trivy among them, finds them), and
@@ -27,12 +32,14 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 out=""
 rootfs_only=""
 arch=amd64
+profile="${RECONCILED_IMAGE_PROFILE:-image}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --arch) arch="${2:?--arch needs amd64 or arm64}"; shift 2 ;;
     --out) out="${2:?--out needs a directory}"; shift 2 ;;
     --rootfs-only) rootfs_only="${2:?--rootfs-only needs a directory}"; shift 2 ;;
-    *) echo "image: unknown argument '$1' (try --arch ARCH, --out DIR or --rootfs-only DIR)" >&2; exit 2 ;;
+    --profile) profile="${2:?--profile needs image or image-test}"; shift 2 ;;
+    *) echo "image: unknown argument '$1' (try --arch ARCH, --out DIR, --profile NAME or --rootfs-only DIR)" >&2; exit 2 ;;
   esac
 done
 case "$arch" in
@@ -74,17 +81,24 @@ if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
   rustup target add "$target"
 fi
 
-# cargo-auditable and auditable2cdx, by version, in the machine's cache.
+# cargo-auditable and auditable2cdx, by version, in the machine's tools folder (as
+# guests/go/tools.sh keeps its own: RECONCILED_CACHE_DIR does not move it).
+tools="${RECONCILED_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/reconciled/tools}"
 tool() {
-  local name=$1 crate_version=$2 root="$cache/tools/$1-$2"
+  local name=$1 crate_version=$2 root="$tools/$1-$2"
   if [ ! -x "$root/bin/$name" ]; then
     step "cargo install $name $crate_version (once per machine, cached in $root)"
-    cargo install --quiet --locked --root "$root" --version "$crate_version" "$name" >&2
+    rm -rf "$root.tmp"
+    CARGO_TARGET_DIR="$tools/.build-image" cargo install --quiet --locked --root "$root.tmp" \
+      --version "$crate_version" "$name" >&2
+    rm -rf "$root"
+    mv "$root.tmp" "$root"
   fi
   echo "$root/bin/$name"
 }
 auditable=$(tool cargo-auditable 0.7.7)
 auditable2cdx=$(tool auditable2cdx 0.1.0)
+rm -rf "$tools/.build-image"
 
 # Reproducible across machines and folders: in panic messages the crates' sources are named
 # /cargo/registry/src/… rather than by this machine's cargo home, and code that build scripts
@@ -97,10 +111,10 @@ target_dir=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 triple_env=$(echo "$target" | tr 'a-z-' 'A-Z_')
 export "CARGO_TARGET_${triple_env}_RUSTFLAGS=--remap-path-prefix=$cargo_home/registry/src=/cargo/registry/src --remap-path-prefix=$cargo_home/git/checkouts=/cargo/git/checkouts --remap-path-prefix=$target_dir=/target"
 
-step "cargo auditable build --profile image --target $target (the host without the embedded control plane)"
-PATH="$(dirname "$auditable"):$PATH" cargo auditable build --profile image --locked --target "$target" \
+step "cargo auditable build --profile $profile --target $target (the host without the embedded control plane)"
+PATH="$(dirname "$auditable"):$PATH" cargo auditable build --profile "$profile" --locked --target "$target" \
   -p reconciled --bin reconciled --no-default-features
-binary="$target_dir/$target/image/reconciled"
+binary="$target_dir/$target/$profile/reconciled"
 
 # The root filesystem. Modes are set explicitly so that the umask of whoever builds does not
 # change the digest; podman's --timestamp does the same for times.

@@ -50,6 +50,7 @@ if [ -n "$username" ] && [ -z "${RECONCILED_REGISTRY_PASSWORD:-}" ]; then
 fi
 
 step() { printf '\n==> %s\n' "$*" >&2; }
+command -v openssl >/dev/null 2>&1 || { echo "release: openssl is not on PATH (it derives the public key to verify the release with); install Debian's openssl" >&2; exit 1; }
 command -v podman >/dev/null 2>&1 || { echo "release: podman is not on PATH; install Debian's podman and runc" >&2; exit 1; }
 
 work=$(mktemp -d)
@@ -85,7 +86,7 @@ done
 # The amd64 image's own binary signs and attaches when this machine can run it; else a build
 # for the machine.
 target_dir="${CARGO_TARGET_DIR:-target}"
-reconciled="$target_dir/x86_64-unknown-linux-musl/image/reconciled"
+reconciled="$target_dir/x86_64-unknown-linux-musl/${RECONCILED_IMAGE_PROFILE:-image}/reconciled"
 if [ "$(uname -m)" != x86_64 ] || [ ! -x "$reconciled" ]; then
   step "cargo build --release (reconciled, to sign and attach)"
   cargo build --quiet --release --locked -p reconciled --bin reconciled --no-default-features
@@ -117,5 +118,20 @@ for arch in "${arch_list[@]}"; do
     >/dev/null
 done
 
-echo "release: $pinned (${arches//,/, }), signed, each image with its SBOM" >&2
+# What an admission step will check, checked before the reference is handed out: the list names
+# exactly the platforms built, and it and each image are signed by the key, each with its SBOM.
+step "reconciled verify (the list, ${arches//,/ and }, signed, each with its SBOM)"
+public="$work/release.pub"
+openssl pkey -in "$sign_key" -pubout -out "$public"
+platforms=()
+for arch in "${arch_list[@]}"; do
+  platforms+=(--platform "linux/$arch")
+done
+verified=$("$reconciled" verify "${reconciled_opts[@]}" "$pinned" --key "$public" "${platforms[@]}" \
+  --artifact application/vnd.cyclonedx+json)
+listed=$(printf '%s' "${arches//,/, linux/}")
+printf '%s\n' "$verified" | grep -q ": an image index of linux/$listed\$" \
+  || { echo "release: $pinned does not list exactly linux/$listed:" >&2; echo "$verified" >&2; exit 1; }
+
+echo "release: $pinned (${arches//,/, }), signed, each image with its SBOM, verified" >&2
 echo "$pinned"
