@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the tools that turn a Go package into a reconciler component, once per version, into
-# ~/.cache/reconciled/tools/<tool>-<version> (or $RECONCILED_CACHE_DIR/tools/...), and prints
-# their paths as shell assignments:
+# ~/.cache/reconciled/tools/<tool>-<version> (or $RECONCILED_TOOLS_DIR/<tool>-<version>), and
+# prints their paths as shell assignments:
 #
 #   eval "$(guests/go/tools.sh)"   # WIT_BINDGEN=... WASM_TOOLS=... WASI_ADAPTER=...
 #
@@ -13,12 +13,16 @@
 #   wasi-preview1-component-adapter-provider by guests/go/adapter: `go build` makes a wasip1
 #   module, and the adapter maps its WASI calls onto the WASI 0.2 imports the host links.
 #
-# Everything is built from crates.io with `cargo install --locked`; the first run takes several
+# Everything is built from crates.io with `cargo install --locked`, into one build tree so that
+# the crates wit-bindgen and wasm-tools share are compiled once; the first run takes several
 # minutes, later runs only check that the files are there. Progress goes to stderr.
+#
+# The folder is the machine's, not a host's: RECONCILED_CACHE_DIR (where a host keeps compiled
+# modules, which tests set per test) does not move it, so the tools are never installed twice.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cache="${RECONCILED_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/reconciled}/tools"
+cache="${RECONCILED_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/reconciled/tools}"
 
 wit_bindgen_version=0.61.1
 wasm_tools_version=1.258.3
@@ -45,7 +49,7 @@ install() {
     echo "guests/go/tools.sh: installing $bin into $dir (cargo install; minutes, once)" >&2
     # Into a temporary root first: an interrupted install must not look finished.
     rm -rf "$dir.tmp"
-    cargo install --locked --quiet --root "$dir.tmp" "$@" >&2
+    CARGO_TARGET_DIR="$cache/.build" cargo install --locked --quiet --root "$dir.tmp" "$@" >&2
     rm -rf "$dir"
     mv "$dir.tmp" "$dir"
 }
@@ -60,11 +64,10 @@ adapter_dir="$cache/wasi-adapter-$adapter_version"
 adapter="$adapter_dir/wasi_snapshot_preview1.reactor.wasm"
 if [[ ! -f "$adapter" ]]; then
     # Built outside the source tree: a --path install would use adapter/target.
-    install "wasi-adapter-$adapter_version" write-wasi-adapter --path "$here/adapter" \
-        --target-dir "$cache/.wasi-adapter-build"
-    rm -rf "$cache/.wasi-adapter-build"
+    install "wasi-adapter-$adapter_version" write-wasi-adapter --path "$here/adapter"
     "$adapter_dir/bin/write-wasi-adapter" "$adapter"
 fi
+rm -rf "$cache/.build"
 
 printf "WIT_BINDGEN=%q\n" "$cache/wit-bindgen-cli-$wit_bindgen_version/bin/wit-bindgen"
 printf "WASM_TOOLS=%q\n" "$cache/wasm-tools-$wasm_tools_version/bin/wasm-tools"

@@ -53,13 +53,16 @@ pub fn binary(tool: &Tool) -> Result<PathBuf, String> {
         tool.module,
         dir.display()
     );
+    let started = std::time::Instant::now();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(tool.module);
     let tmp = dir.join(format!("{}.tmp.{}", tool.name, std::process::id()));
     let out = Command::new("go")
         .current_dir(&src)
         .env("GOTOOLCHAIN", "local")
         .env("CGO_ENABLED", "0")
-        .args(["build", "-trimpath", "-o"])
+        // No symbol table or DWARF (`-s -w`): nobody debugs these, and writing them is a good
+        // part of linking a binary of 100 MB.
+        .args(["build", "-trimpath", "-ldflags=-s -w", "-o"])
         .arg(&tmp)
         .arg(tool.package)
         .stdin(Stdio::null())
@@ -75,5 +78,6 @@ pub fn binary(tool: &Tool) -> Result<PathBuf, String> {
         return Err(last.to_string());
     }
     std::fs::rename(&tmp, &bin).map_err(|e| format!("{}: {e}", bin.display()))?;
+    eprintln!("testenv: built {} in {:.0?}", tool.name, started.elapsed());
     Ok(bin)
 }
