@@ -54,33 +54,13 @@ builds=(
 # Modules built against older reconciled:runtime versions are not built here: guests/compat/
 # keeps each as the component it was, with its provenance.
 
-for build in "${builds[@]}"; do
-    dir="${build%%:*}"
-    echo "build.sh: building $dir" >&2
-    (cd "$dir" && cargo build --release --target "$target" >&2)
-done
-
-# Copies cargo's $1 to $2 (both in $out), through a temporary name and a rename, so that a
-# reader never sees half a file. An identical copy is left alone (its mtime too).
-copy_out() {
-    local from="$out/$1" to="$out/$2"
-    if cmp -s "$from" "$to"; then
-        return
-    fi
-    cp "$from" "$out/.$2.tmp.$$"
-    mv -f "$out/.$2.tmp.$$" "$to"
-}
-
 # Test guests copied out of cargo's output under the name tests know: output, then cargo's name.
 copies=(
     "wrong_world.wasm:wrong-world.wasm"
 )
-for copy in "${copies[@]}"; do
-    copy_out "${copy#*:}" "${copy%%:*}"
-done
 
 # Feature variants: output name, crate, then cargo features. `-p <crate>`, so only that crate
-# recompiles; the workspace build above already built the default one.
+# recompiles; the workspace build already built the default one.
 variants=(
     "stamp_v1:stamp:"
     "stamp_v2:stamp:v2"
@@ -101,19 +81,70 @@ variants=(
 if $bench; then
     variants+=("stamp_big:stamp:big")
 fi
-for variant in "${variants[@]}"; do
-    name="${variant%%:*}" rest="${variant#*:}"
-    crate="${rest%%:*}" features="${rest#*:}"
-    echo "build.sh: building $name ($crate, features: ${features:-default})" >&2
-    (cd "$here" && cargo build --release --target "$target" -p "$crate" \
-        ${features:+--features "$features"} >&2)
-    copy_out "$crate.wasm" "$name.wasm"
-done
 
-# The same source with a different version string: identical files mean a copy went wrong.
-if cmp -s "$out/stamp_v1.wasm" "$out/stamp_v2.wasm"; then
-    echo "build.sh: stamp_v1.wasm and stamp_v2.wasm are identical" >&2
-    exit 1
+# Copies cargo's $1 to $2 (both in $out), through a temporary name and a rename, so that a
+# reader never sees half a file. An identical copy is left alone (its mtime too).
+copy_out() {
+    local from="$out/$1" to="$out/$2"
+    if cmp -s "$from" "$to"; then
+        return
+    fi
+    cp "$from" "$out/.$2.tmp.$$"
+    mv -f "$out/.$2.tmp.$$" "$to"
+}
+
+# The Rust guests are skipped as a whole when nothing they are built from changed since their
+# last build into this target dir: cargo decides by file times, and a new clone (CI's) gives
+# every file a new one, so its fat-LTO builds would all run again for nothing. The inputs: the
+# content of every file of their workspaces and of wit/ (tracked, or new and not ignored), the
+# list of builds, this script, the toolchain and the flags. Without git they are always built.
+rust_inputs() {
+    local files
+    files=$(cd "$root" && git ls-files -z --cached --others --exclude-standard -- wit \
+        examples/configmap-generator examples/reservation guests \
+        ':!guests/js' ':!guests/python' ':!guests/go' ':!guests/compat' 2>/dev/null \
+        | xargs -0 -r sha256sum 2>/dev/null) || return 0
+    [ -n "$files" ] || return 0
+    { rustc -vV; cargo -V; echo "${RUSTFLAGS:-} ${CARGO_ENCODED_RUSTFLAGS:-}"; cat "$0"
+      printf '%s\n' "${builds[@]}" "${copies[@]}" "${variants[@]}" "$files"; } \
+        | sha256sum | cut -d' ' -f1
+}
+rust_up_to_date() {
+    local build variant copy
+    [ -n "$rust_sum" ] && [ "$(cat "$rust_stamp" 2>/dev/null)" = "$rust_sum" ] || return 1
+    for build in "${builds[@]}"; do [ -f "$out/${build##*:}.wasm" ] || return 1; done
+    for variant in "${variants[@]}"; do [ -f "$out/${variant%%:*}.wasm" ] || return 1; done
+    for copy in "${copies[@]}"; do [ -f "$out/${copy%%:*}" ] || return 1; done
+}
+rust_stamp="$out/.rust-guests.sum"
+rust_sum="$(rust_inputs)"
+
+if rust_up_to_date; then
+    echo "build.sh: the Rust guests are up to date (their sources are those of the last build)" >&2
+else
+    rm -f "$rust_stamp"
+    for build in "${builds[@]}"; do
+        dir="${build%%:*}"
+        echo "build.sh: building $dir" >&2
+        (cd "$dir" && cargo build --release --target "$target" >&2)
+    done
+    for copy in "${copies[@]}"; do
+        copy_out "${copy#*:}" "${copy%%:*}"
+    done
+    for variant in "${variants[@]}"; do
+        name="${variant%%:*}" rest="${variant#*:}"
+        crate="${rest%%:*}" features="${rest#*:}"
+        echo "build.sh: building $name ($crate, features: ${features:-default})" >&2
+        (cd "$here" && cargo build --release --target "$target" -p "$crate" \
+            ${features:+--features "$features"} >&2)
+        copy_out "$crate.wasm" "$name.wasm"
+    done
+    # The same source with a different version string: identical files mean a copy went wrong.
+    if cmp -s "$out/stamp_v1.wasm" "$out/stamp_v2.wasm"; then
+        echo "build.sh: stamp_v1.wasm and stamp_v2.wasm are identical" >&2
+        exit 1
+    fi
+    [ -z "$rust_sum" ] || echo "$rust_sum" >"$rust_stamp"
 fi
 
 # TypeScript guests: the SDK in guests/js, built by componentize-js (about 11 MB each).
