@@ -15,9 +15,12 @@
 //!   ignored until they are renamed to `x.wasm`.
 //! - A change is content, not events: touching a file, or rewriting it with the same bytes,
 //!   reports nothing.
-//! - A writer that pauses longer than the settle time mid-file (or writes for longer than
-//!   `max_wait`) is read half-written. The half version is reported, and the finished one
-//!   follows once it is closed; guests that fail to load keep the previous version serving.
+//! - On Linux, whose watcher reports a writer closing a file, a file being written is read once
+//!   its writer closes it, however long it pauses mid-file, up to `max_wait`. Elsewhere a writer
+//!   that pauses longer than the settle time mid-file is read half-written. A file written for
+//!   longer than `max_wait` is read half-written everywhere: the half version is reported, and
+//!   the finished one follows once it is closed; guests that fail to load keep the previous
+//!   version serving.
 //! - Whoever may write to the folder chooses the names in it, so every file is opened beneath the
 //!   folder's handle, opened once: no name or link reaches outside the folder. A symlink counts
 //!   as the file it points to if that file is in the folder too (and only changes to the link
@@ -167,6 +170,10 @@ pub struct Settle {
     pub after_other: Duration,
     /// Longest wait from the first event of a burst [2 s].
     pub max_wait: Duration,
+    /// Data written to a file waits for its writer to close it (at most `max_wait`) rather than
+    /// for `after_other` of quiet [on Linux, whose watcher reports the close; off elsewhere]. A writer that pauses mid-file (a slow disk's flush, a busy
+    /// machine) is then never read half-written.
+    pub wait_for_close: bool,
 }
 
 impl Default for Settle {
@@ -175,6 +182,7 @@ impl Default for Settle {
             after_close: Duration::from_millis(10),
             after_other: Duration::from_millis(100),
             max_wait: Duration::from_secs(2),
+            wait_for_close: cfg!(target_os = "linux"),
         }
     }
 }
@@ -459,6 +467,9 @@ fn quiet_for(kind: &EventKind, settle: &Settle) -> Option<Duration> {
         EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Any)) => {
             Some(settle.after_close)
         }
+        // A writer at work, which will close the file: its close ends the wait. (Not a create:
+        // a link or a hard link is created with no close after it.)
+        EventKind::Modify(ModifyKind::Data(_)) if settle.wait_for_close => Some(settle.max_wait),
         _ => Some(settle.after_other),
     }
 }
@@ -810,7 +821,10 @@ mod tests {
     #[test]
     fn event_kinds_choose_the_wait() {
         use notify::event::{CreateKind, DataChange, RemoveKind};
-        let s = Settle::default();
+        let s = Settle {
+            wait_for_close: false,
+            ..Settle::default()
+        };
         let close = EventKind::Access(AccessKind::Close(AccessMode::Write));
         let open = EventKind::Access(AccessKind::Open(AccessMode::Any));
         let to = EventKind::Modify(ModifyKind::Name(RenameMode::To));
@@ -827,6 +841,41 @@ mod tests {
         ] {
             assert_eq!(quiet_for(&kind, &s), Some(s.after_other), "{kind:?}");
         }
+    }
+
+    #[test]
+    fn a_file_being_written_waits_for_its_close_where_closes_are_reported() {
+        use notify::event::{CreateKind, DataChange, MetadataKind, RemoveKind};
+        let s = Settle {
+            wait_for_close: true,
+            ..Settle::default()
+        };
+        let data = EventKind::Modify(ModifyKind::Data(DataChange::Any));
+        assert_eq!(quiet_for(&data, &s), Some(s.max_wait));
+        // Nothing need close after these (a symlink is created, a file touched or removed):
+        // the usual quiet.
+        for kind in [
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)),
+            EventKind::Remove(RemoveKind::File),
+        ] {
+            assert_eq!(quiet_for(&kind, &s), Some(s.after_other), "{kind:?}");
+        }
+
+        // A writer that pauses 500 ms mid-file (a flush on a busy disk) is read only once it
+        // closes the file.
+        let t0 = Instant::now();
+        let first = Pending::bump(None, t0, s.max_wait, s.max_wait);
+        let paused = t0 + Duration::from_millis(500);
+        let resumed = Pending::bump(Some(first), paused, s.max_wait, s.max_wait);
+        assert!(resumed.deadline > paused, "not read during the pause");
+        let closed = paused + Duration::from_millis(1);
+        let done = Pending::bump(Some(resumed), closed, s.after_close, s.max_wait);
+        assert_eq!(
+            done.deadline,
+            closed + s.after_close,
+            "the close ends the wait"
+        );
     }
 
     #[tokio::test]
