@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::wait::wait_until;
 use common::*;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::Role;
@@ -90,17 +91,31 @@ async fn a_fresh_informer_misses_no_event_and_sees_none_twice_at_the_handoff() {
             }
         })
     };
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Counted, not timed: on a busy machine the writer may manage a tenth of its usual pace.
+    let writes_committed_after = |rv: u64| {
+        let log = log.lock().unwrap();
+        log.iter()
+            .filter(|(_, op, at)| *op != Op::Delete && *at > rv)
+            .count()
+    };
+    wait_until("the writer's first writes", Duration::from_secs(60), || {
+        writes_committed_after(0) > 60
+    })
+    .await;
 
     let informer = Informer::start(cp.admin_client(), configmaps(ns), Options::default());
     let mut sub = informer.subscribe(1 << 20);
     informer.wait_synced(Duration::from_secs(30)).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sync_rv = informer.stats().initial_sync_rv;
+    wait_until(
+        "the writer's writes after the sync",
+        Duration::from_secs(60),
+        || writes_committed_after(sync_rv) > 60,
+    )
+    .await;
     stop.store(true, Ordering::SeqCst);
     writer.await.unwrap();
     wait_cache_equals_list(&informer, &admin, ns, Duration::from_secs(20)).await;
-
-    let sync_rv = informer.stats().initial_sync_rv;
     assert!(sync_rv > 0);
     let mut initial: HashMap<String, Vec<u64>> = HashMap::new();
     let mut live: HashMap<String, Vec<(Op, u64)>> = HashMap::new();
