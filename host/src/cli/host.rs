@@ -27,7 +27,7 @@ pub(crate) struct ClusterArgs {
     kubeconfig: Option<PathBuf>,
     /// With the embedded control plane: also write its admin kubeconfig here.
     #[arg(long)]
-    write_kubeconfig: Option<PathBuf>,
+    pub(crate) write_kubeconfig: Option<PathBuf>,
     /// Serve /healthz, /readyz, /metrics and /status here ("off" to disable).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
@@ -198,9 +198,13 @@ async fn config(args: &ClusterArgs) -> anyhow::Result<(kube::Config, Option<Embe
 async fn embedded(args: &ClusterArgs) -> anyhow::Result<(kube::Config, Option<Embedded>)> {
     tracing::info!("no kubeconfig given: starting an embedded control plane on loopback");
     let cp = tokio::task::spawn_blocking(testenv::ControlPlane::start).await??;
+    // The plane is this host's alone: a Reconciler applies there with nothing installed first.
+    let client = kube::Client::try_from(cp.admin_config())?;
+    reconciled::sources::reconciler::crds::install(&client, std::time::Duration::from_secs(30))
+        .await?;
     if let Some(out) = &args.write_kubeconfig {
         std::fs::copy(cp.kubeconfig_path(), out)?;
     }
-    tracing::info!(kubeconfig = %cp.kubeconfig_path().display(), "embedded control plane ready; try: kubectl --kubeconfig {} get configmaps -A", cp.kubeconfig_path().display());
+    tracing::info!(kubeconfig = %cp.kubeconfig_path().display(), "embedded control plane ready, with the Reconciler CRDs; it stops with this host, and its objects with it (`cargo run -p testenv -- up` starts one that outlives it: pass its kubeconfig with --kubeconfig); try: kubectl --kubeconfig {} get configmaps -A", cp.kubeconfig_path().display());
     Ok((cp.admin_config(), Some(cp)))
 }

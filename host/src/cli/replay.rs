@@ -100,7 +100,7 @@ fn kind_of(c: &replay::Change) -> &'static str {
         C::Outcome { .. } => "outcomes changed",
         C::WriteAdded(_) => "writes added",
         C::WriteRemoved(_) => "writes removed",
-        C::WriteChanged(..) => "writes changed",
+        C::WriteChanged { .. } => "writes changed",
         C::EventAdded(_) => "events added",
         C::EventRemoved(_) => "events removed",
         C::NewRead(_) => "new reads",

@@ -33,14 +33,21 @@ pub(crate) struct RunArgs {
     /// confined to its namespace (the config file's [tenants] section tunes this).
     #[arg(long)]
     configmaps: bool,
+    /// Load tenants' guests from `Reconciler` objects (reconciled.dev/v1alpha1) too, under the
+    /// same tenant policy as --configmaps (which it implies): `reconcilers = true` under
+    /// [tenants]. Needs the CRDs of deploy/reconcilers.yaml, which the embedded control plane
+    /// installs itself.
+    #[arg(long)]
+    reconcilers: bool,
     /// Kinds tenants' guests may declare and write (`v1/ConfigMap`, `apps/v1/*`, `*`), comma
-    /// separated or repeated; with --configmaps and no [tenants] in --config. None by default:
+    /// separated or repeated; with --configmaps (or --reconcilers) and no [tenants] in --config. None by default:
     /// tenants' guests are then rejected, naming the kind to allow. A wildcard never allows
     /// RBAC kinds, Secrets or Pods; name them.
     #[arg(long = "tenant-kinds", value_delimiter = ',')]
     tenant_kinds: Vec<String>,
-    /// Registries (host or host:port) tenants' `.wasm.ref` keys may pull from, comma separated
-    /// or repeated; with --configmaps and no [tenants] in --config. None by default.
+    /// Registries (host or host:port) tenants' `.wasm.ref` keys and Reconcilers may pull from,
+    /// comma separated or repeated; with --configmaps (or --reconcilers) and no [tenants] in
+    /// --config. None by default.
     #[arg(long = "tenant-registries", value_delimiter = ',')]
     tenant_registries: Vec<String>,
     /// This replica's name among the replicas sharing the guests (with [replicas] in --config):
@@ -68,7 +75,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let tenants = tenant_policy(&config, &args)?;
     if guests.is_empty() && tenants.is_none() {
         anyhow::bail!(
-            "no guests: pass --guest <file.wasm>, --config <host.toml>, or --configmaps to load tenants' ConfigMaps"
+            "no guests: pass --guest <file.wasm>, --config <host.toml>, --configmaps to load tenants' ConfigMaps, or --reconcilers to load their Reconcilers too"
         );
     }
     let replicas = replicas(&config, &args)?;
@@ -173,19 +180,24 @@ fn guests(config: &Config, args: &RunArgs) -> anyhow::Result<Vec<GuestConfig>> {
 /// `None` without tenants.
 fn tenant_policy(config: &Config, args: &RunArgs) -> anyhow::Result<Option<TenantPolicy>> {
     let flags = !args.tenant_kinds.is_empty() || !args.tenant_registries.is_empty();
-    let policy = match (&config.tenants, args.configmaps) {
+    let tenants = args.configmaps || args.reconcilers;
+    let policy = match (&config.tenants, tenants) {
         (Some(_), _) if flags => anyhow::bail!(
             "--tenant-kinds or --tenant-registries, and a [tenants] section in {}, both say what tenants may do: use `kinds` and `registries` under [tenants] only",
             args.config_path().display()
         ),
-        (Some(p), _) => p.clone(),
+        (Some(p), _) => TenantPolicy {
+            reconcilers: p.reconcilers || args.reconcilers,
+            ..p.clone()
+        },
         (None, true) => TenantPolicy {
             kinds: args.tenant_kinds.iter().cloned().collect(),
             registries: args.tenant_registries.iter().cloned().collect(),
+            reconcilers: args.reconcilers,
             ..TenantPolicy::default()
         },
         (None, false) if flags => anyhow::bail!(
-            "--tenant-kinds and --tenant-registries apply to tenants' guests: add --configmaps"
+            "--tenant-kinds and --tenant-registries apply to tenants' guests: add --configmaps or --reconcilers"
         ),
         (None, false) => return Ok(None),
     };
@@ -306,4 +318,56 @@ fn pull(
             sup.offer(&name, offer);
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Line {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn args(line: &[&str]) -> RunArgs {
+        let mut all = vec!["run"];
+        all.extend_from_slice(line);
+        Line::try_parse_from(all).unwrap().run
+    }
+
+    #[test]
+    fn reconcilers_with_tenant_kinds_make_one_policy_with_reconcilers_on() {
+        let a = args(&["--reconcilers", "--tenant-kinds", "v1/ConfigMap"]);
+        let policy = tenant_policy(&Config::default(), &a).unwrap().unwrap();
+        assert!(policy.reconcilers);
+        assert!(policy.kinds.contains("v1/ConfigMap"));
+        // --configmaps alone keeps them off, as before.
+        let a = args(&["--configmaps", "--tenant-kinds", "v1/ConfigMap"]);
+        let policy = tenant_policy(&Config::default(), &a).unwrap().unwrap();
+        assert!(!policy.reconcilers);
+        // Kinds with neither is a mistake that says what to add.
+        let e = tenant_policy(
+            &Config::default(),
+            &args(&["--tenant-kinds", "v1/ConfigMap"]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("add --configmaps or --reconcilers"), "{e}");
+    }
+
+    #[test]
+    fn reconcilers_with_a_tenants_section_turn_them_on_there() {
+        let config = Config {
+            tenants: Some(TenantPolicy::default()),
+            ..Config::default()
+        };
+        let policy = tenant_policy(&config, &args(&["--reconcilers"]))
+            .unwrap()
+            .unwrap();
+        assert!(policy.reconcilers);
+        let policy = tenant_policy(&config, &args(&[])).unwrap().unwrap();
+        assert!(!policy.reconcilers, "as the section says");
+    }
 }

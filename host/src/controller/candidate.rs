@@ -17,7 +17,9 @@
 //!   write the API server had received before the fence fell may still land; none is sent
 //!   after it.
 //! - What [`Controller::rollout_observed`](super::Controller::rollout_observed) reports is
-//!   counted since the route last changed: each step is judged on its own reconciles.
+//!   counted since the route last changed: each step is judged on its own reconciles, and its
+//!   latency on its reconciles of live changes against the serving revision's most recent ones
+//!   (see `traffic`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -25,6 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::gate::{Gate, Pass};
 use super::shadow::{self, Shadow};
+use super::traffic::Recent;
 use super::version::Version;
 use crate::guest::imports::GuestContext;
 use crate::guest::settings::GuestSettings;
@@ -62,7 +65,7 @@ pub struct CandidateSnapshot {
     pub route: Route,
 }
 
-/// How many recent reconcile times each side keeps for its p99.
+/// How many recent live reconcile times the candidate keeps in a step.
 const TIMES_KEPT: usize = 2048;
 
 /// What was seen since the route last changed.
@@ -70,11 +73,12 @@ const TIMES_KEPT: usize = 2048;
 struct Tally {
     since: Instant,
     reconciles: u64,
+    live: u64,
     guest_errors: u64,
     traps: u64,
     last_error: Option<String>,
-    candidate_times: Vec<Duration>,
-    serving_times: Vec<Duration>,
+    /// The candidate's reconcile times of live changes, oldest first.
+    times: Recent,
     /// The shadow's counts when the step began.
     compared_before: u64,
     divergent_before: u64,
@@ -85,35 +89,15 @@ impl Tally {
         Self {
             since: Instant::now(),
             reconciles: 0,
+            live: 0,
             guest_errors: 0,
             traps: 0,
             last_error: None,
-            candidate_times: Vec::new(),
-            serving_times: Vec::new(),
+            times: Recent::new(TIMES_KEPT),
             compared_before,
             divergent_before,
         }
     }
-}
-
-/// Keeps the latest [`TIMES_KEPT`] of `times`, overwriting the oldest.
-fn keep(times: &mut Vec<Duration>, n: u64, took: Duration) {
-    if times.len() < TIMES_KEPT {
-        times.push(took);
-    } else {
-        times[(n as usize) % TIMES_KEPT] = took;
-    }
-}
-
-/// The 99th percentile of `times` (nearest rank), if there is any.
-pub(crate) fn p99(times: &[Duration]) -> Option<Duration> {
-    if times.is_empty() {
-        return None;
-    }
-    let mut sorted = times.to_vec();
-    sorted.sort_unstable();
-    let rank = (sorted.len() * 99).div_ceil(100).max(1);
-    Some(sorted[rank - 1])
 }
 
 /// A candidate revision, staged.
@@ -131,7 +115,8 @@ pub(super) struct Candidate {
     pub(super) gate: Arc<Gate>,
     fence: Arc<AtomicBool>,
     tally: Mutex<Tally>,
-    serving_runs: std::sync::atomic::AtomicU64,
+    /// Parts of written objects a shadow step lets differ (its `ignorePaths`).
+    ignore: RwLock<Arc<[String]>>,
     /// Told after each reconcile it counts: the driver judges the step at once instead of at
     /// its next look.
     pub(super) changed: Arc<tokio::sync::Notify>,
@@ -158,7 +143,7 @@ impl Candidate {
             gate: Gate::open(),
             fence,
             tally: Mutex::new(Tally::new(0, 0)),
-            serving_runs: Default::default(),
+            ignore: RwLock::new(Arc::new([])),
             changed: Arc::default(),
         }
     }
@@ -168,28 +153,38 @@ impl Candidate {
         *self.route.read().unwrap()
     }
 
-    /// Routes it anew, and starts counting afresh for the new step; returns the route before.
-    pub(super) fn set_route(&self, route: Route) -> Route {
+    /// Routes it anew, with the paths a shadow step lets differ, and starts counting afresh
+    /// for the new step; returns the route before.
+    pub(super) fn set_route(&self, route: Route, ignore: &[String]) -> Route {
         let before = std::mem::replace(&mut *self.route.write().unwrap(), route);
+        *self.ignore.write().unwrap() = ignore.into();
         let counts = self.shadow_counts.snapshot("");
         *self.tally.lock().unwrap() = Tally::new(counts.reconciles, counts.divergent);
         before
     }
 
-    /// What the current step has seen; `resumed` is passed through.
-    pub(super) fn observed(&self, resumed: bool) -> Observed {
+    /// The paths a shadow step lets differ.
+    pub(super) fn ignored(&self) -> Arc<[String]> {
+        self.ignore.read().unwrap().clone()
+    }
+
+    /// What the current step has seen, beside `serving_times` (the serving revision's most
+    /// recent live reconcile times); `resumed` is passed through.
+    pub(super) fn observed(&self, serving_times: Vec<Duration>, resumed: bool) -> Observed {
         let counts = self.shadow_counts.snapshot("");
         let tally = self.tally.lock().unwrap();
         Observed {
             compared: counts.reconciles.saturating_sub(tally.compared_before),
             divergent: counts.divergent.saturating_sub(tally.divergent_before),
             last_divergence: counts.last_divergence,
+            first_difference: counts.first_difference,
             reconciles: tally.reconciles,
+            live: tally.live,
             guest_errors: tally.guest_errors,
             traps: tally.traps,
             last_error: tally.last_error.clone(),
-            p99: p99(&tally.candidate_times),
-            serving_p99: p99(&tally.serving_times),
+            times: tally.times.to_vec(),
+            serving_times,
             in_step: tally.since.elapsed(),
             resumed,
         }
@@ -234,27 +229,26 @@ impl Pick {
         self.candidate.as_ref().map(|c| c.gate.clone())
     }
 
-    /// The counts the shadow's comparisons go to when it is the candidate's (a shadow step);
-    /// `None` for a host config's shadow, whose counts are the guest's.
-    pub(super) fn candidate_shadow_counts(&self) -> Option<&shadow::Counts> {
+    /// The counts the shadow's comparisons go to, and the paths they leave out, when it is
+    /// the candidate's (a shadow step); `None` for a host config's shadow, whose counts are the
+    /// guest's and which ignores nothing.
+    pub(super) fn candidate_shadow(&self) -> Option<(&shadow::Counts, Arc<[String]>)> {
         let c = self.candidate.as_ref().filter(|_| self.candidate_shadow)?;
-        Some(&c.shadow_counts)
+        Some((&c.shadow_counts, c.ignored()))
     }
 
-    /// Records a reconcile that ran as picked, for the candidate's step.
-    pub(super) fn record(&self, key: &str, reconciled: &Reconciled, took: Duration) {
-        let Some(candidate) = &self.candidate else {
+    /// Records a reconcile that ran on the candidate (`live`: of a live change), for its
+    /// step; a reconcile on the serving revision is not the candidate's to count.
+    pub(super) fn record(&self, key: &str, live: bool, reconciled: &Reconciled, took: Duration) {
+        let (Some(candidate), Some(_)) = (&self.candidate, &self.canary) else {
             return;
         };
         let mut tally = candidate.tally.lock().unwrap();
-        if self.canary.is_none() {
-            let n = candidate.serving_runs.fetch_add(1, Ordering::Relaxed);
-            keep(&mut tally.serving_times, n, took);
-            return;
-        }
-        let n = tally.reconciles;
         tally.reconciles += 1;
-        keep(&mut tally.candidate_times, n, took);
+        if live {
+            tally.live += 1;
+            tally.times.push(took);
+        }
         match (&reconciled.result, reconciled.blame()) {
             (Ok(Err(e)), Some(Blame::Guest)) => {
                 tally.guest_errors += 1;
@@ -290,32 +284,6 @@ pub(super) fn fenced(client: kube::Client, fence: Arc<AtomicBool>) -> kube::Clie
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    #[test]
-    fn p99_is_the_nearest_rank() {
-        assert_eq!(p99(&[]), None);
-        assert_eq!(p99(&[ms(5)]), Some(ms(5)));
-        let hundred: Vec<Duration> = (1..=100).map(ms).collect();
-        assert_eq!(p99(&hundred), Some(ms(99)));
-        let mut two_hundred: Vec<Duration> = (1..=200).map(ms).collect();
-        two_hundred.reverse();
-        assert_eq!(p99(&two_hundred), Some(ms(198)));
-    }
-
-    #[test]
-    fn kept_times_are_the_latest_ones() {
-        let mut times = Vec::new();
-        for n in 0..(TIMES_KEPT as u64 + 10) {
-            keep(&mut times, n, ms(n));
-        }
-        assert_eq!(times.len(), TIMES_KEPT);
-        assert!(times.contains(&ms(TIMES_KEPT as u64 + 9)));
-        assert!(!times.contains(&ms(5)), "the oldest were overwritten");
-    }
 
     #[tokio::test]
     async fn a_fenced_client_refuses_writes_once_the_fence_falls_and_still_reads() {

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 
 pub use super::plan::Role;
 use super::shared::Shared;
+use super::traffic::{Change, Seen};
 use super::work_queue::Priority;
 use crate::guest::bindings::{Gvk, Request};
 use crate::guest::grant::Grant;
@@ -32,6 +33,23 @@ pub fn objects(n: &Notification) -> Vec<&ObjectRef> {
         Event::Deleted { last_known, .. } => vec![last_known],
         Event::Resync => vec![],
     }
+}
+
+/// What `n`, about an object of `kind`, says changed, for the traffic a rollout judges (see
+/// `traffic`); `None` for a resync, which is no change.
+pub(super) fn change_of(kind: &Gvk, n: &Notification) -> Option<Change> {
+    let (object, seen) = match &n.event {
+        Event::Added(o) | Event::Updated { new: o, .. } => {
+            (o, Seen::Version(o.resource_version_number()))
+        }
+        Event::Deleted { last_known, .. } => (last_known, Seen::Deleted(last_known.uid().into())),
+        Event::Resync => return None,
+    };
+    Some(Change::Object {
+        kind: kind.clone(),
+        object: object.key().to_string(),
+        seen,
+    })
 }
 
 /// The priority of a notification's reconciles.
@@ -89,6 +107,15 @@ pub(super) async fn handle(
             continue;
         };
         let priority = priority(&n);
+        // Traffic for a rollout's analysis, once the reconcile begins (see `traffic`): what
+        // changed, unless this is the initial list or a relist.
+        let change = (!n.background).then(|| change_of(&kind, &n)).flatten();
+        let enqueue = |key: String| {
+            if let Some(change) = &change {
+                c.traffic.mark(&key, change.clone());
+            }
+            c.queue.add(key, priority);
+        };
         for role in roles {
             for obj in objects(&n) {
                 if *role == Role::GuestMap {
@@ -110,7 +137,7 @@ pub(super) async fn handle(
                                 tracing::warn!(guest = %c.name, key = obj.key(), "{dropped}");
                             }
                             for key in mapped.keys {
-                                c.queue.add(key, priority);
+                                enqueue(key);
                             }
                         }
                         Err(e) => {
@@ -127,7 +154,7 @@ pub(super) async fn handle(
                     }
                 }
                 for key in primaries(role, &version.for_kind, obj) {
-                    c.queue.add(key, priority);
+                    enqueue(key);
                 }
             }
         }
@@ -275,6 +302,46 @@ mod tests {
             .collect();
         let v = serde_json::json!({"metadata": {"name": "child", "namespace": "a", "ownerReferences": refs, "labels": labels}});
         Arc::new(Object::from_value(v, &Transform::none(), None).unwrap())
+    }
+
+    #[test]
+    fn a_notification_says_which_object_changed_to_which_version() {
+        let at = |rv: u64| -> ObjectRef {
+            let v = serde_json::json!({"metadata": {"name": "x", "namespace": "a", "uid": "u1", "resourceVersion": rv.to_string()}});
+            Arc::new(Object::from_value(v, &Transform::none(), None).unwrap())
+        };
+        let kind = gen_kind();
+        let updated = Notification {
+            event: Event::Updated {
+                old: at(6),
+                new: at(7),
+            },
+            background: false,
+        };
+        assert_eq!(
+            change_of(&kind, &updated),
+            Some(Change::Object {
+                kind: kind.clone(),
+                object: "a/x".into(),
+                seen: Seen::Version(Some(7)),
+            })
+        );
+        let deleted = Notification {
+            event: Event::Deleted {
+                last_known: at(8),
+                final_state_unknown: false,
+            },
+            background: false,
+        };
+        assert!(matches!(
+            change_of(&kind, &deleted),
+            Some(Change::Object { seen: Seen::Deleted(uid), .. }) if uid == "u1"
+        ));
+        let resync = Notification {
+            event: Event::Resync,
+            background: true,
+        };
+        assert_eq!(change_of(&kind, &resync), None);
     }
 
     #[test]

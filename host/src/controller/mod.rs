@@ -21,6 +21,7 @@ pub mod shadow;
 mod shared;
 mod snapshot;
 mod staging;
+mod traffic;
 mod version;
 pub mod work_queue;
 mod worker;
@@ -171,6 +172,7 @@ impl Controller {
             counters: Counters::default(),
             failures: Mutex::new(Failures::default()),
             failing: watch::Sender::new(None),
+            traffic: traffic::Traffic::default(),
             settings,
         });
         let workers = (0..shared.settings.workers.max(1))

@@ -105,6 +105,7 @@ pub struct Counts {
     reconciles: AtomicU64,
     divergent: AtomicU64,
     last: Mutex<Option<String>>,
+    first_difference: Mutex<Option<String>>,
     problem: Mutex<Option<String>>,
 }
 
@@ -119,6 +120,9 @@ pub struct ShadowSnapshot {
     pub divergent: u64,
     /// The latest divergence: the request and what differed first.
     pub last_divergence: Option<String>,
+    /// Where the latest write that both runs made differently first differed: a JSON pointer
+    /// into the write, with both values.
+    pub first_difference: Option<String>,
     /// Why the shadow is not running, if it is not.
     pub problem: Option<String>,
 }
@@ -160,13 +164,14 @@ impl Shadow {
         self.module.reconcile(self.ctx.clone(), request).await
     }
 
-    /// Compares the shadow's run of `key` with the live version's, and counts it.
+    /// Compares the shadow's run of `key` with the live version's, leaving the parts of
+    /// written objects at `ignore` (JSON pointers) out, and counts it.
     pub(crate) fn compare(
         &self,
         guest: &str,
         key: &str,
-        shadowed: &Reconciled,
-        live: &Reconciled,
+        (shadowed, live): (&Reconciled, &Reconciled),
+        ignore: &[String],
         counts: &Counts,
     ) {
         let (Some(live), Some(shadow)) = (&live.recording, &shadowed.recording) else {
@@ -174,12 +179,23 @@ impl Shadow {
         };
         counts.reconciles.fetch_add(1, Ordering::Relaxed);
         // Reads may differ freely: only what the shadow would have done counts.
-        let changes: Vec<_> = divergence::compare(live, shadow, &shadow.outcome)
+        let changes: Vec<_> = divergence::compare_ignoring(live, shadow, &shadow.outcome, ignore)
             .into_iter()
             .filter(|c| !matches!(c, divergence::Change::NewRead(_)))
             .collect();
         if let Some(first) = changes.first() {
             counts.divergent.fetch_add(1, Ordering::Relaxed);
+            // The latest write that differed in its content (a write only one run made has no
+            // path to name).
+            let path = changes.iter().find_map(|c| match c {
+                divergence::Change::WriteChanged { key, first, .. } => {
+                    Some(format!("{key}: {first}"))
+                }
+                _ => None,
+            });
+            if path.is_some() {
+                *counts.first_difference.lock().unwrap() = path;
+            }
             let first = first.to_string();
             let first = first.lines().next().unwrap_or("");
             let more = changes.len() - 1;
@@ -210,6 +226,7 @@ impl Counts {
             reconciles: self.reconciles.load(Ordering::Relaxed),
             divergent: self.divergent.load(Ordering::Relaxed),
             last_divergence: self.last.lock().unwrap().clone(),
+            first_difference: self.first_difference.lock().unwrap().clone(),
             problem: self.problem.lock().unwrap().clone(),
         }
     }

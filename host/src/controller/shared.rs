@@ -16,6 +16,7 @@ use super::key_gates::{self, KeyGates, Route, Tombstones};
 use super::reconciles::Counters;
 use super::settings::Settings;
 use super::shadow;
+use super::traffic::Traffic;
 use super::version::Version;
 use super::work_queue::{Priority, WorkQueue};
 use crate::guest::imports::Metrics;
@@ -54,6 +55,9 @@ pub(super) struct Shared {
     /// by the supervisor, which posts Events on a tenant's ConfigMap when it changes.
     pub(super) failing: watch::Sender<Option<Failing>>,
     pub(super) shadow_counts: shadow::Counts,
+    /// Which queued keys are traffic, and the serving revision's live reconcile times: what a
+    /// progressive rollout judges its steps on (see `traffic`).
+    pub(super) traffic: Traffic,
 }
 
 impl Shared {
@@ -189,6 +193,24 @@ impl Shared {
             candidate: Some(candidate),
             canary: None,
         }
+    }
+
+    /// Queues every primary key again, at low priority, as traffic: a rollout's resync (its
+    /// `resyncInterval`); returns how many.
+    pub(super) fn resync_as_traffic(&self) -> usize {
+        self.enqueue_where(Priority::Low, |ns, name| {
+            let key = crate::object::object_key(Some(ns), name);
+            self.traffic.mark(&key, super::traffic::Change::Resync);
+            true
+        })
+    }
+
+    /// Whether a reconcile queued for `changes` is one of a live change (see `traffic`), by the
+    /// guest's own writes as the serving version's floors remember them (the candidate shares
+    /// them).
+    pub(super) fn live(&self, changes: &[super::traffic::Change]) -> bool {
+        let v = self.current();
+        super::traffic::live(changes, |kind| v.ctx.declared.get(kind).map(|d| &*d.floors))
     }
 
     /// Queues, at `priority`, every primary key for which `moved` holds; returns how many.

@@ -121,12 +121,13 @@ impl Controller {
         Ok(())
     }
 
-    /// Sets where the candidate runs, and starts counting afresh for the new step; keys that
-    /// move onto the candidate are queued once (at low priority). Returns how many moved, or
-    /// `None` with no candidate.
-    pub fn route(&self, route: Route) -> Option<usize> {
+    /// Sets where the candidate runs, with the parts of written objects a shadow step lets
+    /// differ (`ignore`, JSON pointers), and starts counting afresh for the new step; keys that
+    /// move onto the candidate are queued once (at low priority, and not as traffic). Returns
+    /// how many moved, or `None` with no candidate.
+    pub fn route(&self, route: Route, ignore: &[String]) -> Option<usize> {
         let candidate = self.shared.candidate()?;
-        let before = candidate.set_route(route);
+        let before = candidate.set_route(route, ignore);
         let moved = self.shared.enqueue_where(Priority::Low, |ns, name| {
             in_share(ns, name, route.percent) && !in_share(ns, name, before.percent)
         });
@@ -134,10 +135,21 @@ impl Controller {
         Some(moved)
     }
 
-    /// What the candidate's current step has seen, for [`decide`](crate::rollout::decide::decide);
-    /// `None` with no candidate. `resumed` is passed through.
+    /// What the candidate's current step has seen, beside the serving revision's most recent
+    /// reconciles of live changes, for [`decide`](crate::rollout::decide::decide); `None` with
+    /// no candidate. `resumed` is passed through.
     pub fn rollout_observed(&self, resumed: bool) -> Option<Observed> {
-        Some(self.shared.candidate()?.observed(resumed))
+        let candidate = self.shared.candidate()?;
+        Some(candidate.observed(self.shared.traffic.serving_times(), resumed))
+    }
+
+    /// Queues every key again, as traffic for the rollout's current step (its
+    /// `resyncInterval`); returns how many, or `None` with no candidate.
+    pub fn resync_rollout(&self) -> Option<usize> {
+        self.shared.candidate()?;
+        let queued = self.shared.resync_as_traffic();
+        tracing::info!(guest = %self.shared.name, queued, "rollout resync: every key again, as traffic");
+        Some(queued)
     }
 
     /// Notified after each reconcile the candidate's step counts (one permit kept while nobody
@@ -176,6 +188,7 @@ impl Controller {
             shadow: serving_shadow,
         };
         *self.shared.current.write().unwrap() = Arc::new(promoted);
+        self.shared.traffic.new_serving();
         let moved =
             (self.shared).enqueue_where(Priority::Low, |ns, name| !in_share(ns, name, percent));
         tracing::info!(guest = %self.shared.name, digest = %candidate.version.module.digest(), moved, "new revision promoted");
@@ -226,8 +239,9 @@ impl Controller {
 /// Fences `candidate` (out of its slot already, so that no reconcile picks it any more),
 /// cancels its reconciles in flight and waits for them, then requeues the keys it held.
 async fn drop_candidate(shared: &Shared, candidate: &Candidate, why: &str) -> RolledBack {
-    let at = SystemTime::now();
     let cancelled = candidate.fence(why);
+    // Read once the fence is up: no write of the candidate passes it after this instant.
+    let at = SystemTime::now();
     candidate.gate.drained().await;
     let percent = candidate.route().percent;
     let requeued = shared.enqueue_where(Priority::High, |ns, name| in_share(ns, name, percent));

@@ -16,6 +16,7 @@ use super::fair_share::Slot;
 use super::gate::Gate;
 use super::reconciles::ReconcileResult;
 use super::shared::Shared;
+use super::traffic::Change;
 use super::work_queue::{Priority, WorkQueue};
 use crate::guest::Blame;
 use crate::guest::bindings::{Outcome, Request};
@@ -68,9 +69,11 @@ impl Shared {
     }
 
     /// Records a reconcile of `key` cancelled because the gate closed under it (the shard was
-    /// lost or handed over): the key is queued again for whenever the gate opens, and nothing
-    /// counts as a failure, since the guest did nothing wrong.
-    fn reconcile_cancelled(&self, key: &str, why: &str) {
+    /// lost or handed over): the key is queued again for whenever the gate opens (with the
+    /// `changes` it was queued for, which still count), and nothing counts as a failure, since
+    /// the guest did nothing wrong.
+    fn reconcile_cancelled(&self, key: &str, why: &str, changes: Vec<Change>) {
+        self.traffic.restore(key, changes);
         self.in_flight
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -82,8 +85,14 @@ impl Shared {
 
     /// Reconciles `key` as `pick` says in `slot`, charging it the CPU the call used: the whole
     /// call runs on the version picked when the worker took the key, even if a reload swaps
-    /// another in meanwhile.
-    async fn reconcile_one(&self, pick: &Pick, key: &str, slot: &mut Slot) -> ReconcileResult {
+    /// another in meanwhile. `live`: the key was queued by a live change (see `traffic`).
+    async fn reconcile_one(
+        &self,
+        pick: &Pick,
+        key: &str,
+        live: bool,
+        slot: &mut Slot,
+    ) -> ReconcileResult {
         let (namespace, name) = key.split_once('/').map_or(("", key), |(n, m)| (n, m));
         let request = Request {
             namespace: namespace.to_string(),
@@ -110,12 +119,17 @@ impl Shared {
             .module
             .reconcile(pick.ctx.clone(), request)
             .await;
-        pick.record(key, &reconciled, live_started.elapsed());
+        let took_live = live_started.elapsed();
+        pick.record(key, live, &reconciled, took_live);
+        if live && pick.canary.is_none() {
+            self.traffic.served(took_live);
+        }
         if let (Some(shadow), Some(shadowed)) = (&pick.shadow, &shadowed) {
-            let counts = pick
-                .candidate_shadow_counts()
-                .unwrap_or(&self.shadow_counts);
-            shadow.compare(&self.name, key, shadowed, &reconciled, counts);
+            let (counts, ignore) = match pick.candidate_shadow() {
+                Some((counts, ignore)) => (counts, ignore),
+                None => (&self.shadow_counts, Arc::from([])),
+            };
+            shadow.compare(&self.name, key, (shadowed, &reconciled), &ignore, counts);
             slot.charge(shadowed.usage.cpu);
             self.counters.add_cpu(shadowed.usage.cpu);
         }
@@ -125,31 +139,27 @@ impl Shared {
         slot.charge(reconciled.usage.cpu);
         self.counters.add_cpu(reconciled.usage.cpu);
         self.in_flight.lock().unwrap().remove(key);
-        let m = &self.metrics;
         let blame = reconciled.blame();
-        if let Some(blame) = blame {
-            self.counters.count_error(blame);
+        let ended = match &reconciled.result {
+            Ok(Ok(_)) => Ended::Done,
+            Ok(Err(_)) => Ended::Error,
+            Err(_) => Ended::Trap,
+        };
+        // The serving version's record: a reconcile that ran on a rollout's new revision is
+        // counted for its step (see `candidate`), never as the serving version's.
+        let serving = pick.canary.is_none();
+        if serving {
+            self.account(key, &reconciled, counter(ended, blame));
         }
-        let error = match &reconciled.result {
-            Ok(Ok(_)) => None,
-            Ok(Err(e)) => Some(format!("{e:?} (blame: {})", blame.unwrap_or(Blame::Guest))),
-            Err(e) => Some(e.to_string()),
-        };
-        match error {
-            Some(e) => self.last_errors.lock().unwrap().insert(key.to_string(), e),
-            None => self.last_errors.lock().unwrap().remove(key),
-        };
         let took = started.elapsed();
         let usage = reconciled.usage;
         record_on_span(&usage, blame);
         match reconciled.result {
             Ok(Ok(outcome)) => {
-                Metrics::bump(&m.reconciles_ok);
                 self.queue.forget(&key.to_string());
                 if self.keys.is_some() {
                     self.tombstones.forget(key);
                 }
-                self.clear_failing(key);
                 if let Outcome::RequeueAfter(ms) = outcome {
                     self.queue.add_after(
                         key.to_string(),
@@ -165,23 +175,81 @@ impl Shared {
                 }
             }
             Ok(Err(e)) => {
-                Metrics::bump(&m.reconciles_failed);
-                // The guest ran and answered: it is not failing, whatever the error says.
-                self.clear_failing(key);
                 let retry = self.queue.add_rate_limited(key.to_string());
                 let blame = blame.unwrap_or(Blame::Guest);
-                tracing::warn!(guest = %self.name, %key, error = ?e, ?retry, %blame, api_wait = ?usage.api_wait, "reconcile failed");
+                tracing::warn!(guest = %self.name, %key, error = ?e, ?retry, %blame, canary = !serving, api_wait = ?usage.api_wait, "reconcile failed");
                 ReconcileResult::Error
             }
             Err(e) => {
-                Metrics::bump(&m.traps);
                 let retry = self.queue.add_rate_limited(key.to_string());
                 let blame = e.blame();
-                tracing::warn!(guest = %self.name, %key, error = %e, ?retry, %blame, guest_time = ?usage.guest_time(), api_wait = ?usage.api_wait, host_wait = ?usage.host_wait, "reconcile trapped");
-                self.set_failing(key, format!("reconciling {key}: {e}"), blame);
+                tracing::warn!(guest = %self.name, %key, error = %e, ?retry, %blame, canary = !serving, guest_time = ?usage.guest_time(), api_wait = ?usage.api_wait, host_wait = ?usage.host_wait, "reconcile trapped");
+                if serving {
+                    self.set_failing(key, format!("reconciling {key}: {e}"), blame);
+                }
                 ReconcileResult::Error
             }
         }
+    }
+
+    /// Counts a reconcile of the serving version of `key` in `counter`, with its error (if
+    /// any) as the key's last, and whether the key fails: a reconcile that returned, even with
+    /// an error, means the guest runs.
+    fn account(&self, key: &str, reconciled: &crate::guest::Reconciled, counter: Counter) {
+        let m = &self.metrics;
+        let blame = reconciled.blame();
+        if let Some(blame) = blame {
+            self.counters.count_error(blame);
+        }
+        let error = match &reconciled.result {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(format!("{e:?} (blame: {})", blame.unwrap_or(Blame::Guest))),
+            Err(e) => Some(e.to_string()),
+        };
+        match error {
+            Some(e) => self.last_errors.lock().unwrap().insert(key.to_string(), e),
+            None => self.last_errors.lock().unwrap().remove(key),
+        };
+        match counter {
+            Counter::Ok => Metrics::bump(&m.reconciles_ok),
+            Counter::Failed => Metrics::bump(&m.reconciles_failed),
+            Counter::Trap => Metrics::bump(&m.traps),
+        }
+        if reconciled.result.is_ok() {
+            self.clear_failing(key);
+        }
+    }
+}
+
+/// How a reconcile ended, for [`counter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// It returned an outcome.
+    Done,
+    /// It returned an error.
+    Error,
+    /// The call did not return: a trap, a deadline, a limit.
+    Trap,
+}
+
+/// The counter of `/status` (`ok`, `failed`, `traps`) a reconcile goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counter {
+    Ok,
+    Failed,
+    Trap,
+}
+
+/// Where a reconcile that `ended` so, blamed on `blame`, is counted: a call that did not
+/// return is a trap only when the guest caused it. A deadline the cluster caused (a call that
+/// hung on an API server cut off by a partition) or the host caused is a failure, blamed on
+/// them, as the log says.
+fn counter(ended: Ended, blame: Option<Blame>) -> Counter {
+    match (ended, blame) {
+        (Ended::Done, _) => Counter::Ok,
+        (Ended::Error, _) => Counter::Failed,
+        (Ended::Trap, Some(Blame::Guest) | None) => Counter::Trap,
+        (Ended::Trap, Some(Blame::Cluster | Blame::Host)) => Counter::Failed,
     }
 }
 
@@ -325,20 +393,17 @@ async fn work(controller: std::sync::Weak<Shared>) {
         }
         let _active = c.counters.reconciles.active();
         let started = Instant::now();
+        let changes = c.traffic.take(&key);
+        let live = c.live(&changes);
         let span = reconcile_span(&c.name, &key, &pick, slot_wait);
         let reconciled = AssertUnwindSafe(
-            c.reconcile_one(&pick, &key, &mut slot)
+            c.reconcile_one(&pick, &key, live, &mut slot)
                 .instrument(span.clone()),
         );
         let result = tokio::select! {
             biased;
-            why = gate.wait_closed() => {
-                c.reconcile_cancelled(&key, &why);
-                drop(pass);
-                continue;
-            }
-            why = rolled_back(canary) => {
-                c.reconcile_cancelled(&key, &why);
+            why = cancelled(&gate, canary) => {
+                c.reconcile_cancelled(&key, &why, changes);
                 drop(pass);
                 continue;
             }
@@ -397,6 +462,16 @@ fn record_on_span(usage: &crate::guest::Usage, blame: Option<Blame>) {
 /// A duration as fractional milliseconds, the unit a trace viewer shows beside a span's own.
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+/// Resolves, with why, when a reconcile must stop: its gate closed (the shard was lost or
+/// handed over), or the canary gate it runs under did (its revision was rolled back).
+async fn cancelled(gate: &Gate, canary: Option<Arc<Gate>>) -> String {
+    tokio::select! {
+        biased;
+        why = gate.wait_closed() => why,
+        why = rolled_back(canary) => why,
+    }
 }
 
 /// Resolves when the canary gate a reconcile runs under closes (its revision was rolled back),
@@ -460,6 +535,19 @@ pub mod fault {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deadline_the_cluster_caused_counts_as_a_failure_not_a_trap() {
+        assert_eq!(
+            counter(Ended::Trap, Some(Blame::Cluster)),
+            Counter::Failed,
+            "a call that hung through a partition is the cluster's"
+        );
+        assert_eq!(counter(Ended::Trap, Some(Blame::Host)), Counter::Failed);
+        assert_eq!(counter(Ended::Trap, Some(Blame::Guest)), Counter::Trap);
+        assert_eq!(counter(Ended::Error, Some(Blame::Cluster)), Counter::Failed);
+        assert_eq!(counter(Ended::Done, None), Counter::Ok);
+    }
 
     #[test]
     fn panic_messages_are_read_from_str_and_string_payloads() {

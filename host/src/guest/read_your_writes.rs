@@ -67,11 +67,28 @@ impl Floor {
     }
 }
 
+/// What this guest's latest write of a key did, as [`Floors::own_version`] and
+/// [`Floors::own_deletion`] remember it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Own {
+    /// Left the object at this resourceVersion.
+    Version(u64),
+    /// Deleted the object with this uid.
+    Deletion(String),
+}
+
+/// The most keys whose latest write is remembered ([`Floors::own_version`]); past it the record
+/// starts afresh.
+const OWN_WRITES_KEPT: usize = 4096;
+
 /// One guest's write floors for one kind. Not shared between guests: another guest's writes
 /// impose nothing on this one.
 #[derive(Debug, Default)]
 pub struct Floors {
     floors: Mutex<HashMap<String, Floor>>,
+    /// The latest write of each key, kept after its floor is reached: it tells the watch event
+    /// of the guest's own write from a change someone else made.
+    own: Mutex<HashMap<String, Own>>,
     waits: AtomicU64,
     wakeups: AtomicU64,
 }
@@ -89,7 +106,35 @@ impl Floors {
             if newer {
                 f.insert(key.to_string(), Floor::Version(rv));
             }
+            drop(f);
+            self.remember(key, Own::Version(rv));
         }
+    }
+
+    fn remember(&self, key: &str, own: Own) {
+        let mut kept = self.own.lock().unwrap();
+        if kept.len() >= OWN_WRITES_KEPT && !kept.contains_key(key) {
+            kept.clear();
+        }
+        kept.insert(key.to_string(), own);
+    }
+
+    /// Whether the object of `key` at resourceVersion `rv` is what this guest's latest write of
+    /// it left: its watch event is the guest's own write coming back, not a change someone
+    /// else made.
+    ///
+    /// Where it may surprise: only the latest write of each of the last 4096 keys written is
+    /// remembered (the record starts afresh past that), so an old write's echo may be taken
+    /// for someone else's change; and with resourceVersions that are not numbers (servers
+    /// before 1.35) nothing is ever the guest's own.
+    pub fn own_version(&self, key: &str, rv: u64) -> bool {
+        self.own.lock().unwrap().get(key) == Some(&Own::Version(rv))
+    }
+
+    /// Whether the deletion of `key`'s object with `uid` is this guest's own latest write of
+    /// it; see [`Floors::own_version`].
+    pub fn own_deletion(&self, key: &str, uid: &str) -> bool {
+        matches!(self.own.lock().unwrap().get(key), Some(Own::Deletion(u)) if u == uid)
     }
 
     /// Records that this guest deleted `key`, whose object had `uid` (and, if the server
@@ -103,6 +148,7 @@ impl Floors {
                 rv,
             },
         );
+        self.remember(key, Own::Deletion(uid.to_string()));
     }
 
     /// Keys with a floor not yet known to be reached.
@@ -350,5 +396,30 @@ mod unpublished {
                 .await
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_guests_own_write_is_told_from_someone_elses_change_after_its_floor_is_gone() {
+        let floors = Floors::default();
+        floors.wrote("a/x", "9");
+        floors.deleted("a/y", "u1", "");
+        // The floor goes once the store reaches it; what the write left is still known.
+        floors.floors.lock().unwrap().clear();
+        assert!(floors.own_version("a/x", 9), "the echo of its write");
+        assert!(!floors.own_version("a/x", 10), "someone changed it since");
+        assert!(!floors.own_version("a/z", 9), "never written");
+        assert!(floors.own_deletion("a/y", "u1"));
+        assert!(
+            !floors.own_deletion("a/y", "u2"),
+            "another object of that name"
+        );
+        floors.wrote("a/x", "12");
+        assert!(!floors.own_version("a/x", 9) && floors.own_version("a/x", 12));
+        // Bounded: past the limit the record starts afresh.
+        for i in 0..OWN_WRITES_KEPT {
+            floors.wrote(&format!("b/{i}"), "1");
+        }
+        assert!(!floors.own_version("a/x", 12));
+        assert!(floors.own.lock().unwrap().len() <= OWN_WRITES_KEPT);
     }
 }

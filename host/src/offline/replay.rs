@@ -272,7 +272,7 @@ mod tests {
         assert_eq!(
             kinds,
             [
-                "write changed: apply v1/ConfigMap ns/a",
+                "write changed: apply v1/ConfigMap ns/a, first at /body/data/k: \"1\" -> \"2\"",
                 "write removed: delete v1/ConfigMap ns/b",
                 "write added: apply v1/ConfigMap ns/c",
                 "new read: cache.get v1/ConfigMap ns/x",

@@ -422,11 +422,13 @@ mod tests {
                 failing_since: None,
                 failing_keys: Some(1),
                 digest: Some("ab".repeat(32)),
+                settings_hash: None,
                 source: "file /cmgen.wasm".into(),
                 loaded_at: None,
                 loads: 1,
                 rejections: 0,
                 last_error: None,
+                last_error_at: None,
                 last_load_ms: Some(3.25),
                 reconciles: Reconciles {
                     traps: 1,

@@ -2,17 +2,23 @@
 //! began. Pure; the driver that owns the guest calls it on each look and acts on the verdict.
 //!
 //! Where it may surprise:
-//! - A trap fails a canary step at once (a shadow's writes are compared, not its traps). Error
-//!   rate and latency are judged only once the step's
-//!   `minReconciles` ran, so that two errors in the first three reconciles do not roll back a
-//!   good revision, while a 30% error rate is caught as soon as the step has its sample.
+//! - A trap fails a canary step at once (a shadow's writes are compared, not its traps). The
+//!   error rate is judged only once the step's `minReconciles` ran (of any cause), so that two
+//!   errors in the first three reconciles do not roll back a good revision, while a 30% error
+//!   rate is caught as soon as the step has its sample.
 //! - Errors the cluster caused are not the revision's: only errors blamed on the guest count.
+//! - A canary step passes only on traffic: `minReconciles` reconciles of live changes (never
+//!   the keys that just moved to the new revision, nor the guest's own writes coming back),
+//!   and at least its bake time. Until then it stays, and [`waiting`] says why.
+//! - Latency is compared like with like (reconciles of live changes on both revisions) and
+//!   only once each side has `minLatencySamples`; see [`latency`](super::latency).
 //! - A pause step waits for a person whatever the analysis says; nothing new runs meanwhile
 //!   except the share already given.
 
 use std::time::Duration;
 
-use super::spec::{Rollout, Step};
+use super::latency::{self, Judgement};
+use super::spec::{CanaryStep, Rollout, Step};
 
 /// What was observed since the current step began.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -22,15 +28,22 @@ pub struct Observed {
     pub divergent: u64,
     /// The latest divergence: the request and the first thing that differed.
     pub last_divergence: Option<String>,
-    /// Reconciles the new revision ran for real, its errors blamed on the guest, its traps.
+    /// Where the latest divergence began: a JSON pointer into the write, with both values.
+    pub first_difference: Option<String>,
+    /// Reconciles the new revision ran for real (of any cause), its errors blamed on the
+    /// guest, its traps.
     pub reconciles: u64,
     pub guest_errors: u64,
     pub traps: u64,
+    /// Of `reconciles`, those of live changes: an object changed by someone other than the
+    /// guest, or every key reconciled again by the rollout's `resyncInterval`.
+    pub live: u64,
     /// The new revision's latest error or trap.
     pub last_error: Option<String>,
-    /// Reconcile time p99 of the new and of the serving revision, when each has run.
-    pub p99: Option<Duration>,
-    pub serving_p99: Option<Duration>,
+    /// Reconcile times of live changes, oldest first: the new revision's in this step, and
+    /// the serving revision's most recent ones.
+    pub times: Vec<Duration>,
+    pub serving_times: Vec<Duration>,
     /// Time spent in the step.
     pub in_step: Duration,
     /// A person resumed the rollout since the step began.
@@ -85,6 +98,11 @@ pub fn shadows_at(rollout: &Rollout, step: usize) -> bool {
     matches!(rollout.steps.get(step), Some(Step::Shadow(_)))
 }
 
+/// The least time a canary step lasts: its own `pause`, else the rollout's `bakeTime`.
+pub fn bake_time(rollout: &Rollout, canary: &CanaryStep) -> Duration {
+    canary.pause.unwrap_or(rollout.bake_time)
+}
+
 /// What `rollout` does next in step `step`, from `o`.
 pub fn decide(rollout: &Rollout, step: usize, o: &Observed) -> Verdict {
     let Some(current) = rollout.steps.get(step) else {
@@ -111,10 +129,15 @@ pub fn decide(rollout: &Rollout, step: usize, o: &Observed) -> Verdict {
             }
             let ratio = o.divergent as f64 / o.compared as f64;
             if ratio > s.max_divergence {
+                let at = o
+                    .first_difference
+                    .as_deref()
+                    .map(|d| format!(", first at {d}"))
+                    .unwrap_or_default();
                 return fail(Failure {
                     reason: "Divergence",
                     message: format!(
-                        "in shadow, {} of {} reconciles diverged ({:.1}%, more than {:.1}%); the latest: {}",
+                        "in shadow, {} of {} reconciles diverged ({:.1}%, more than {:.1}%); the latest: {}{at}",
                         o.divergent,
                         o.compared,
                         ratio * 100.0,
@@ -129,8 +152,7 @@ pub fn decide(rollout: &Rollout, step: usize, o: &Observed) -> Verdict {
             if let Some(f) = analyse(rollout, c.percent, c.min_reconciles, o) {
                 return fail(f);
             }
-            let waited = c.pause.is_none_or(|p| o.in_step >= p);
-            if o.reconciles >= c.min_reconciles && waited {
+            if o.live >= c.min_reconciles.max(1) && o.in_step >= bake_time(rollout, c) {
                 next()
             } else {
                 Verdict::Stay
@@ -138,6 +160,47 @@ pub fn decide(rollout: &Rollout, step: usize, o: &Observed) -> Verdict {
         }
         Step::Pause(_) if o.resumed => next(),
         Step::Pause(_) => Verdict::WaitForResume,
+    }
+}
+
+/// What step `step` waits for before it may pass, in words for its status, when it is not
+/// waiting on its analysis alone: traffic, its bake time or a person. `None` once it has all
+/// it needs (it passes at the driver's next look, unless the analysis fails it).
+pub fn waiting(rollout: &Rollout, step: usize, o: &Observed) -> Option<String> {
+    let resync = if rollout.resync_interval.is_some() {
+        "its resyncInterval reconciles every key again"
+    } else {
+        "edit its objects, or set spec.rollout.resyncInterval to reconcile every key again that often"
+    };
+    match rollout.steps.get(step)? {
+        Step::Shadow(s) => (o.compared < s.min_reconciles.max(1)).then(|| {
+            format!(
+                "waiting for traffic: {} of {} reconciles compared; {resync}",
+                o.compared,
+                s.min_reconciles.max(1)
+            )
+        }),
+        Step::Canary(c) => {
+            let min = c.min_reconciles.max(1);
+            let bake = bake_time(rollout, c);
+            if o.live < min {
+                Some(format!(
+                    "waiting for traffic: {} of {min} reconciles of live changes on the new revision (the keys that moved to it and its own writes do not count); {resync}",
+                    o.live
+                ))
+            } else if o.in_step < bake {
+                Some(format!(
+                    "baking: {}s of the step's {}s",
+                    o.in_step.as_secs(),
+                    bake.as_secs()
+                ))
+            } else {
+                None
+            }
+        }
+        Step::Pause(_) => {
+            Some("waiting for a person: reconciled rollout resume <guest> (or a new spec.rollout.resume) goes on".into())
+        }
     }
 }
 
@@ -170,14 +233,17 @@ fn analyse(rollout: &Rollout, percent: u32, min: u64, o: &Observed) -> Option<Fa
             ),
         });
     }
-    if let (Some(p99), Some(serving)) = (o.p99, o.serving_p99)
-        && !serving.is_zero()
-        && p99.as_secs_f64() > serving.as_secs_f64() * a.max_latency_ratio
+    let min_samples = usize::try_from(a.min_latency_samples).unwrap_or(usize::MAX);
+    if let Judgement::Slower {
+        p99,
+        serving_p99,
+        z,
+    } = latency::judge(&o.times, &o.serving_times, a.max_latency_ratio, min_samples)
     {
         return Some(Failure {
             reason: "Latency",
             message: format!(
-                "at {percent}% of keys, the new revision's reconcile p99 is {p99:?}, more than {} times the serving revision's {serving:?}",
+                "at {percent}% of keys, the new revision's reconciles of live changes have a p99 of {p99:?}, more than {} times the serving revision's {serving_p99:?} over as many recent ones, and are slower as a whole (Mann-Whitney z = {z:.1})",
                 a.max_latency_ratio
             ),
         });
@@ -188,15 +254,16 @@ fn analyse(rollout: &Rollout, percent: u32, min: u64, o: &Observed) -> Option<Fa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::spec::{Analysis, CanaryStep, PauseStep, ShadowStep, Strategy};
+    use crate::rollout::spec::{Analysis, PauseStep, ShadowStep, Strategy};
 
+    /// A progressive rollout of `steps` with no bake time: the tests of time set their own.
     fn rollout(steps: Vec<Step>) -> Rollout {
         Rollout {
             strategy: Strategy::Progressive,
             steps,
             analysis: Analysis::default(),
-            auto_rollback: true,
-            resume: None,
+            bake_time: Duration::ZERO,
+            ..Rollout::default()
         }
     }
 
@@ -212,15 +279,22 @@ mod tests {
         Step::Shadow(ShadowStep {
             min_reconciles: min,
             max_divergence: max,
+            ignore_paths: Vec::new(),
         })
     }
 
+    /// `reconciles` of live changes, `guest_errors` of them failed.
     fn ran(reconciles: u64, guest_errors: u64) -> Observed {
         Observed {
             reconciles,
+            live: reconciles,
             guest_errors,
             ..Observed::default()
         }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
 
     #[test]
@@ -245,6 +319,61 @@ mod tests {
             Verdict::Advance(1),
             "4% is within 5%"
         );
+    }
+
+    #[test]
+    fn errors_of_the_keys_that_moved_count_though_they_are_not_traffic() {
+        // The first burst of moved keys: no live change yet, but a tenth of them fail.
+        let r = rollout(vec![canary(10, 20), canary(100, 20)]);
+        let moved = Observed {
+            reconciles: 20,
+            guest_errors: 2,
+            ..Observed::default()
+        };
+        assert!(matches!(
+            decide(&r, 0, &moved),
+            Verdict::RollBack(Failure {
+                reason: "Errors",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn moved_keys_alone_never_pass_a_canary_step() {
+        let r = rollout(vec![canary(5, 10), canary(25, 10), canary(100, 10)]);
+        let moved = Observed {
+            reconciles: 500,
+            in_step: Duration::from_secs(3600),
+            ..Observed::default()
+        };
+        assert_eq!(decide(&r, 0, &moved), Verdict::Stay);
+        let why = waiting(&r, 0, &moved).unwrap();
+        assert!(
+            why.starts_with("waiting for traffic: 0 of 10 reconciles of live changes"),
+            "{why}"
+        );
+        assert!(why.contains("spec.rollout.resyncInterval"), "{why}");
+        // Even a step asking for none needs one: a canary that saw no traffic proved nothing.
+        let r = rollout(vec![canary(100, 0)]);
+        assert_eq!(decide(&r, 0, &moved), Verdict::Stay);
+        assert_eq!(decide(&r, 0, &ran(1, 0)), Verdict::Promote);
+    }
+
+    #[test]
+    fn a_step_passes_no_sooner_than_its_bake_time() {
+        let mut r = rollout(vec![canary(10, 5), canary(50, 5)]);
+        r.bake_time = Duration::from_secs(30);
+        let mut o = ran(50, 0);
+        o.in_step = Duration::from_secs(12);
+        assert_eq!(decide(&r, 0, &o), Verdict::Stay);
+        assert_eq!(
+            waiting(&r, 0, &o).as_deref(),
+            Some("baking: 12s of the step's 30s")
+        );
+        o.in_step = Duration::from_secs(30);
+        assert_eq!(decide(&r, 0, &o), Verdict::Advance(1));
+        assert_eq!(waiting(&r, 0, &o), None);
     }
 
     #[test]
@@ -274,6 +403,7 @@ mod tests {
             compared: 100,
             divergent: 1,
             last_divergence: Some("ns/a: patch data.v \"2\" against \"1\"".into()),
+            first_difference: Some("/body/data/v: \"1\" -> \"2\"".into()),
             ..Observed::default()
         };
         let Verdict::RollBack(f) = decide(&r, 0, &o) else {
@@ -281,7 +411,8 @@ mod tests {
         };
         assert_eq!(f.reason, "Divergence");
         assert!(
-            f.message.contains("1 of 100 reconciles diverged"),
+            f.message.contains("1 of 100 reconciles diverged")
+                && f.message.ends_with("first at /body/data/v: \"1\" -> \"2\""),
             "{}",
             f.message
         );
@@ -295,13 +426,28 @@ mod tests {
     }
 
     #[test]
-    fn a_slower_revision_fails_by_the_latency_ratio() {
+    fn a_shadow_step_without_traffic_says_it_waits_for_it() {
+        let mut r = rollout(vec![shadow(60, 0.01)]);
+        let why = waiting(&r, 0, &Observed::default()).unwrap();
+        assert!(
+            why.starts_with("waiting for traffic: 0 of 60 reconciles compared; edit its objects"),
+            "{why}"
+        );
+        r.resync_interval = Some(Duration::from_secs(60));
+        let why = waiting(&r, 0, &Observed::default()).unwrap();
+        assert!(
+            why.ends_with("its resyncInterval reconciles every key again"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_slower_revision_fails_by_the_latency_ratio_on_live_changes() {
         let r = rollout(vec![canary(10, 10)]);
         let o = Observed {
-            reconciles: 10,
-            p99: Some(Duration::from_millis(90)),
-            serving_p99: Some(Duration::from_millis(30)),
-            ..Observed::default()
+            times: vec![ms(90); 40],
+            serving_times: (0..200).map(|i| ms(28 + i % 5)).collect(),
+            ..ran(40, 0)
         };
         assert!(matches!(
             decide(&r, 0, &o),
@@ -311,10 +457,19 @@ mod tests {
             })
         ));
         let fine = Observed {
-            p99: Some(Duration::from_millis(50)),
-            ..o
+            times: (0..40).map(|i| ms(28 + i % 5)).collect(),
+            ..o.clone()
         };
         assert_eq!(decide(&r, 0, &fine), Verdict::Promote, "the last step done");
+        let too_few = Observed {
+            times: vec![ms(90); 10],
+            ..o
+        };
+        assert_eq!(
+            decide(&r, 0, &too_few),
+            Verdict::Promote,
+            "latency is not judged on fewer than minLatencySamples"
+        );
     }
 
     #[test]
@@ -334,6 +489,11 @@ mod tests {
         o.in_step = Duration::from_secs(60);
         assert_eq!(decide(&r, 0, &o), Verdict::Advance(1));
         assert_eq!(decide(&r, 1, &Observed::default()), Verdict::WaitForResume);
+        assert!(
+            waiting(&r, 1, &Observed::default())
+                .unwrap()
+                .starts_with("waiting for a person")
+        );
         let resumed = Observed {
             resumed: true,
             ..Observed::default()

@@ -8,9 +8,12 @@
 //!   set only grows as the share grows, and every replica agrees on it;
 //! - [`decide`]: the step machine: from what was observed in the current step, stay, advance,
 //!   wait for a person, promote or roll back;
+//! - [`latency`]: whether the new revision reconciles more slowly than the serving one, judged
+//!   like with like and robust to outliers;
 //! - [`progress`]: where a rollout stands, as `/status` and a Reconciler's status show it.
 
 pub mod decide;
+pub mod latency;
 pub mod progress;
 pub mod share;
 pub mod spec;

@@ -6,6 +6,8 @@
 //! - The counts are the current step's, not the rollout's: each step is judged on its own.
 //! - A replica that takes a rollout over resumes at the recorded `step`; the counts of that step
 //!   start again from zero there.
+//! - `step` is an index into `spec.rollout.steps`, from 0; every message a person reads names a
+//!   step from 1, as [`Progress::step_label`] writes it (`step 2 of 4`).
 
 use serde::{Deserialize, Serialize};
 
@@ -57,12 +59,25 @@ pub struct Progress {
     /// Reconciles the new revision ran for real in this step, and its errors (its own fault).
     pub reconciles: u64,
     pub errors: u64,
+    /// Of `reconciles`, those of live changes: what a canary step's `minReconciles` counts.
+    #[serde(default)]
+    pub live_reconciles: u64,
+    /// What the step waits for before it may pass (traffic, its bake time, a person), if
+    /// anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+    /// Where the latest shadow divergence began: a JSON pointer into the write, and both
+    /// values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_difference: Option<String>,
     /// Why it failed (`Divergence`, `Errors`, `Trap`, `Latency`) and what a person reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// When it entered this phase, RFC 3339; for a rollback, the instant of the fence.
+    /// When it entered this phase, RFC 3339 with microseconds (a `metav1.MicroTime`, cut,
+    /// never rounded up); for a rollback, the instant of the fence: no write of the revision
+    /// was sent after it.
     pub since: String,
 }
 
@@ -98,6 +113,9 @@ impl Progress {
             divergent: 0,
             reconciles: 0,
             errors: 0,
+            live_reconciles: 0,
+            waiting: None,
+            first_difference: None,
             reason: None,
             message: None,
             since,
@@ -109,7 +127,14 @@ impl Progress {
         self.compared = o.compared;
         self.divergent = o.divergent;
         self.reconciles = o.reconciles;
+        self.live_reconciles = o.live;
         self.errors = o.guest_errors + o.traps;
+        self.first_difference.clone_from(&o.first_difference);
+    }
+
+    /// The step as every message names it, counted from 1: `step 2 of 4`.
+    pub fn step_label(&self) -> String {
+        step_label(self.step, self.steps)
     }
 
     /// Whether the rollout is over (promoted, rolled back or superseded).
@@ -126,11 +151,21 @@ impl Progress {
     }
 
     /// One short line, as the ROLLOUT printer column shows it: `shadow 140/200`, `canary 10%`,
-    /// `paused at 10%`, `halted at 10%`, `promoted`, `rolled back`.
+    /// `canary 10% (waiting for traffic)`, `paused at 10%`, `halted at 10%`, `promoted`,
+    /// `rolled back`.
     pub fn summary(&self) -> String {
+        let traffic = if self
+            .waiting
+            .as_deref()
+            .is_some_and(|w| w.starts_with("waiting for traffic"))
+        {
+            " (waiting for traffic)"
+        } else {
+            ""
+        };
         match self.phase {
-            Phase::Shadow => format!("shadow {}/{}", self.compared, self.min_reconciles),
-            Phase::Canary => format!("canary {}%", self.percent),
+            Phase::Shadow => format!("shadow {}/{}{traffic}", self.compared, self.min_reconciles),
+            Phase::Canary => format!("canary {}%{traffic}", self.percent),
             Phase::Paused => format!("paused at {}%", self.percent),
             Phase::Halted => format!("halted at {}%", self.percent),
             Phase::Promoted => "promoted".to_string(),
@@ -138,6 +173,11 @@ impl Progress {
             Phase::Superseded => "superseded".to_string(),
         }
     }
+}
+
+/// Step `step` (an index from 0) of `steps`, as a person reads it: `step 2 of 4`.
+pub fn step_label(step: usize, steps: usize) -> String {
+    format!("step {} of {steps}", step + 1)
 }
 
 /// A short, stable hash of `settings` (a JSON text): the 64-bit FNV-1a, hex.
@@ -159,6 +199,7 @@ mod tests {
                 Step::Shadow(ShadowStep {
                     min_reconciles: 200,
                     max_divergence: 0.0,
+                    ignore_paths: Vec::new(),
                 }),
                 Step::Canary(CanaryStep {
                     percent: 10,
@@ -173,8 +214,7 @@ mod tests {
                 }),
             ],
             analysis: Analysis::default(),
-            auto_rollback: true,
-            resume: None,
+            ..Rollout::default()
         }
     }
 
@@ -199,6 +239,10 @@ mod tests {
             50
         );
         assert!(Progress::at(&r, ("d", "s"), 4, "t".into()).ended());
+        let mut waiting = Progress::at(&r, ("d", "s"), 1, "t".into());
+        waiting.waiting = Some("waiting for traffic: 0 of 50 reconciles".into());
+        assert_eq!(waiting.summary(), "canary 10% (waiting for traffic)");
+        assert_eq!(waiting.step_label(), "step 2 of 4");
     }
 
     #[test]

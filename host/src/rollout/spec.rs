@@ -5,11 +5,13 @@
 //! rollout:
 //!   strategy: Progressive
 //!   steps:
-//!     - shadow: { minReconciles: 200, maxDivergence: 0.01 }
+//!     - shadow: { minReconciles: 200, maxDivergence: 0.01, ignorePaths: [/metadata/annotations/stamp] }
 //!     - canary: { percent: 10, minReconciles: 50, pause: 5m }
 //!     - pause: {}
 //!     - canary: { percent: 50, minReconciles: 200 }
-//!   analysis: { maxErrorRate: 0.05, maxLatencyRatio: 2 }
+//!   analysis: { maxErrorRate: 0.05, maxLatencyRatio: 2, minLatencySamples: 30 }
+//!   bakeTime: 30s
+//!   resyncInterval: 1m
 //!   autoRollback: true
 //! ```
 //!
@@ -20,6 +22,12 @@
 //!   beside the serving one would compare it with itself.
 //! - Shares never shrink from one step to the next: a key that moved to the new revision moves
 //!   back only on a rollback.
+//! - A canary step's `minReconciles` counts reconciles of live changes only (an object edited,
+//!   created or deleted by someone other than the guest, or a `resyncInterval` resync): the
+//!   reconciles of the keys that just moved to the new revision, and of the guest's own writes
+//!   coming back, prove nothing about how it meets the cluster. Errors and traps count in every
+//!   reconcile.
+//! - Every canary step lasts at least `bakeTime` (or its own `pause`), whatever it has seen.
 
 use std::time::Duration;
 
@@ -53,6 +61,16 @@ pub struct Rollout {
     /// such as the time of asking. Its value when the revision was staged resumes nothing.
     #[serde(default)]
     pub resume: Option<String>,
+    /// Least time in each canary step that names no `pause` of its own, `30s` by default: a
+    /// step passes no sooner, whatever it has seen, so that its share has met what a while of
+    /// the cluster's traffic brings. Shorten it for a demo.
+    #[serde(default = "bake_time", deserialize_with = "required_duration")]
+    pub bake_time: Duration,
+    /// While a step waits for traffic, every key is reconciled again this often (on the
+    /// revision its share gives it), and those reconciles count as traffic: a quiet cluster's
+    /// rollout still advances. Off by default: then a step waits for real changes.
+    #[serde(default, deserialize_with = "duration")]
+    pub resync_interval: Option<Duration>,
 }
 
 // Every ratio is a finite number once `validate` passed, and a rollout is compared only to tell
@@ -63,6 +81,10 @@ fn yes() -> bool {
     true
 }
 
+fn bake_time() -> Duration {
+    Duration::from_secs(30)
+}
+
 impl Default for Rollout {
     fn default() -> Self {
         Self {
@@ -71,6 +93,8 @@ impl Default for Rollout {
             analysis: Analysis::default(),
             auto_rollback: true,
             resume: None,
+            bake_time: bake_time(),
+            resync_interval: None,
         }
     }
 }
@@ -96,6 +120,12 @@ pub struct ShadowStep {
     /// A ratio, 0 to 1.
     #[serde(default)]
     pub max_divergence: f64,
+    /// Parts of written objects that may differ without diverging, as JSON pointers into the
+    /// object written (RFC 6901: `/metadata/annotations/example.com~1version`, where `~1`
+    /// stands for `/` in a name): what a revision is expected to write differently, such as
+    /// its own version stamp.
+    #[serde(default)]
+    pub ignore_paths: Vec<String>,
 }
 
 /// A canary step: `percent` of the keys on the new revision; passes once it ran
@@ -124,9 +154,16 @@ pub struct Analysis {
     /// cluster caused (a conflict, a timeout) do not count; a trap always fails the step.
     #[serde(default = "max_error_rate")]
     pub max_error_rate: f64,
-    /// The new revision's reconcile time p99 over the serving revision's, at least 1 \[2\].
+    /// The new revision's reconcile time p99 over the serving revision's, at least 1 \[2\],
+    /// compared on reconciles of live changes alone (like with like), each side over its most
+    /// recent ones, as many on each side. It fails a step only when the new revision is also
+    /// slower as a whole (a one-sided Mann-Whitney test at the 0.1% level): a few slow outliers
+    /// never roll a revision back.
     #[serde(default = "max_latency_ratio")]
     pub max_latency_ratio: f64,
+    /// Reconciles of live changes each revision must have run before latency is judged \[30\].
+    #[serde(default = "min_latency_samples")]
+    pub min_latency_samples: u64,
 }
 
 fn max_error_rate() -> f64 {
@@ -137,11 +174,16 @@ fn max_latency_ratio() -> f64 {
     2.0
 }
 
+fn min_latency_samples() -> u64 {
+    30
+}
+
 impl Default for Analysis {
     fn default() -> Self {
         Self {
             max_error_rate: max_error_rate(),
             max_latency_ratio: max_latency_ratio(),
+            min_latency_samples: min_latency_samples(),
         }
     }
 }
@@ -150,6 +192,11 @@ fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
     let text: Option<String> = Option::deserialize(d)?;
     text.map(|t| parse_duration(&t).map_err(serde::de::Error::custom))
         .transpose()
+}
+
+fn required_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
 }
 
 /// `90s`, `5m`, `1h`, `250ms`: one number and one unit.
@@ -206,6 +253,14 @@ pub enum Invalid {
         min: f64,
         max: f64,
     },
+    /// An ignored path that is not a JSON pointer.
+    #[error(
+        "rollout.steps[{step}].shadow.ignorePaths has {path:?}, which is not a JSON pointer; write it from the object's root, such as /metadata/annotations/example.com~1version (~1 stands for / in a name)"
+    )]
+    Pointer { step: usize, path: String },
+    /// A resync interval of zero.
+    #[error("rollout.resyncInterval is 0; leave it out, or give it a time such as 1m")]
+    ResyncInterval,
 }
 
 impl Rollout {
@@ -246,6 +301,9 @@ impl Rollout {
             1.0,
             f64::MAX,
         )?;
+        if self.resync_interval.is_some_and(|i| i.is_zero()) {
+            return Err(Invalid::ResyncInterval);
+        }
         let mut share = 0;
         for (step, s) in self.steps.iter().enumerate() {
             match s {
@@ -259,6 +317,12 @@ impl Rollout {
                         0.0,
                         1.0,
                     )?;
+                    if let Some(path) = sh.ignore_paths.iter().find(|p| !p.starts_with('/')) {
+                        return Err(Invalid::Pointer {
+                            step,
+                            path: path.clone(),
+                        });
+                    }
                 }
                 Step::Canary(c) => {
                     if c.percent == 0 || c.percent > 100 {
@@ -305,10 +369,14 @@ mod tests {
                 {"canary": {"percent": 50, "minReconciles": 200}},
             ],
             "analysis": {"maxErrorRate": 0.05, "maxLatencyRatio": 2},
+            "resyncInterval": "1m",
         }))
         .unwrap();
         assert_eq!(r.steps.len(), 4);
         assert!(r.auto_rollback, "on by default");
+        assert_eq!(r.bake_time, Duration::from_secs(30), "30 s by default");
+        assert_eq!(r.resync_interval, Some(Duration::from_secs(60)));
+        assert_eq!(r.analysis.min_latency_samples, 30);
         assert_eq!(
             r.steps[1],
             Step::Canary(CanaryStep {
@@ -354,6 +422,18 @@ mod tests {
             ),
             (
                 json!({"strategy": "Progressive", "steps": [{"canary": {"percent": 5, "pause": "soon"}}]}),
+                "\"soon\" is not a duration",
+            ),
+            (
+                json!({"strategy": "Progressive", "steps": [{"shadow": {"minReconciles": 1, "ignorePaths": ["metadata.annotations"]}}]}),
+                "steps[0].shadow.ignorePaths has \"metadata.annotations\", which is not a JSON pointer",
+            ),
+            (
+                json!({"strategy": "Progressive", "steps": [{"pause": {}}], "resyncInterval": "0s"}),
+                "rollout.resyncInterval is 0",
+            ),
+            (
+                json!({"strategy": "Progressive", "steps": [{"pause": {}}], "bakeTime": "soon"}),
                 "\"soon\" is not a duration",
             ),
             (json!({"strategy": "Sudden"}), "unknown variant `Sudden`"),

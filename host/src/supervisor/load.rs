@@ -189,8 +189,9 @@ impl<'a> Load<'a> {
     /// Phase 2: what serves now, or `None` when these bytes with these settings already serve
     /// or were already rejected for good (one load, and one Event, per change).
     ///
-    /// Where it may surprise: asking again for exactly what serves clears the last rejection,
-    /// since the source no longer asks for the version that was rejected.
+    /// Where it may surprise: asking again for exactly what serves (or for the revision a
+    /// rollout stages beside it) clears the last rejection, since the source no longer asks for
+    /// the version that was rejected.
     pub(super) fn prior(&self) -> Option<Prior> {
         let mut guests = self.sup.guests.lock().unwrap();
         let prior = match guests.get_mut(self.name) {
@@ -203,8 +204,13 @@ impl<'a> Load<'a> {
                 let rejected = e.settings == self.settings
                     && e.rejected_digest.as_deref() == Some(self.digest.as_str());
                 let (held, withdraw) = self.rollout_of(e, serving);
-                if serving {
+                // Asked again for what serves, or for the revision rolling out beside it: a
+                // rejection since is no longer what the source asks for.
+                let staged = (e.controller.as_ref().and_then(|c| c.candidate()))
+                    .is_some_and(|k| k.digest == self.digest && k.settings == *guest_settings);
+                if serving || staged {
                     e.last_error = None;
+                    e.last_error_at = None;
                     e.rejected_digest = None;
                 }
                 if (serving && !withdraw) || rejected || held {
@@ -332,28 +338,41 @@ impl<'a> Load<'a> {
         let revision = (self.digest.as_str(), guest_settings);
         let tracker = rollout::start(c, spec, revision, reporting);
         let serving = c.digest();
+        let mut resuming = false;
         let mut guests = self.sup.guests.lock().unwrap();
         if let Some(entry) = guests.get_mut(self.name) {
             // Under the lock `record_rollout` takes: no recorded step falls between the two.
             if let Some(p) = &entry.recorded_rollout {
-                tracker.recorded(p);
+                resuming = tracker.recorded(p);
+            }
+            // What serves until this revision is promoted: the version that served before the
+            // latest revision staged, unless that one was promoted since.
+            let promoted =
+                (entry.rollout.as_ref()).is_some_and(|t| t.progress().phase == Phase::Promoted);
+            if entry.staged_over.is_none() || promoted {
+                entry.staged_over = Some(entry.source.clone());
             }
             entry.loading = false;
             entry.source = self.source.clone();
             entry.settings = self.settings.clone();
             entry.last_error = None;
+            entry.last_error_at = None;
             entry.rejected_digest = None;
             entry.rollout = Some(tracker);
         }
         drop(guests);
         self.sup.publish_guests();
         let (name, digest) = (self.name, &self.digest);
-        tracing::info!(guest = %name, %digest, serving = %serving, steps = spec.steps.len(), "new revision staged for a progressive rollout");
-        let message = format!(
-            "guest {name}: rolling out sha256 {digest} in {} steps; sha256 {serving} keeps serving until they move keys",
-            spec.steps.len()
-        );
-        (self.sup).event(name, &self.source, Type::Normal, "RolloutStarted", message);
+        tracing::info!(guest = %name, %digest, serving = %serving, steps = spec.steps.len(), resuming, "new revision staged for a progressive rollout");
+        // A rollout this revision had under way (a host restarted, a replica that stages it
+        // beside the one driving it) is not started again: its driver says when it resumes.
+        if !resuming {
+            let message = format!(
+                "guest {name}: rolling out sha256 {digest} in {} steps; sha256 {serving} keeps serving until they move keys",
+                spec.steps.len()
+            );
+            (self.sup).event(name, &self.source, Type::Normal, "RolloutStarted", message);
+        }
         Ok(Applied::Staged {
             digest: digest.clone(),
         })
@@ -507,16 +526,19 @@ impl<'a> Load<'a> {
         }
         self.sup
             .event(name, source, Type::Normal, "ModuleLoaded", message);
-        let entry = guests
-            .entry(name.to_string())
-            .or_insert_with(|| Entry::new(source.clone(), self.settings.clone()));
+        let entry = guests.entry(name.to_string()).or_insert_with(|| {
+            self.sup
+                .new_entry(name, source.clone(), self.settings.clone())
+        });
         let old = entry.controller.replace(started.controller.clone());
         entry.loading = false;
         entry.parked = false;
         entry.source = source.clone();
         entry.settings = self.settings.clone();
+        entry.staged_over = None;
         entry.loads += 1;
         entry.last_error = None;
+        entry.last_error_at = None;
         entry.rejected_digest = None;
         entry.last_load = Some(timing);
         drop(guests);
@@ -559,12 +581,13 @@ impl<'a> Load<'a> {
         let mut guests = self.sup.guests.lock().unwrap();
         let entry = guests
             .entry(name.to_string())
-            .or_insert_with(|| Entry::new(source.clone(), self.settings));
+            .or_insert_with(|| self.sup.new_entry(name, source.clone(), self.settings));
         *entry.rejections.entry(reason).or_default() += 1;
         entry.loading = false;
         // Tried here (its shard is held) and refused: the status must say so, not "standby".
         entry.parked = false;
         entry.last_error = Some(message.clone());
+        entry.last_error_at = Some(std::time::SystemTime::now());
         entry.rejected_digest = lasting.then(|| digest.to_string());
         let serving = entry.controller.as_ref().map(|c| c.digest());
         drop(guests);

@@ -129,6 +129,8 @@ struct Entry {
     loads: u64,
     rejections: BTreeMap<Reason, u64>,
     last_error: Option<String>,
+    /// When `last_error` was rejected.
+    last_error_at: Option<std::time::SystemTime>,
     rejected_digest: Option<String>,
     last_load: Option<LoadTiming>,
     /// The rollout of the latest revision staged step by step, while it runs and once it ended.
@@ -137,9 +139,23 @@ struct Entry {
     /// the replica that drives it): where a replica taking the rollout over resumes, or how it
     /// ended there.
     recorded_rollout: Option<crate::rollout::progress::Progress>,
+    /// The source of the version serving when a revision was staged beside it (`source` is
+    /// then the staged revision's): what serves until that revision is promoted.
+    staged_over: Option<Source>,
 }
 
 impl Entry {
+    /// Where the version serving came from: the latest offer's source, unless that offer
+    /// staged a revision beside it that is not promoted (rolling out, or rolled back).
+    fn serving_source(&self) -> &Source {
+        let promoted = (self.rollout.as_ref())
+            .is_some_and(|t| t.progress().phase == crate::rollout::progress::Phase::Promoted);
+        match &self.staged_over {
+            Some(before) if !promoted => before,
+            _ => &self.source,
+        }
+    }
+
     fn new(source: Source, settings: Settings) -> Self {
         Self {
             source,
@@ -151,10 +167,12 @@ impl Entry {
             loads: 0,
             rejections: BTreeMap::new(),
             last_error: None,
+            last_error_at: None,
             rejected_digest: None,
             last_load: None,
             rollout: None,
             recorded_rollout: None,
+            staged_over: None,
         }
     }
 }
@@ -170,8 +188,8 @@ struct LoadTiming {
 ///
 /// Lock order, for the mutexes held together: a guest's load lock (`locks`, one per name,
 /// held across the whole load, an `.await` included), then `cache_claims`, then `guests`, then
-/// `offers`, then `seats`. The others (`locks` itself, `source_problems`, `tenant_limits`) are
-/// taken alone and never held across another.
+/// `offers`, then `seats`; `early_records` only under `guests`. The others (`locks` itself,
+/// `source_problems`, `tenant_limits`) are taken alone and never held across another.
 pub struct Supervisor {
     runtime: Runtime,
     factory: Arc<InformerFactory>,
@@ -184,6 +202,9 @@ pub struct Supervisor {
     /// The one scheduler every guest's reconciles take turns in.
     scheduler: Arc<FairShare>,
     guests: Mutex<BTreeMap<String, Entry>>,
+    /// Rollouts recorded for guests that have no entry here yet (a host starting while one is
+    /// under way): the entry takes its record when it is made ([`Supervisor::new_entry`]).
+    early_records: Mutex<BTreeMap<String, crate::rollout::progress::Progress>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     compiles: tokio::sync::Semaphore,
     unloads: AtomicU64,
@@ -245,6 +266,7 @@ impl Supervisor {
             unloads: AtomicU64::new(0),
             started: Instant::now(),
             source_problems: Mutex::new(BTreeMap::new()),
+            early_records: Mutex::new(BTreeMap::new()),
             offers: Mutex::new(offers::Slots::default()),
             seats: Mutex::new(quota::Seats::default()),
             tenant_limits: Mutex::new(TenantLimits::default()),
@@ -260,7 +282,7 @@ impl Supervisor {
         let mut guests = self.guests.lock().unwrap();
         let entry = guests
             .entry(name.to_string())
-            .or_insert_with(|| Entry::new(source, settings));
+            .or_insert_with(|| self.new_entry(name, source, settings));
         if entry.controller.is_none() {
             entry.loading = true;
         }
@@ -333,13 +355,14 @@ impl Supervisor {
     }
 
     /// Where the version of `name` that serves (or was last offered, while none serves) came
-    /// from.
+    /// from; while a rollout's new revision is staged beside it, the serving version's source,
+    /// not the new revision's.
     pub fn source_of(&self, name: &str) -> Option<Source> {
         self.guests
             .lock()
             .unwrap()
             .get(name)
-            .map(|e| e.source.clone())
+            .map(|e| e.serving_source().clone())
     }
 
     /// The last error of `name` (a rejection), if any.
@@ -366,7 +389,12 @@ impl Supervisor {
     pub async fn remove(&self, name: &str) -> bool {
         let lock = self.lock_for(name);
         let _serial = lock.lock().await;
-        let Some(entry) = self.guests.lock().unwrap().remove(name) else {
+        let removed = {
+            let mut guests = self.guests.lock().unwrap();
+            self.early_records.lock().unwrap().remove(name);
+            guests.remove(name)
+        };
+        let Some(entry) = removed else {
             return false;
         };
         // The name's lock stays in `locks`: a load waiting on it must not race one that would
@@ -406,15 +434,31 @@ impl Supervisor {
     /// Records a rollout of guest `name` as its source read it (from a Reconciler's status,
     /// written by the replica that drives it): this replica resumes from its step if it takes
     /// the rollout over, and follows it if it ended (promoted or rolled back) there.
+    ///
+    /// Where it may surprise: a record for a guest with no entry here yet is kept until one is
+    /// made, so that a host starting mid-rollout (it loads the serving revision first) still
+    /// resumes it.
     pub fn record_rollout(&self, name: &str, progress: crate::rollout::progress::Progress) {
         let mut guests = self.guests.lock().unwrap();
         let Some(entry) = guests.get_mut(name) else {
+            self.early_records
+                .lock()
+                .unwrap()
+                .insert(name.to_string(), progress);
             return;
         };
         if let Some(t) = &entry.rollout {
             t.recorded(&progress);
         }
         entry.recorded_rollout = Some(progress);
+    }
+
+    /// A new entry for guest `name`, with the rollout recorded for it before it had one. The
+    /// caller holds `guests`.
+    fn new_entry(&self, name: &str, source: Source, settings: Settings) -> Entry {
+        let mut entry = Entry::new(source, settings);
+        entry.recorded_rollout = self.early_records.lock().unwrap().remove(name);
+        entry
     }
 
     /// Timing of the last successful load of `name`: compile (or cache load) time, end to end

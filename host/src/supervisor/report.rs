@@ -155,7 +155,7 @@ impl Supervisor {
             .iter()
             .map(|(name, e)| metrics::Guest {
                 name: name.clone(),
-                source: e.source.to_string(),
+                source: e.serving_source().to_string(),
                 loads: e.loads,
                 rejections: e.rejections.iter().map(|(r, n)| (r.label(), *n)).collect(),
                 last_load: e.last_load.map(|t| t.total),
@@ -301,11 +301,14 @@ fn guest_status(
         failing_since: failing.map(|f| crate::text::rfc3339(f.since)),
         failing_keys: failing.map(|f| f.keys),
         digest: snap.as_ref().map(|s| s.digest.clone()),
-        source: e.source.to_string(),
+        settings_hash: (e.controller.as_ref())
+            .map(|c| crate::rollout::progress::settings_hash(c.guest_settings().as_str())),
+        source: e.serving_source().to_string(),
         loaded_at: snap.as_ref().map(|s| crate::text::rfc3339(s.loaded_at)),
         loads: e.loads,
         rejections: e.rejections.values().sum(),
         last_error: e.last_error.clone(),
+        last_error_at: e.last_error_at.map(crate::text::micro_time),
         last_load_ms: e.last_load.map(|t| t.total.as_secs_f64() * 1000.0),
         reconciles: snap.as_ref().map(reconciles_of).unwrap_or_default(),
         shadow: (snap.as_ref())
@@ -322,7 +325,10 @@ fn guest_status(
         shard: placement.as_ref().map(|p| p.shard),
         owner: placement.and_then(|p| p.owner),
         key_shards: key_shards.map(|s| s.to_string()),
-        rollout: e.rollout.as_ref().map(|t| t.progress()),
+        // A rollout recorded under way that this host has not staged yet (it starts the serving
+        // revision first): shown as recorded, so that the status keeps it meanwhile.
+        rollout: (e.rollout.as_ref().map(|t| t.progress()))
+            .or_else(|| e.recorded_rollout.clone().filter(|p| !p.ended())),
     }
 }
 

@@ -14,6 +14,11 @@
 //! - A person resumes a pause (or a halt) by changing the rollout's `resume` token; its value
 //!   when the revision was staged does not count, and a resume is forgotten when the rollout
 //!   enters another step.
+//! - A driver that takes over a rollout recorded as under way (a replica taking the shard, a
+//!   host restarted) posts `RolloutResumed` when it first drives it; only the stage of a rollout
+//!   nobody recorded posts `RolloutStarted`.
+//! - While a step waits for traffic, a `resyncInterval` queues every key again that often, as
+//!   traffic; the first resync comes one interval into the step, after the keys that moved.
 //! - A rollout needs a serving revision to roll out beside. A Reconciler's source starts the one
 //!   its status records first on a host where the guest does not run yet (see
 //!   `sources/reconciler/spec.rs`); a guest of the host config with no version serving, or one
@@ -21,7 +26,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
@@ -30,9 +35,9 @@ use super::source::Source;
 use crate::controller::{Controller, Route};
 use crate::events::Type;
 use crate::guest::settings::GuestSettings;
-use crate::rollout::decide::{Failure, Verdict, decide, shadows_at, share_at};
-use crate::rollout::progress::{Phase, Progress, settings_hash};
-use crate::rollout::spec::Rollout;
+use crate::rollout::decide::{Failure, Verdict, decide, shadows_at, share_at, waiting};
+use crate::rollout::progress::{Phase, Progress, settings_hash, step_label};
+use crate::rollout::spec::{Rollout, Step};
 
 /// How often the driver looks when no reconcile tells it to.
 const TICK: Duration = Duration::from_millis(200);
@@ -51,6 +56,9 @@ pub(crate) struct Tracker {
     step: AtomicUsize,
     /// How the driving replica recorded the rollout's end, if it ended there.
     ended_elsewhere: Mutex<Option<Progress>>,
+    /// It learned its step from a record of the rollout under way: whoever drives it first here
+    /// resumes it.
+    from_record: AtomicBool,
     task: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -67,6 +75,14 @@ pub(crate) fn route_at(spec: &Rollout, step: usize) -> Route {
     Route {
         shadow: shadows_at(spec, step),
         percent: share_at(spec, step),
+    }
+}
+
+/// The parts of written objects `spec`'s step `step` lets a shadow's writes differ in.
+fn ignored_at(spec: &Rollout, step: usize) -> &[String] {
+    match spec.steps.get(step) {
+        Some(Step::Shadow(s)) => &s.ignore_paths,
+        _ => &[],
     }
 }
 
@@ -97,23 +113,26 @@ impl Tracker {
 
     /// The progress of this rollout as the replica that drives it recorded it (a Reconciler's
     /// status): a step to resume from, or an end to follow. Progress of another revision is
-    /// ignored.
-    pub(super) fn recorded(&self, progress: &Progress) {
+    /// ignored. Whether it was this rollout under way: then this tracker resumes it.
+    pub(super) fn recorded(&self, progress: &Progress) -> bool {
         if !progress.of(&self.digest, &self.settings_hash) {
-            return;
+            return false;
         }
         match progress.phase {
             Phase::Promoted | Phase::RolledBack => {
                 *self.ended_elsewhere.lock().unwrap() = Some(progress.clone());
+                false
             }
-            Phase::Superseded => {}
+            Phase::Superseded => false,
             _ => {
+                self.from_record.store(true, Ordering::SeqCst);
                 // Shown at once, so that a replica taking over writes the step it resumes at
                 // even before its driver's first look.
                 let before = self.step.fetch_max(progress.step, Ordering::SeqCst);
                 if progress.step > before && !self.progress.borrow().ended() {
                     self.publish(self.at(progress.step));
                 }
+                true
             }
         }
     }
@@ -154,6 +173,7 @@ pub(super) fn start(
         resumed: AtomicBool::new(false),
         step: AtomicUsize::new(0),
         ended_elsewhere: Mutex::new(None),
+        from_record: AtomicBool::new(false),
         task: Mutex::new(None),
     });
     let task = tokio::spawn(drive(
@@ -166,7 +186,7 @@ pub(super) fn start(
 }
 
 fn now() -> String {
-    crate::text::rfc3339(SystemTime::now())
+    crate::text::micro_time(SystemTime::now())
 }
 
 /// The driver's loop; see the module docs.
@@ -175,6 +195,10 @@ async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reportin
     // across a closed gate, so that a halt or a resume is not forgotten there.
     let (mut routed, mut entered): (Option<usize>, Option<usize>) = (None, None);
     let mut halted = false;
+    // Whether this driver has driven the rollout yet (its gate open once).
+    let mut driven = false;
+    // The last resync of the step waiting for traffic (`resyncInterval`), or its start.
+    let mut resynced = Instant::now();
     loop {
         wait(&controller).await;
         let (Some(t), Some(c)) = (tracker.upgrade(), controller.upgrade()) else {
@@ -201,12 +225,19 @@ async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reportin
             continue;
         }
         let step = t.step.load(Ordering::SeqCst);
+        if !driven {
+            driven = true;
+            if t.from_record.load(Ordering::SeqCst) {
+                post_resumed(&t, &r, step);
+            }
+        }
         if routed != Some(step) {
-            c.route(route_at(&t.spec, step));
+            c.route(route_at(&t.spec, step), ignored_at(&t.spec, step));
             routed = Some(step);
             if entered != Some(step) {
                 entered = Some(step);
                 halted = false;
+                resynced = Instant::now();
                 t.resumed.store(false, Ordering::SeqCst);
                 t.publish(t.at(step));
             }
@@ -224,6 +255,11 @@ async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reportin
         };
         let mut progress = t.progress();
         progress.count(&observed);
+        progress.waiting = waiting(&t.spec, step, &observed);
+        if resync_due(&t.spec, &progress, resynced) {
+            resynced = Instant::now();
+            c.resync_rollout();
+        }
         match decide(&t.spec, step, &observed) {
             Verdict::Stay | Verdict::WaitForResume => t.publish(progress),
             Verdict::Advance(next) => {
@@ -237,17 +273,7 @@ async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reportin
                 let mut done = t.at(t.spec.steps.len());
                 done.count(&observed);
                 t.publish(done);
-                let message = format!(
-                    "guest {}: sha256 {} passed every step and now serves every key",
-                    r.guest, t.digest
-                );
-                (r.events).post(
-                    &r.guest,
-                    &r.source,
-                    Type::Normal,
-                    "RolloutPromoted",
-                    message,
-                );
+                post_promoted(&t, &r);
                 return;
             }
             Verdict::RollBack(failure) => {
@@ -256,19 +282,70 @@ async fn drive(tracker: Weak<Tracker>, controller: Weak<Controller>, r: Reportin
             }
             Verdict::Halt(failure) => {
                 halted = true;
-                progress.phase = Phase::Halted;
-                progress.reason = Some(failure.reason.to_string());
-                progress.message = Some(failure.message.clone());
-                progress.since = now();
-                t.publish(progress);
-                let message = format!(
-                    "guest {}: sha256 {} halted at step {step} with its share ({}), waiting for a person (autoRollback is off): {}",
-                    r.guest, t.digest, failure.reason, failure.message
-                );
-                (r.events).post(&r.guest, &r.source, Type::Warning, "RolloutHalted", message);
+                halt(&t, &r, progress, step, &failure);
             }
         }
     }
+}
+
+/// Says that the rollout promoted its revision.
+fn post_promoted(t: &Tracker, r: &Reporting) {
+    let message = format!(
+        "guest {}: sha256 {} passed every step and now serves every key",
+        r.guest, t.digest
+    );
+    (r.events).post(
+        &r.guest,
+        &r.source,
+        Type::Normal,
+        "RolloutPromoted",
+        message,
+    );
+}
+
+/// Says that this driver resumed the rollout at `step`, as recorded by another (a replica that
+/// took the shard over, a host restarted).
+fn post_resumed(t: &Tracker, r: &Reporting, step: usize) {
+    let message = format!(
+        "guest {}: resumed the rollout of sha256 {} at {} as recorded: {}",
+        r.guest,
+        t.digest,
+        step_label(step, t.spec.steps.len()),
+        t.at(step).summary()
+    );
+    (r.events).post(&r.guest, &r.source, Type::Normal, "RolloutResumed", message);
+}
+
+/// Whether `spec` wants every key reconciled again now: its step waits for traffic, and its
+/// `resyncInterval` went by since the step began or since the last resync, `resynced`.
+fn resync_due(spec: &Rollout, progress: &Progress, resynced: Instant) -> bool {
+    let for_traffic =
+        (progress.waiting.as_deref()).is_some_and(|w| w.starts_with("waiting for traffic"));
+    spec.resync_interval
+        .is_some_and(|every| for_traffic && resynced.elapsed() >= every)
+}
+
+/// Halts the rollout after `failure` in `step` (`autoRollback: false`), with its share, and
+/// says so.
+fn halt(t: &Tracker, r: &Reporting, mut progress: Progress, step: usize, failure: &Failure) {
+    progress.phase = Phase::Halted;
+    progress.waiting = Some(
+        "waiting for a person: the analysis failed and autoRollback is off; resume, or revert spec.module"
+            .into(),
+    );
+    progress.reason = Some(failure.reason.to_string());
+    progress.message = Some(failure.message.clone());
+    progress.since = now();
+    t.publish(progress);
+    let message = format!(
+        "guest {}: sha256 {} halted at {} with its share ({}), waiting for a person (autoRollback is off): {}",
+        r.guest,
+        t.digest,
+        step_label(step, t.spec.steps.len()),
+        failure.reason,
+        failure.message
+    );
+    (r.events).post(&r.guest, &r.source, Type::Warning, "RolloutHalted", message);
 }
 
 /// Waits for a reconcile the step counts, or a tick at most (a pause's resume, a canary's least
@@ -314,12 +391,18 @@ async fn roll_back(
     progress.reason = Some(failure.reason.to_string());
     progress.message = Some(failure.message.clone());
     if let Some(rolled) = &rolled {
-        progress.since = crate::text::rfc3339(rolled.at);
+        progress.since = crate::text::micro_time(rolled.at);
     }
+    progress.waiting = None;
     t.publish(progress);
     let message = format!(
-        "guest {}: sha256 {} rolled back at step {step} ({}); the serving revision keeps every key: {}",
-        r.guest, t.digest, failure.reason, failure.message
+        "guest {}: sha256 {} rolled back at {} ({}) at {}; the serving revision keeps every key: {}",
+        r.guest,
+        t.digest,
+        step_label(step, t.spec.steps.len()),
+        failure.reason,
+        t.progress().since,
+        failure.message
     );
     (r.events).post(
         &r.guest,
@@ -335,11 +418,10 @@ fn advance(t: &Tracker, r: &Reporting, step: usize) {
     t.step.fetch_max(step, Ordering::SeqCst);
     let next = t.at(step);
     let message = format!(
-        "guest {}: sha256 {} entered step {} of {}: {}",
+        "guest {}: sha256 {} entered {}: {}",
         r.guest,
         t.digest,
-        step + 1,
-        t.spec.steps.len(),
+        next.step_label(),
         next.summary()
     );
     r.events
@@ -349,7 +431,7 @@ fn advance(t: &Tracker, r: &Reporting, step: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::spec::{CanaryStep, ShadowStep, Step, Strategy};
+    use crate::rollout::spec::{CanaryStep, ShadowStep, Strategy};
 
     fn tracker(resume: Option<&str>) -> Tracker {
         let canary = |percent| {
@@ -375,6 +457,7 @@ mod tests {
             resumed: AtomicBool::new(false),
             step: AtomicUsize::new(0),
             ended_elsewhere: Mutex::new(None),
+            from_record: AtomicBool::new(false),
             task: Mutex::new(None),
         }
     }
@@ -408,7 +491,12 @@ mod tests {
             phase,
             ..Progress::at(&spec, (digest, hash), step, "t".into())
         };
-        t.recorded(&at("d", "s", 2, Phase::Canary));
+        assert!(!t.from_record.load(Ordering::SeqCst));
+        assert!(
+            t.recorded(&at("d", "s", 2, Phase::Canary)),
+            "under way: resumed"
+        );
+        assert!(t.from_record.load(Ordering::SeqCst));
         t.recorded(&at("d", "s", 1, Phase::Canary));
         assert_eq!(t.step.load(Ordering::SeqCst), 2);
         assert_eq!(
@@ -417,11 +505,14 @@ mod tests {
             "shown at once: a replica taking over writes the step it resumes at"
         );
         // Another digest, or the same digest with other settings, is another revision.
-        t.recorded(&at("e", "s", 5, Phase::Canary));
-        t.recorded(&at("d", "other", 5, Phase::RolledBack));
+        assert!(!t.recorded(&at("e", "s", 5, Phase::Canary)));
+        assert!(!t.recorded(&at("d", "other", 5, Phase::RolledBack)));
         assert_eq!(t.step.load(Ordering::SeqCst), 2);
         assert!(t.ended_elsewhere.lock().unwrap().is_none());
-        t.recorded(&at("d", "s", 2, Phase::RolledBack));
+        assert!(
+            !t.recorded(&at("d", "s", 2, Phase::RolledBack)),
+            "ended: followed"
+        );
         assert_eq!(
             t.ended_elsewhere.lock().unwrap().as_ref().map(|p| p.phase),
             Some(Phase::RolledBack),
@@ -439,6 +530,7 @@ mod tests {
                 Step::Shadow(ShadowStep {
                     min_reconciles: 10,
                     max_divergence: 0.0,
+                    ignore_paths: vec!["/metadata/annotations/v".into()],
                 }),
                 Step::Canary(CanaryStep {
                     percent: 10,
@@ -448,6 +540,8 @@ mod tests {
             ],
             ..Rollout::default()
         };
+        assert_eq!(ignored_at(&spec, 0), ["/metadata/annotations/v"]);
+        assert!(ignored_at(&spec, 1).is_empty());
         let seen: Vec<Route> = (0..3).map(|s| route_at(&spec, s)).collect();
         assert_eq!(
             seen,

@@ -154,7 +154,7 @@ impl Supervisor {
             let mut guests = self.guests.lock().unwrap();
             let entry = guests
                 .entry(name.to_string())
-                .or_insert_with(|| super::Entry::new(source.clone(), settings.clone()));
+                .or_insert_with(|| self.new_entry(name, source.clone(), settings.clone()));
             entry.source = source;
             entry.settings = settings;
             entry.loading = false;

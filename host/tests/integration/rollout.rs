@@ -1,9 +1,12 @@
 //! Progressive rollout of a Reconciler's new revision, end to end against the real API server:
 //! a revision that fails a share of its keys is rolled back within its first canary step,
-//! having written only to keys of that step's share and nothing after the rollback; a revision
-//! whose writes differ is caught by its shadow step without writing at all; a good revision
-//! goes from shadow through two canary shares to every key, no key ever running on two
-//! revisions at once.
+//! having written only to keys of that step's share and nothing after the fence, and a module
+//! rejected after it is what the status says; a revision whose writes differ is caught by its
+//! shadow step without writing at all; a good revision that stamps its own version goes from a
+//! shadow step that ignores the stamp through two canary shares to every key, no key ever
+//! running on two revisions at once; a canary step with no live change waits for traffic and
+//! says so; a rollout survives its host: a replica taking over, a fresh host, the same module
+//! with new settings.
 //!
 //! The guests are builds of `guests/stamp`: `stamp_v1` and `stamp_v2` stamp `v1:<data.v>` and
 //! `v2:<data.v>`, or `<settings.version>:<data.v>` when their settings name a version, and fail
@@ -241,8 +244,15 @@ impl Drop for Traffic {
     }
 }
 
+/// A progressive rollout with no bake time (the tests that judge it set their own).
 fn progressive(steps: Value, analysis: Value) -> Value {
-    json!({ "strategy": "Progressive", "steps": steps, "analysis": analysis })
+    json!({ "strategy": "Progressive", "steps": steps, "analysis": analysis, "bakeTime": "0s" })
+}
+
+/// `rfc3339` (with fractional seconds) as an instant of this machine's clock.
+fn instant_of(rfc3339: &str) -> std::time::SystemTime {
+    let t: k8s_openapi::jiff::Timestamp = rfc3339.parse().unwrap();
+    std::time::SystemTime::from(t)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,6 +277,25 @@ async fn a_revision_failing_a_third_of_its_keys_is_rolled_back_in_its_first_step
     let applied = Instant::now();
     let bad = spec("v2", json!({ "fail_percent": 30 }), rollout.clone());
     apply(&s.reconcilers, "stamp", bad).await;
+    // While the new revision runs on its share, /status shows the serving revision's source,
+    // and none of the new revision's errors among the serving revision's counts.
+    let guest = s.guest();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let g = s.sup().guest_status(&guest).unwrap();
+        if let Some(p) = g.rollout.as_ref().filter(|p| p.errors > 0 || p.ended()) {
+            assert!(g.source.contains("configmap/mod-v1/"), "{}", g.source);
+            assert_eq!(
+                (g.reconciles.failed, g.reconciles.traps),
+                (0, 0),
+                "the new revision's errors ({}) counted as the serving one's: {g:#?}",
+                p.errors
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "v2 never failed: {g:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let done = s
         .wait_rollout("the rollback", |p| p.ended() && p.digest == s.v2_digest)
         .await;
@@ -313,6 +342,23 @@ async fn a_revision_failing_a_third_of_its_keys_is_rolled_back_in_its_first_step
         .filter(|(at, _)| *at > rolled_back + Duration::from_secs(1))
         .collect();
     assert!(late.is_empty(), "v2 wrote after the rollback: {late:?}");
+    // The fence is recorded to the microsecond, and no write of v2 reached the watch later than
+    // a second after it (a write sent before it may land a moment after).
+    assert!(
+        done.since.len() == "2026-01-01T00:00:00.000000Z".len(),
+        "{}",
+        done.since
+    );
+    let fence = instant_of(&done.since);
+    let now = (std::time::SystemTime::now(), Instant::now());
+    let after_fence: Vec<_> = (writes.iter())
+        .filter(|(at, _)| now.0 - (now.1 - *at) > fence + Duration::from_secs(1))
+        .collect();
+    assert!(
+        after_fence.is_empty(),
+        "v2 wrote after the fence {}: {after_fence:?}",
+        done.since
+    );
 
     // The serving revision has every key back, and the status says what happened.
     let last = seen_all(&s.objects).await;
@@ -327,12 +373,17 @@ async fn a_revision_failing_a_third_of_its_keys_is_rolled_back_in_its_first_step
     .await;
     assert!(is(&status, "Ready", "True", "Serving"), "{status:#}");
     assert_eq!(status["rollout"]["summary"], "rolled back", "{status:#}");
+    assert_eq!(
+        status["rollout"]["since"],
+        done.since.as_str(),
+        "{status:#}"
+    );
     common::wait::wait_event(
         &cp.admin_client(),
         s.ns,
         "stamp",
         "RolloutRolledBack",
-        "rolled back at step 0 (Errors)",
+        "rolled back at step 1 of 3 (Errors)",
         Duration::from_secs(30),
     )
     .await;
@@ -348,6 +399,46 @@ async fn a_revision_failing_a_third_of_its_keys_is_rolled_back_in_its_first_step
     tokio::time::sleep(Duration::from_secs(1)).await;
     let again = s.sup().rollout(&s.guest()).unwrap();
     assert_eq!(again.phase, Phase::RolledBack, "{again:#?}");
+
+    // A module rejected after the rollback is the news, whatever rejects it: a ConfigMap that
+    // is not there, then one that holds no module. v1 serves all along.
+    for (name, why) in [
+        ("mod-missing", "mod-missing"),
+        ("mod-corrupt", "not a valid"),
+    ] {
+        if name == "mod-corrupt" {
+            let garbage = module_configmap(name, "stamp.wasm", b"\0asm not a module", false);
+            s.objects
+                .create(&PostParams::default(), &garbage)
+                .await
+                .unwrap();
+        }
+        let mut rejected = spec("v2", json!({ "fail_percent": 30 }), rollout.clone());
+        rejected["module"]["configMapRef"]["name"] = json!(name);
+        apply(&s.reconcilers, "stamp", rejected).await;
+        let status = wait_status(&s.reconcilers, "stamp", "Degraded by the rejection", |st| {
+            is(st, "Degraded", "True", "NewVersionRejected")
+        })
+        .await;
+        let message = (status["conditions"].as_array().unwrap().iter())
+            .find(|c| c["type"] == "Degraded")
+            .map(|c| c["message"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default();
+        assert!(message.contains(why), "{name}: {message}");
+        assert!(is(&status, "Ready", "True", "Serving"), "{status:#}");
+        // Back to the revision serving, ready for the next (its settings say what it stamps
+        // anyway: an empty map applied over a full one would leave none, which the CRD refuses).
+        apply(
+            &s.reconcilers,
+            "stamp",
+            spec("v1", json!({ "version": "v1" }), rollout.clone()),
+        )
+        .await;
+        wait_status(&s.reconcilers, "stamp", "no rejection", |st| {
+            !is(st, "Degraded", "True", "NewVersionRejected")
+        })
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,6 +484,14 @@ async fn a_revision_whose_writes_differ_is_caught_by_its_shadow_step_and_never_w
     })
     .await;
     assert_eq!(status["rollout"]["reason"], "Divergence", "{status:#}");
+    let first = status["rollout"]["firstDifference"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        first.contains("/body/metadata/annotations/stamp.reconciled.dev~1seen: \"v1:")
+            && first.contains("-> \"v2:"),
+        "the status names where the writes first differ: {status:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -402,21 +501,23 @@ async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
     // A shadow runs just before the serving revision, without read-your-writes: with an edit
     // landing every few milliseconds, one compare in a few dozen may see another state than the
     // serving run does, whatever the modules.
+    // v2 stamps its own version: the shadow step lets the stamp differ, as the guide says.
     let rollout = progressive(
         json!([
-            { "shadow": { "minReconciles": 20, "maxDivergence": 0.1 } },
+            { "shadow": { "minReconciles": 20, "maxDivergence": 0.1,
+                          "ignorePaths": ["/metadata/annotations/stamp.reconciled.dev~1seen"] } },
             { "canary": { "percent": 10, "minReconciles": 10 } },
             { "pause": {} },
             { "canary": { "percent": 50, "minReconciles": 30 } },
         ]),
-        json!({ "maxLatencyRatio": 1000 }),
+        json!({}),
     );
     s.serve_v1(&rollout).await;
     let stamps = watch_stamps(&s.objects).await;
     let traffic = s.traffic();
 
-    // Another build that writes what v1 writes: its shadow step sees no divergence.
-    let good = spec("v2", json!({ "version": "v1" }), rollout);
+    // Another build that stamps `v2:` where v1 stamps `v1:`, with the default analysis.
+    let good = spec("v2", json!({}), rollout);
     apply(&s.reconcilers, "stamp", good).await;
     // The pause holds the 10% share until a person resumes it.
     let paused = wait_status(&s.reconcilers, "stamp", "paused", |st| {
@@ -458,9 +559,14 @@ async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
     let controller = s.sup().controller(&s.guest()).unwrap();
     assert_eq!(controller.digest(), s.v2_digest, "v2 serves every key");
     drop(traffic);
-    assert_eq!(stamps.by("v2:"), [], "no revision stamped anything but v1:");
-    // The last edit of every object, reconciled by whichever revision held it, is stamped as
-    // v2 alone would stamp it.
+    // No v2 stamp before its first canary share: the shadow wrote nothing.
+    let written = stamps.all();
+    assert!(
+        written.iter().any(|w| w.starts_with("v2:")),
+        "v2 ran for real"
+    );
+    // The last edit of every object, reconciled by v2 now that it serves every key, is
+    // stamped as v2 stamps it.
     let latest: BTreeMap<String, String> = (s.objects.list(&Default::default()))
         .await
         .unwrap()
@@ -474,7 +580,7 @@ async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
         })
         .map(|c| {
             let v = c.data.unwrap_or_default().remove("v").unwrap_or_default();
-            (c.metadata.name.unwrap(), format!("v1:{v}"))
+            (c.metadata.name.unwrap(), format!("v2:{v}"))
         })
         .collect();
     s.wait_stamps(&latest, Duration::from_secs(60)).await;
@@ -587,6 +693,22 @@ async fn a_replica_taking_over_mid_rollout_resumes_at_the_recorded_step_and_so_d
     );
     let candidate = survivor.controller(&guest).unwrap().candidate().unwrap();
     assert_eq!(candidate.route.percent, 50);
+    // The survivor says it resumed, at the step every message names alike; nobody started the
+    // rollout a second time.
+    common::wait::wait_event(
+        &cp.admin_client(),
+        s.ns,
+        "stamp",
+        "RolloutResumed",
+        "at step 2 of 2 as recorded: canary 50%",
+        Duration::from_secs(30),
+    )
+    .await;
+    let started = (common::wait::events(&cp.admin_client(), s.ns, "stamp").await)
+        .into_iter()
+        .filter(|(reason, _)| reason == "RolloutStarted")
+        .count();
+    assert_eq!(started, 1, "one RolloutStarted for one rollout");
 
     // Every replica gone, one starts fresh: it starts the serving revision first, from its
     // recorded revision, and rolls the new one out beside it from the recorded step.
@@ -641,4 +763,180 @@ async fn a_replica_taking_over_mid_rollout_resumes_at_the_recorded_step_and_so_d
             r.shutdown().await;
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settings_only_rollout_killed_at_25_percent_resumes_there_after_a_restart_with_its_status_and_one_resumed_event()
+ {
+    let cp = ControlPlane::shared();
+    let mut s = scene(cp, "rollout-settings").await;
+    // The first step waits for more reconciles than the test makes: the rollout is under way,
+    // at 25%, when the host dies.
+    let rollout = progressive(
+        json!([
+            { "canary": { "percent": 25, "minReconciles": 1000000 } },
+            { "canary": { "percent": 100, "minReconciles": 5 } },
+        ]),
+        json!({}),
+    );
+    apply(
+        &s.reconcilers,
+        "stamp",
+        spec("v1", json!({ "version": "s1" }), rollout.clone()),
+    )
+    .await;
+    s.wait_all("s1:0", Duration::from_secs(60)).await;
+    let traffic = s.traffic();
+    // The same module, new settings: a new revision, rolled out step by step.
+    apply(
+        &s.reconcilers,
+        "stamp",
+        spec("v1", json!({ "version": "s2" }), rollout),
+    )
+    .await;
+    wait_status(
+        &s.reconcilers,
+        "stamp",
+        "the 25% step under way, recorded",
+        |st| {
+            st["rollout"]["phase"] == "Canary"
+                && st["rollout"]["percent"] == 25
+                && st["rollout"]["reconciles"].as_u64() > Some(0)
+        },
+    )
+    .await;
+
+    // kill -9, then a fresh host.
+    let host = s.hosts.remove(0);
+    drop(host.source);
+    host.sup.shutdown().await;
+    drop(traffic);
+    let dir = TempDir::new("rollout-settings-fresh");
+    let fresh = supervisor_with(&cp.admin_config(), Some(&dir));
+    let source = common::reconcilers::source(&fresh, s.ns);
+    let traffic = s.traffic();
+    let guest = s.guest();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (serving, candidate) = loop {
+        // Staged, and routed to its recorded share.
+        let staged = (fresh.controller(&guest))
+            .and_then(|c| Some((c.guest_settings(), c.candidate()?)))
+            .filter(|(_, candidate)| candidate.route.percent > 0);
+        if let Some(staged) = staged {
+            break staged;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fresh host did not stage the new settings beside the old: {:?}",
+            fresh.guest_status(&guest)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        serving.as_str(),
+        r#"{"version":"s1"}"#,
+        "the old settings serve"
+    );
+    assert_eq!(candidate.settings.as_str(), r#"{"version":"s2"}"#);
+    assert_eq!(
+        candidate.route.percent, 25,
+        "resumed at 25%, not at every key"
+    );
+    // Keys outside the share keep the old settings' stamp through edits.
+    let outside: Vec<String> = (0..OBJECTS)
+        .map(|i| format!("work-{i}"))
+        .filter(|n| !in_share(s.ns, n, 25))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let seen = seen_all(&s.objects).await;
+    let wrong: Vec<_> = (outside.iter())
+        .filter_map(|n| {
+            let stamp = seen.get(n).cloned().flatten();
+            (!stamp.as_deref().is_some_and(|s| s.starts_with("s1:"))).then_some((n, stamp))
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "the new settings reached keys outside the share: {wrong:?}"
+    );
+    let status = wait_status(
+        &s.reconcilers,
+        "stamp",
+        "the rollout still recorded",
+        |st| st["rollout"]["phase"] == "Canary" && st["rollout"]["percent"] == 25,
+    )
+    .await;
+    assert_eq!(status["rollout"]["step"], 0, "{status:#}");
+    common::wait::wait_event(
+        &cp.admin_client(),
+        s.ns,
+        "stamp",
+        "RolloutResumed",
+        "at step 1 of 2 as recorded",
+        Duration::from_secs(30),
+    )
+    .await;
+    let started = (common::wait::events(&cp.admin_client(), s.ns, "stamp").await)
+        .into_iter()
+        .filter(|(reason, _)| reason == "RolloutStarted")
+        .count();
+    assert_eq!(started, 1, "the restart did not start the rollout again");
+    drop(traffic);
+    drop(source);
+    fresh.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_step_with_no_live_change_does_not_pass_and_says_it_waits_for_traffic() {
+    let cp = ControlPlane::shared();
+    let s = scene(cp, "rollout-quiet").await;
+    let rollout = progressive(
+        json!([{ "canary": { "percent": 20, "minReconciles": 3 } }]),
+        json!({}),
+    );
+    s.serve_v1(&rollout).await;
+    // No edits: the keys that move to v2 are reconciled (and re-stamped), and that is all.
+    apply(
+        &s.reconcilers,
+        "stamp",
+        spec("v2", json!({}), rollout.clone()),
+    )
+    .await;
+    let status = wait_status(&s.reconcilers, "stamp", "waiting for traffic", |st| {
+        st["rollout"]["summary"] == "canary 20% (waiting for traffic)"
+            && st["rollout"]["reconciles"].as_u64() > Some(0)
+    })
+    .await;
+    let waiting = status["rollout"]["waiting"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        waiting.starts_with("waiting for traffic: 0 of 3 reconciles of live changes")
+            && waiting.contains("spec.rollout.resyncInterval"),
+        "{status:#}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let p = s.sup().rollout(&s.guest()).unwrap();
+    assert_eq!(
+        (p.phase, p.live_reconciles),
+        (Phase::Canary, 0),
+        "the moved keys and v2's own writes are no traffic: {p:#?}"
+    );
+
+    // The same rollout with a resync: it drives the step with no edit at all.
+    let mut resynced = rollout;
+    resynced["resyncInterval"] = json!("1s");
+    apply(
+        &s.reconcilers,
+        "stamp",
+        spec("v2", json!({ "version": "quiet" }), resynced),
+    )
+    .await;
+    let done = s
+        .wait_rollout("the promotion by resyncs", |p| {
+            p.ended() && p.settings_hash != reconciled::rollout::progress::settings_hash("{}")
+        })
+        .await;
+    assert_eq!(done.phase, Phase::Promoted, "{done:#?}");
 }

@@ -7,9 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Metrics {
     /// Reconciles that returned `Ok`.
     pub reconciles_ok: AtomicU64,
-    /// Reconciles that returned a WIT error.
+    /// Reconciles that returned a WIT error, or that a deadline the cluster or the host caused
+    /// cut off (a call that hung on the API server).
     pub reconciles_failed: AtomicU64,
-    /// Reconciles that trapped (panic, deadline, memory, host-call limit).
+    /// Reconciles that trapped by the guest's own fault (a panic, its deadline, memory or
+    /// host-call limit).
     pub traps: AtomicU64,
     /// Uncached API reads (the `api` interface).
     pub uncached_reads: AtomicU64,

@@ -106,6 +106,11 @@ pub struct GuestStatus {
     /// sha256 of the module serving, lowercase hex.
     #[serde(default)]
     pub digest: Option<String>,
+    /// The hash of the serving version's settings
+    /// ([`settings_hash`](crate::rollout::progress::settings_hash)): with `digest`, the
+    /// revision serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings_hash: Option<String>,
     /// Where the module comes from, as the supervisor describes its source.
     pub source: String,
     /// When the serving version was swapped in.
@@ -120,6 +125,9 @@ pub struct GuestStatus {
     /// The last rejection, kept while an older version serves.
     #[serde(default)]
     pub last_error: Option<String>,
+    /// When the last rejection happened, RFC 3339 with microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_at: Option<String>,
     /// Duration of the last successful load, from bytes to serving, in milliseconds.
     #[serde(default)]
     pub last_load_ms: Option<f64>,
@@ -228,14 +236,15 @@ impl std::fmt::Display for GuestState {
     }
 }
 
-/// A guest's reconciles, over every version it has run.
+/// A guest's reconciles, over every version it has served (not those a rollout's new revision
+/// ran before it served: `rollout` counts those).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reconciles {
     /// Returned Ok.
     pub ok: u64,
-    /// Returned an error.
+    /// Returned an error, or were cut off by a deadline the cluster or the host caused.
     pub failed: u64,
-    /// Trapped.
+    /// Trapped by the guest's own fault (a panic, its deadline or a limit).
     pub traps: u64,
     /// Worker panics caught (each restarted its worker).
     #[serde(default)]
@@ -438,11 +447,13 @@ pub(crate) mod tests {
             failing_since: None,
             failing_keys: None,
             digest: None,
+            settings_hash: None,
             source: format!("file /{name}.wasm"),
             loaded_at: None,
             loads: 0,
             rejections: 0,
             last_error: None,
+            last_error_at: None,
             last_load_ms: None,
             reconciles: Reconciles::default(),
             queued: 0,
@@ -486,6 +497,7 @@ pub(crate) mod tests {
             loads: 2,
             rejections: 1,
             last_error: Some("not a valid wasm component".into()),
+            last_error_at: None,
             last_load_ms: Some(12.5),
             reconciles: Reconciles {
                 ok: 10,

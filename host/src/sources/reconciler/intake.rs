@@ -34,6 +34,12 @@ pub(super) struct Loop {
     /// Guests started from their serving revision for a rollout under way: judged again once
     /// they serve, to offer the spec beside it.
     pub(super) awaiting: std::collections::BTreeSet<String>,
+    /// Guests with a rollout recorded under way (or rolled back) and nothing running here,
+    /// judged before the revisions were listed: judged again once they are, since which
+    /// revision starts first is one of them.
+    pub(super) deferred: std::collections::BTreeSet<String>,
+    /// Whether the revisions' informer has listed them.
+    pub(super) revisions_listed: bool,
 }
 
 impl Drop for Loop {
@@ -55,6 +61,8 @@ impl Loop {
         mut pokes: mpsc::UnboundedReceiver<Poke>,
     ) {
         let store = reconcilers.informer().store().clone();
+        let mut revisions_status = revisions.informer().watch_status();
+        self.revisions_listed = revisions_status.borrow_and_update().state.is_synced();
         let mut access = self.dispatch.supervisor.access_changes();
         let mut look = tokio::time::interval(Duration::from_millis(500));
         loop {
@@ -68,6 +76,13 @@ impl Loop {
                         self.awaiting.remove(guest);
                     }
                     self.sync_guests(&store, &serving, false);
+                }
+                Ok(()) = revisions_status.changed() => {
+                    self.revisions_listed = revisions_status.borrow_and_update().state.is_synced();
+                    if self.revisions_listed && !self.deferred.is_empty() {
+                        let names: Vec<String> = std::mem::take(&mut self.deferred).into_iter().collect();
+                        self.sync_guests(&store, &names, false);
+                    }
                 }
                 n = reconcilers.recv() => {
                     let Some(n) = n else { return };
@@ -117,27 +132,7 @@ impl Loop {
                         .collect();
                     self.sync_guests(&store, &names, false);
                 }
-                Some(poke) = pokes.recv() => match poke {
-                    Poke::ConfigMap(ns, cm) => {
-                        let names: Vec<String> = (self.dispatch.table.lock().unwrap())
-                            .iter()
-                            .filter(|(_, t)| t.reconciler.namespace == ns && t.configmap.as_deref() == Some(cm.as_str()))
-                            .map(|(g, _)| g.clone())
-                            .collect();
-                        self.sync_guests(&store, &names, true);
-                    }
-                    Poke::Answered(ns) => {
-                        // Every Reconciler of the namespace: one waiting for this answer has no
-                        // entry in the table yet.
-                        let names: Vec<String> = store
-                            .all()
-                            .iter()
-                            .filter(|o| o.namespace() == Some(ns.as_str()))
-                            .map(guest_of)
-                            .collect();
-                        self.sync_guests(&store, &names, false);
-                    }
-                },
+                Some(poke) = pokes.recv() => self.poked(&store, poke),
                 ns = access.recv() => {
                     let only = match ns {
                         Ok(ns) if !ns.is_empty() => Some(ns),
@@ -152,6 +147,33 @@ impl Loop {
                         .collect();
                     self.sync_guests(&store, &names, false);
                 }
+            }
+        }
+    }
+
+    /// What one of the loop's own tasks said changed.
+    fn poked(&mut self, store: &Store, poke: Poke) {
+        match poke {
+            Poke::ConfigMap(ns, cm) => {
+                let names: Vec<String> = (self.dispatch.table.lock().unwrap())
+                    .iter()
+                    .filter(|(_, t)| {
+                        t.reconciler.namespace == ns && t.configmap.as_deref() == Some(cm.as_str())
+                    })
+                    .map(|(g, _)| g.clone())
+                    .collect();
+                self.sync_guests(store, &names, true);
+            }
+            Poke::Answered(ns) => {
+                // Every Reconciler of the namespace: one waiting for this answer has no entry
+                // in the table yet.
+                let names: Vec<String> = store
+                    .all()
+                    .iter()
+                    .filter(|o| o.namespace() == Some(ns.as_str()))
+                    .map(guest_of)
+                    .collect();
+                self.sync_guests(store, &names, false);
             }
         }
     }
@@ -206,6 +228,23 @@ impl Loop {
                 }
             }
         };
+        // Which revision starts first on a host where the guest does not run yet depends on the
+        // revisions: until they are listed, a Reconciler with a rollout recorded waits.
+        let open_rollout = (r.rollout.as_ref()).is_some_and(|p| {
+            !matches!(
+                p.phase,
+                crate::rollout::progress::Phase::Promoted
+                    | crate::rollout::progress::Phase::Superseded
+            )
+        });
+        if open_rollout
+            && r.current_revision.is_some()
+            && d.supervisor.controller(&guest).is_none()
+            && !self.revisions_listed
+        {
+            self.deferred.insert(guest);
+            return;
+        }
         // A rollout needs a serving revision beside it: where the guest does not run yet, the
         // one serving starts first, and the spec is offered once it serves (see `awaiting`).
         let mut based = false;

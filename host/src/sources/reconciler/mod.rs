@@ -35,6 +35,7 @@
 //! - Every replica loads every Reconciler's guest (as for ConfigMaps); only the holder of the
 //!   guest's shard writes its status and revisions, and posts its Events.
 
+pub mod crds;
 mod dispatch;
 mod impersonation;
 mod intake;
@@ -175,6 +176,8 @@ impl ReconcilerSource {
             pokes,
             impersonation: Default::default(),
             awaiting: Default::default(),
+            deferred: Default::default(),
+            revisions_listed: false,
         };
         let run = tokio::spawn(source.run(reconcilers, revisions, labelled, poked)).abort_handle();
         Ok(Self {

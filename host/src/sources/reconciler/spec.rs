@@ -441,7 +441,13 @@ pub(crate) fn base_for_rollout(
     let base = revisions
         .iter()
         .find(|rev| Some(rev.number) == r.current_revision)?;
-    if !settings.rollout.progressive() || !open || base.digest == p.digest {
+    // A revision is its digest and its settings: the same module with new settings rolls out
+    // like a new module. (A rollout recorded before its settings were, with no hash, is told
+    // by its digest alone.)
+    let base_hash = crate::rollout::progress::settings_hash(base.settings.as_str());
+    let same =
+        base.digest == p.digest && (p.settings_hash.is_empty() || p.settings_hash == base_hash);
+    if !settings.rollout.progressive() || !open || same {
         return None;
     }
     let mut settings = settings.clone();
@@ -652,6 +658,42 @@ mod tests {
                 "{phase}"
             );
         }
+    }
+
+    #[test]
+    fn a_settings_only_rollout_killed_mid_way_starts_the_serving_settings_first_on_a_fresh_host() {
+        // The same module serving as revision 1 with its settings; the spec rolls out new
+        // settings step by step, recorded at 25% when the host died.
+        let rollout = json!({"strategy": "Progressive", "steps": [{"canary": {"percent": 25}}, {"canary": {"percent": 100}}]});
+        let module = format!("oci://r.example/team-a/rec@sha256:{}", "ab".repeat(32));
+        let revisions = [revision(1, &module)];
+        let serving_hash = crate::rollout::progress::settings_hash(r#"{"pinned":true}"#);
+        let recorded = |hash: &str| {
+            let json = json!({
+                "metadata": {"name": "rec", "namespace": "team-a", "uid": "u-1"},
+                "spec": {"module": {"image": "r.example/team-a/rec:1"}, "rollout": rollout,
+                         "settings": {"pinned": false}},
+                "status": {"currentRevision": 1, "rollout": {
+                    "digest": "ab".repeat(32), "settingsHash": hash, "step": 0, "steps": 2,
+                    "phase": "Canary", "percent": 25, "minReconciles": 0, "compared": 0,
+                    "divergent": 0, "reconciles": 0, "errors": 0, "since": "t",
+                }},
+            });
+            read(json.to_string().as_bytes()).unwrap()
+        };
+        let r = recorded("0123456789abcdef");
+        let wanted = decide(&r, r.spec.as_ref().unwrap(), &policy(), None, &revisions).unwrap();
+        let Some(Wanted::Run { from, settings, .. }) = base_for_rollout(&r, &wanted, &revisions)
+        else {
+            panic!("the serving settings first, not the new ones on every key");
+        };
+        assert!(matches!(from, From::Revision { number: 1, .. }), "{from:?}");
+        assert_eq!(settings.guest_settings.as_str(), r#"{"pinned":true}"#);
+        // The rollout recorded is of the serving revision itself (its settings): nothing to
+        // start first.
+        let r = recorded(&serving_hash);
+        let wanted = decide(&r, r.spec.as_ref().unwrap(), &policy(), None, &revisions).unwrap();
+        assert!(base_for_rollout(&r, &wanted, &revisions).is_none());
     }
 
     #[test]

@@ -192,13 +192,17 @@ fn progressing(view: &View<'_>) -> Condition {
                 p.percent,
                 p.message.as_deref().unwrap_or("")
             ),
-            _ => format!(
-                "rolling out sha256 {}: step {} of {}, {}",
-                p.digest,
-                p.step + 1,
-                p.steps,
-                p.summary()
-            ),
+            _ => {
+                let waiting = (p.waiting.as_deref())
+                    .map(|w| format!("; {w}"))
+                    .unwrap_or_default();
+                format!(
+                    "rolling out sha256 {}: {}, {}{waiting}",
+                    p.digest,
+                    p.step_label(),
+                    p.summary()
+                )
+            }
         };
         condition("Progressing", true, "RollingOut", message)
     } else if loading && view.accepted.is_ok() && !view.suspended {
@@ -213,9 +217,20 @@ fn progressing(view: &View<'_>) -> Condition {
     }
 }
 
-/// Whether what serves is not what it should be: failing keys, a newer version rejected.
+/// Whether what serves is not what it should be: failing keys, a revision rolled back, a newer
+/// version rejected. Of a rollback and a rejection, the newer says why.
 fn degraded(view: &View<'_>, revision: &str) -> Condition {
     let serves = serving(view.guest);
+    let rolled_back = |g: &GuestStatus| {
+        (g.rollout.as_ref()).is_some_and(|p| {
+            p.phase == Phase::RolledBack
+                && !p.of(
+                    g.digest.as_deref().unwrap_or_default(),
+                    g.settings_hash.as_deref().unwrap_or_default(),
+                )
+                && !rejected_since(g, &p.since)
+        })
+    };
     match view.guest {
         Some(g) if g.state == GuestState::Failing => condition(
             "Degraded",
@@ -229,12 +244,7 @@ fn degraded(view: &View<'_>, revision: &str) -> Condition {
                 crate::text::one_line(g.reason.as_deref().unwrap_or(""))
             ),
         ),
-        Some(g)
-            if serves
-                && (g.rollout.as_ref()).is_some_and(|p| {
-                    p.phase == Phase::RolledBack && g.digest.as_ref() != Some(&p.digest)
-                }) =>
-        {
+        Some(g) if serves && rolled_back(g) => {
             let p = g.rollout.as_ref().expect("matched above");
             condition(
                 "Degraded",
@@ -259,6 +269,18 @@ fn degraded(view: &View<'_>, revision: &str) -> Condition {
         ),
         _ => condition("Degraded", false, "AsExpected", "nothing is wrong".into()),
     }
+}
+
+/// Whether `g`'s last rejection happened after `since` (an RFC 3339 time): then it, not what
+/// happened at `since`, is the news.
+fn rejected_since(g: &GuestStatus, since: &str) -> bool {
+    let parse = |t: &str| t.parse::<k8s_openapi::jiff::Timestamp>().ok();
+    g.last_error.is_some()
+        && match (g.last_error_at.as_deref().and_then(parse), parse(since)) {
+            (Some(rejected), Some(since)) => rejected > since,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
 }
 
 /// The status document for `view`: `conditions` stamped with their transition times, keeping
@@ -452,9 +474,12 @@ mod tests {
             divergent: 0,
             reconciles: 12,
             errors: 4,
+            live_reconciles: 3,
+            waiting: None,
+            first_difference: None,
             reason: None,
             message: None,
-            since: "2026-12-03T18:00:00Z".into(),
+            since: "2026-12-03T18:00:00.250000Z".into(),
         }
     }
 
@@ -490,10 +515,53 @@ mod tests {
         );
         assert!(!find(&cs, "Progressing").status);
 
-        // Once the rolled-back digest serves after all (a later, fixed rollout of the same
+        // Once the rolled-back revision serves after all (a later, fixed rollout of the same
         // bytes is refused, but a pin may bring it), nothing is degraded.
         g.digest = Some("cd".repeat(32));
+        g.settings_hash = Some("s".into());
         assert!(!find(&conditions(&view(Some(&g), Ok(&[]))), "Degraded").status);
+    }
+
+    #[test]
+    fn a_settings_only_rollback_is_degraded_rolled_back() {
+        // The same module serving, with the settings before the ones rolled back.
+        let mut g = guest(GuestState::Serving);
+        g.digest = Some("cd".repeat(32));
+        g.settings_hash = Some("before".into());
+        g.rollout = Some(progress(Phase::RolledBack));
+        let d = find(&conditions(&view(Some(&g), Ok(&[]))), "Degraded");
+        assert_eq!((d.status, d.reason), (true, "RolledBack"));
+    }
+
+    #[test]
+    fn a_rejection_after_a_rollback_is_what_degraded_says() {
+        let mut g = guest(GuestState::Serving);
+        g.rollout = Some(progress(Phase::RolledBack));
+        g.last_error = Some("cannot pull r.example/team-a/rec:3: manifest unknown".into());
+        // Rejected before the rollback (its fence at 18:00:00.25): the rollback is the news.
+        g.last_error_at = Some("2026-12-03T18:00:00.100000Z".into());
+        let d = find(&conditions(&view(Some(&g), Ok(&[]))), "Degraded");
+        assert_eq!(d.reason, "RolledBack");
+        // Rejected after it, even within the same second: the rejection is.
+        g.last_error_at = Some("2026-12-03T18:00:00.900000Z".into());
+        let d = find(&conditions(&view(Some(&g), Ok(&[]))), "Degraded");
+        assert_eq!((d.status, d.reason), (true, "NewVersionRejected"));
+        assert!(d.message.contains("manifest unknown"), "{}", d.message);
+    }
+
+    #[test]
+    fn progressing_names_the_step_as_every_message_does_and_says_what_it_waits_for() {
+        let mut g = guest(GuestState::Serving);
+        let mut p = progress(Phase::Canary);
+        p.waiting = Some("waiting for traffic: 3 of 50 reconciles of live changes".into());
+        g.rollout = Some(p);
+        let m = find(&conditions(&view(Some(&g), Ok(&[]))), "Progressing").message;
+        assert!(
+            m.contains(
+                "step 2 of 3, canary 10% (waiting for traffic); waiting for traffic: 3 of 50"
+            ),
+            "{m}"
+        );
     }
 
     #[test]
