@@ -21,6 +21,7 @@ pub mod go_tool;
 pub mod helm;
 pub mod jaeger;
 pub mod kubeconfig;
+pub mod oras;
 pub mod pki;
 pub mod pod;
 pub mod podman;

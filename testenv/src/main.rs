@@ -48,6 +48,12 @@ fn prepare() -> anyhow::Result<()> {
         "jaeger                  {}",
         testenv::jaeger::binary()?.display()
     );
+    println!(
+        "oras                    {}",
+        testenv::oras::binary()
+            .map_err(anyhow::Error::msg)?
+            .display()
+    );
     Ok(())
 }
 

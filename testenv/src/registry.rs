@@ -29,6 +29,14 @@ pub enum Error {
         /// Its output.
         reason: String,
     },
+    /// An oras pull failed (or oras could not be built).
+    #[error("oras could not pull {reference}: {reason}")]
+    Oras {
+        /// What.
+        reference: String,
+        /// Its output.
+        reason: String,
+    },
 }
 
 const REGISTRY: crate::go_tool::Tool = crate::go_tool::Tool {
@@ -178,6 +186,44 @@ impl Registry {
             });
         }
         Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+    }
+}
+
+impl Registry {
+    /// Pulls `reference` into the folder `out` with the oras CLI (`oras pull`, logged in, the
+    /// registry's CA trusted), as a user of any OCI artifact would; returns the names of the
+    /// files it wrote. oras writes only layers that carry a file name
+    /// (`org.opencontainers.image.title`).
+    pub fn oras_pull(&self, reference: &str, out: &Path) -> Result<Vec<String>, Error> {
+        let failed = |reason: String| Error::Oras {
+            reference: reference.into(),
+            reason,
+        };
+        let bin = crate::oras::binary().map_err(failed)?;
+        std::fs::create_dir_all(out).map_err(|e| failed(e.to_string()))?;
+        let o = Command::new(bin)
+            .args(["pull", "--ca-file"])
+            .arg(self.ca_file())
+            .args(["-u", &self.user, "-p", &self.password, "-o"])
+            .arg(out)
+            .arg(reference)
+            .env("HOME", out)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| failed(e.to_string()))?;
+        if !o.status.success() {
+            return Err(failed(
+                String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            ));
+        }
+        let mut names: Vec<String> = std::fs::read_dir(out)
+            .map_err(|e| failed(e.to_string()))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Ok(names)
     }
 }
 

@@ -91,6 +91,18 @@ async fn pushed_modules_are_wasm_artifacts_and_every_bad_pull_says_why() {
     );
     assert_eq!(std::fs::read(&out).unwrap(), module);
 
+    // oras pulls a pushed module into a file named by its layer's title, as it pulls any
+    // artifact (a layer without a title it skips).
+    let pulled_by_oras = dir.0.join("oras");
+    let files = reg
+        .oras_pull(&format!("{}/team-a/stamp:v1", reg.host()), &pulled_by_oras)
+        .unwrap();
+    assert_eq!(files, [reconciled::sources::oci::LAYER_TITLE]);
+    assert_eq!(
+        std::fs::read(pulled_by_oras.join(reconciled::sources::oci::LAYER_TITLE)).unwrap(),
+        module
+    );
+
     // By tag and by digest; a tag that has not moved is one manifest request.
     let p = pulled(&client, &v1, Some(&me)).await;
     assert_eq!((&p.manifest, &p.digest), (&manifest, &digest_of(&module)));

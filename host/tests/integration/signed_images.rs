@@ -245,3 +245,56 @@ async fn an_index_signed_with_an_sbom_per_platform_verifies_with_and_without_the
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_signed_by_two_keys_verifies_with_either_and_signing_again_adds_nothing() {
+    let reg = TestRegistry::start().unwrap();
+    let dir = TempDir::new("two-signers");
+    let (a_key, a_pub) = keys(&dir.0, 1);
+    let (b_key, b_pub) = keys(&dir.0, 2);
+    let (_, c_pub) = keys(&dir.0, 3);
+    let module = common::guests::wasm("stamp_v1");
+    let tagged = format!("{}/team-a/signed:1", reg.host());
+    let pushed = ok(&cli(
+        &reg,
+        &[
+            "push",
+            &module.display().to_string(),
+            &tagged,
+            "--sign-key",
+            &a_key,
+        ],
+    ));
+    let pinned = pushed.trim().lines().last().unwrap().to_string();
+    assert!(pinned.contains("@sha256:"), "{pushed}");
+    ok(&cli(&reg, &["sign", &tagged, "--key", &b_key]));
+    for key in [&a_pub, &b_pub] {
+        let said = ok(&cli(&reg, &["verify", &pinned, "--key", key]));
+        assert!(said.contains("signed by"), "{said}");
+    }
+    let e = refused(&cli(&reg, &["verify", &pinned, "--key", &c_pub]));
+    assert!(e.contains("does not verify with the configured key"), "{e}");
+
+    // The same key again adds no second layer: the signature manifest stays as it was.
+    let registry = reconciled::sources::oci::Registry::new(reconciled::sources::oci::Settings {
+        ca_file: Some(reg.ca_file()),
+        ..Default::default()
+    })
+    .unwrap();
+    let login = reconciled::sources::oci::credentials::Login {
+        username: reg.user().into(),
+        password: reg.password().into(),
+    };
+    let digest = pinned.rsplit_once('@').unwrap().1;
+    let signatures = at(
+        &reg,
+        &format!(
+            "team-a/signed:{}",
+            reconciled::sources::oci::signature::tag_of(digest)
+        ),
+    );
+    let before = registry.describe(&signatures, Some(&login)).await.unwrap();
+    ok(&cli(&reg, &["sign", &tagged, "--key", &a_key]));
+    let after = registry.describe(&signatures, Some(&login)).await.unwrap();
+    assert_eq!(before.digest, after.digest, "a second signature by one key");
+}

@@ -4,7 +4,8 @@
 //! The layout is the CNCF TAG Runtime's Wasm OCI artifact, which wasm-pkg-tools and
 //! Kubewarden's newer tooling publish: an OCI image manifest whose config is
 //! [`CONFIG_MEDIA_TYPE`] and whose single layer is the component, [`LAYER_MEDIA_TYPE`].
-//! `reconciled push` writes exactly that, and `oras pull` or `crane` read it back.
+//! `reconciled push` writes exactly that, its layer named [`LAYER_TITLE`] (`module.wasm`), and
+//! `oras pull` (which writes that file) or `crane` read it back.
 //!
 //! Every pull fetches the manifest from the registry with the requester's own credentials,
 //! checks it against the pinned digest, its media types and the size limit, and only then
@@ -45,7 +46,7 @@ use sha2::Digest as _;
 use credentials::Login;
 pub use error::Error;
 use error::{chain, classify};
-pub use media::{CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE};
+pub use media::{CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, LAYER_TITLE};
 use media::{LEGACY_CONFIG_MEDIA_TYPE, LEGACY_LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE};
 pub use reference::ModuleRef;
 
@@ -465,7 +466,7 @@ impl Registry {
         module: Vec<u8>,
         sign: Option<&p256::ecdsa::SigningKey>,
     ) -> Result<String, Error> {
-        let (client, _) = self
+        let (client, auth) = self
             .client_for(reference, login, oci_client::RegistryOperation::Push)
             .await?;
         let fail = |e| classify(e, reference, login);
@@ -482,7 +483,12 @@ impl Registry {
             "mediaType": MANIFEST_MEDIA_TYPE,
             "artifactType": CONFIG_MEDIA_TYPE,
             "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": config_digest, "size": config.len()},
-            "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": layer_digest, "size": module.len()}],
+            // Named, as oras and wasm-pkg-tools name a layer: `oras pull` writes only named
+            // layers. The name is fixed, so that a module has one manifest wherever it is pushed.
+            "layers": [{
+                "mediaType": LAYER_MEDIA_TYPE, "digest": layer_digest, "size": module.len(),
+                "annotations": {"org.opencontainers.image.title": LAYER_TITLE},
+            }],
         }))
         .expect("a JSON literal serializes");
         client
@@ -506,7 +512,7 @@ impl Registry {
             .await
             .map_err(fail)?;
         if let Some(key) = sign {
-            signature::sign(&client, reference, &digest, key)
+            signature::sign(&client, &auth, reference, &digest, key)
                 .await
                 .map_err(fail)?;
         }

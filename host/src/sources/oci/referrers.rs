@@ -104,10 +104,8 @@ impl Registry {
         described(reference, &body, digest)
     }
 
-    /// Signs manifest `subject` (pinned) with `key`, as `cosign sign --key` would.
-    ///
-    /// Where it may surprise: it replaces the signature tag, so an image signed by another key
-    /// before keeps only this signature.
+    /// Signs manifest `subject` (pinned) with `key`, as `cosign sign --key` would: the
+    /// signature is added beside any already there, so every key that signed verifies.
     pub async fn sign(
         &self,
         subject: &ModuleRef,
@@ -115,10 +113,10 @@ impl Registry {
         key: &SigningKey,
     ) -> Result<(), Error> {
         let digest = pinned(subject)?;
-        let (client, _) = self
+        let (client, auth) = self
             .client_for(subject, login, oci_client::RegistryOperation::Push)
             .await?;
-        signature::sign(&client, subject, digest, key)
+        signature::sign(&client, &auth, subject, digest, key)
             .await
             .map_err(|e| classify(e, subject, login))
     }

@@ -195,6 +195,40 @@ pub fn check(
     Ok(())
 }
 
+/// The signature manifest of manifest `digest` of `reference` (its `.sig` tag), as the registry
+/// holds it; `None` when there is none yet.
+async fn signatures(
+    client: &oci_client::Client,
+    auth: &RegistryAuth,
+    reference: &ModuleRef,
+    digest: &str,
+) -> Result<Option<Vec<u8>>, OciDistributionError> {
+    let at = reference.tagged(&tag_of(digest));
+    match client
+        .pull_manifest_raw(
+            at.inner(),
+            auth,
+            &[
+                "application/vnd.oci.image.manifest.v1+json",
+                "application/vnd.docker.distribution.manifest.v2+json",
+            ],
+        )
+        .await
+    {
+        Ok((body, _)) => Ok(Some(body.to_vec())),
+        Err(OciDistributionError::RegistryError { envelope, .. })
+            if envelope
+                .errors
+                .iter()
+                .any(|e| matches!(e.code, oci_client::errors::OciErrorCode::ManifestUnknown)) =>
+        {
+            Ok(None)
+        }
+        Err(OciDistributionError::ServerError { code: 404, .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Checks that manifest `digest` of `reference` carries a signature by `key`. Works for any
 /// manifest: a module's, an image's or an image index's.
 pub(super) async fn verify(
@@ -206,30 +240,8 @@ pub(super) async fn verify(
 ) -> Result<(), Failure> {
     let at = reference.tagged(&tag_of(digest));
     let unsigned = Failure::Invalid;
-    let body = match client
-        .pull_manifest_raw(
-            at.inner(),
-            auth,
-            &[
-                "application/vnd.oci.image.manifest.v1+json",
-                "application/vnd.docker.distribution.manifest.v2+json",
-            ],
-        )
-        .await
-    {
-        Ok((body, _)) => body,
-        Err(OciDistributionError::RegistryError { envelope, .. })
-            if envelope
-                .errors
-                .iter()
-                .any(|e| matches!(e.code, oci_client::errors::OciErrorCode::ManifestUnknown)) =>
-        {
-            return Err(unsigned(format!("no signature tag {}", tag_of(digest))));
-        }
-        Err(OciDistributionError::ServerError { code: 404, .. }) => {
-            return Err(unsigned(format!("no signature tag {}", tag_of(digest))));
-        }
-        Err(e) => return Err(e.into()),
+    let Some(body) = signatures(client, auth, reference, digest).await? else {
+        return Err(unsigned(format!("no signature tag {}", tag_of(digest))));
     };
     let m: oci_client::manifest::OciImageManifest = serde_json::from_slice(&body).map_err(|e| {
         unsigned(format!(
@@ -280,12 +292,16 @@ pub(super) async fn verify(
     Err(unsigned(last))
 }
 
-/// Pushes `key`'s signature of manifest `digest` of `reference`, as cosign lays it out.
+/// Adds `key`'s signature of manifest `digest` of `reference` to its signature manifest, as
+/// `cosign sign --key` lays it out: one simple-signing layer per signature, beside those already
+/// there (by other keys, kept as they are, their annotations included). A key that has signed
+/// already adds nothing: ECDSA here is deterministic (RFC 6979), so its layer is the same.
 ///
-/// Where it may surprise: it replaces the signature tag rather than adding a layer to it, as
-/// cosign would; a module signed by two keys needs cosign for the second.
+/// Where it may surprise: the manifest is read, then written again; two signers at the same
+/// instant may each write theirs over the other's, as with cosign.
 pub(super) async fn sign(
     client: &oci_client::Client,
+    auth: &RegistryAuth,
     reference: &ModuleRef,
     digest: &str,
     key: &SigningKey,
@@ -295,9 +311,27 @@ pub(super) async fn sign(
     let sig: Signature = key.sign(&payload);
     let sig = base64::engine::general_purpose::STANDARD.encode(sig.to_der().as_bytes());
     let payload_digest = format!("sha256:{}", crate::guest::digest_of(&payload));
+    // The layers already there, as they are (an unreadable manifest is replaced).
+    let mut layers: Vec<serde_json::Value> =
+        match signatures(client, auth, reference, digest).await? {
+            Some(body) => serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|m| m.get("layers").and_then(|l| l.as_array()).cloned())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+    let ours = serde_json::json!({
+        "mediaType": PAYLOAD_MEDIA_TYPE, "digest": payload_digest, "size": payload.len(),
+        "annotations": {SIGNATURE_ANNOTATION: sig},
+    });
+    if layers.contains(&ours) {
+        return Ok(());
+    }
+    layers.push(ours);
+    let diff_ids: Vec<&serde_json::Value> = layers.iter().filter_map(|l| l.get("digest")).collect();
     let config = serde_json::to_vec(&serde_json::json!({
         "architecture": "", "os": "", "config": {},
-        "rootfs": {"type": "layers", "diff_ids": [payload_digest]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
     }))
     .expect("a JSON literal serializes");
     let config_digest = format!("sha256:{}", crate::guest::digest_of(&config));
@@ -305,10 +339,7 @@ pub(super) async fn sign(
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
-        "layers": [{
-            "mediaType": PAYLOAD_MEDIA_TYPE, "digest": payload_digest, "size": payload.len(),
-            "annotations": {SIGNATURE_ANNOTATION: sig},
-        }],
+        "layers": layers,
     }))
     .expect("a JSON literal serializes");
     client
