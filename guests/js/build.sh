@@ -19,7 +19,9 @@ if [[ $# -ne 2 ]]; then
     exit 2
 fi
 entry="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
-out="$2"
+# Absolute: jco runs in the SDK's folder.
+mkdir -p "$(dirname "$2")"
+out="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 
@@ -49,13 +51,14 @@ fi
 echo "guests/js/build.sh: type-checking the SDK and the TypeScript examples" >&2
 "$bin/tsc" -p "$here/tsconfig.json" >&2
 
-mkdir -p "$(dirname "$out")"
 bundle="$out.js"
 # Projects outside this repository (`reconciled new --lang ts`) import the SDK as
 # 'reconciled-guest'.
-"$bin/esbuild" "$entry" --bundle --format=esm --platform=neutral \
+# From the SDK's folder: the bundle names its sources relative to where esbuild runs, and must
+# not change with the caller's (its hash is what says a build is up to date).
+(cd "$here" && "$bin/esbuild" "$entry" --bundle --format=esm --platform=neutral \
     --alias:reconciled-guest="$here/src/index.ts" \
-    --external:'reconciled:runtime/*' --outfile="$bundle" --log-level=warning >&2
+    --external:'reconciled:runtime/*' --outfile="$bundle" --log-level=warning >&2)
 sum="$(cat "$bundle" "$root/wit/runtime.wit" | sha256sum | cut -d' ' -f1)-$lock_sum"
 stamp="$(dirname "$out")/.$(basename "$out").sum"
 if [[ -f "$out" && "$(cat "$stamp" 2>/dev/null)" == "$sum" ]]; then

@@ -18,7 +18,9 @@ if [[ $# -ne 3 ]]; then
 fi
 app="$(cd "$1" && pwd)"
 module="$2"
-out="$3"
+# Absolute: componentize-py runs in the SDK's folder.
+mkdir -p "$(dirname "$3")"
+out="$(cd "$(dirname "$3")" && pwd)/$(basename "$3")"
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 
@@ -35,13 +37,15 @@ if [[ "$(cat "$venv/.reconciled-requirements" 2>/dev/null)" != "$req_sum" ]]; th
     echo "$req_sum" >"$venv/.reconciled-requirements"
 fi
 
-sum="$(cat "$root/wit/runtime.wit" "$here/reconciled_guest/"*.py "$app"/*.py | sha256sum | cut -d' ' -f1)-$req_sum"
+# Every .py of the app, subpackages included, in a stable order.
+sources=$(cd "$app" && find . -name '*.py' -not -path '*/__pycache__/*' -not -path './.*' | LC_ALL=C sort)
+sum="$( { cat "$root/wit/runtime.wit" "$here/reconciled_guest/"*.py
+          for f in $sources; do printf '%s\n' "$f"; cat "$app/$f"; done; } | sha256sum | cut -d' ' -f1)-$req_sum"
 stamp="$(dirname "$out")/.$(basename "$out").sum"
 if [[ -f "$out" && "$(cat "$stamp" 2>/dev/null)" == "$sum" ]]; then
     echo "guests/python/build.sh: $(basename "$out") is up to date" >&2
     exit 0
 fi
-mkdir -p "$(dirname "$out")"
 echo "guests/python/build.sh: componentizing $module into $(basename "$out")" >&2
 # Relative to the root: componentize-py reads the WIT and sources through its own paths.
 (cd "$root" && "$venv/bin/componentize-py" -d wit -w reconciler componentize "$module" \

@@ -966,7 +966,9 @@ export interface Reconciler {
 
 /**
  * The three functions a component exports, from a `Reconciler`: re-export them from the entry
- * module (`export const { describe, reconcile, map } = exportReconciler(...)`).
+ * module (`export const { describe, reconcile, map } = exportReconciler(...)`), having
+ * imported this module's `describe` under another name (`describe as describeKind`): the
+ * entry's own `describe` would otherwise be the one it calls, for ever.
  *
  * Errors thrown by `reconcile` reach the host as its typed error: a `ReconcileError` as its
  * case, anything else as `other` with its message, never as a trap.

@@ -5,7 +5,7 @@
 //   node unit/bundle.mjs <out dir>
 
 import { build } from 'esbuild';
-import { readdirSync } from 'node:fs';
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -29,6 +29,17 @@ const fakeRuntime = {
   },
 };
 
+// The closing snippet of guests/js/README.md, as written: `readme.test.ts` imports it as
+// 'readme-snippet', so the README shows code that bundles and runs.
+const readme = readFileSync(join(here, '..', 'README.md'), 'utf8');
+const snippet = /```ts\n([\s\S]*?)```/.exec(readme);
+if (!snippet) {
+  console.error('guests/js/README.md has no ```ts block');
+  process.exit(1);
+}
+const snippetFile = join(out, 'readme-snippet.ts');
+writeFileSync(snippetFile, snippet[1]);
+
 const entries = readdirSync(here)
   .filter((f) => f.endsWith('.test.ts'))
   .map((f) => join(here, f));
@@ -39,7 +50,10 @@ await build({
   platform: 'node',
   outdir: out,
   outExtension: { '.js': '.mjs' },
-  alias: { 'reconciled-guest': join(here, '..', 'src', 'index.ts') },
+  alias: {
+    'reconciled-guest': join(here, '..', 'src', 'index.ts'),
+    'readme-snippet': snippetFile,
+  },
   plugins: [fakeRuntime],
   logLevel: 'warning',
 });

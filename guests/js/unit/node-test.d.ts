@@ -19,3 +19,10 @@ declare module 'node:assert' {
     match(value: string, re: RegExp, message?: string): void;
   };
 }
+
+// The README's snippet (unit/bundle.mjs writes it out and points this name at it).
+declare module 'readme-snippet' {
+  export const describe: () => import('../src/index').Description;
+  export const reconcile: (request: import('../src/index').Request) => import('../src/index').Outcome;
+  export const map: unknown;
+}

@@ -32,8 +32,11 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.dir)
         .map_err(|e| anyhow::anyhow!("cannot create the dev folder {}: {e}", args.dir.display()))?;
     let build = match &args.build {
+        // The kubeconfig written into the project must not look like an edit.
         Some(krate) => Some(reconciled::sources::dev_build::DevBuild::start(
-            krate, &args.dir,
+            krate,
+            &args.dir,
+            args.cluster.write_kubeconfig.as_slice(),
         )?),
         None => None,
     };

@@ -154,7 +154,19 @@ impl Names {
             .replace("{{singular}}", &self.singular)
             .replace("{{plural}}", &self.plural)
             .replace("{{sdk}}", &self.sdk)
+            .replace("{{dev_profile}}", &dev_profile_args())
     }
+}
+
+/// cargo's arguments for the profile `reconciled dev --build` rebuilds a Rust guest in, quoted
+/// for a shell: the scaffold's `build.sh` builds that profile too, so that the first edit under
+/// `dev --build` compiles the crate alone, not its dependencies.
+fn dev_profile_args() -> String {
+    reconciled::sources::dev_build::dev_profile()
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// English plurals as Kubernetes users write them: policy → policies, gateway → gateways,

@@ -10,8 +10,14 @@
 //!   `src/` to take effect. For `build.sh`, the whole folder is, but for `dev/`, `node_modules/`,
 //!   `target/`, `__pycache__/`, hidden folders and the output folder. Editor temp files
 //!   (`.x.swp`, `x~`, `#x#`) are ignored.
+//! - A change is new content, not an event: a file touched, opened for writing and closed, or
+//!   rewritten with the same bytes (what tools and editors do all the time) builds nothing. Each
+//!   build's log line names the source files whose change started it, and the module it
+//!   installed with its digest, which the load's log line names too.
 //! - Builds never overlap: a change during a build waits for it, then one more build covers every
 //!   change that came in meanwhile.
+//! - The files `ignore`d (the kubeconfig `--write-kubeconfig` writes into the project) never
+//!   build.
 //! - A failed build changes nothing in the output folder, so the previous version keeps serving.
 //!   So does a no-op build: an artifact identical to the installed one is not copied again.
 //! - `cargo` is whatever is first on `PATH`, run in the crate's folder (so its
@@ -19,6 +25,7 @@
 //! - Every `.wasm` that the build produces is installed, so pointing it at a workspace installs
 //!   one module per guest crate in it.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -162,7 +169,8 @@ impl Drop for DevBuild {
 }
 
 impl DevBuild {
-    /// Watches `crate_dir`'s sources (see the module docs); on change (debounced 200 ms) builds:
+    /// Watches `crate_dir`'s sources (see the module docs), but for the files `ignore` names;
+    /// on a change of content (debounced 200 ms) builds:
     /// `cargo build --target wasm32-wasip2` in the [`DEV_PROFILE`], installing each `.wasm` it
     /// produces into `out_dir` under its own file name, atomically (a dot-temp file renamed
     /// into place); or `./build.sh` with [`OUT_DIR_ENV`] set to `out_dir`. A
@@ -175,7 +183,7 @@ impl DevBuild {
     /// # Panics
     ///
     /// Outside a tokio runtime.
-    pub fn start(crate_dir: &Path, out_dir: &Path) -> Result<DevBuild, Error> {
+    pub fn start(crate_dir: &Path, out_dir: &Path, ignore: &[PathBuf]) -> Result<DevBuild, Error> {
         let not_a_project = || Error::NotAProject {
             dir: crate_dir.into(),
         };
@@ -205,18 +213,35 @@ impl DevBuild {
             Toolchain::Script => watch_script_project(&mut watcher, crate_dir)?,
         }
 
+        let sources = Sources {
+            toolchain,
+            dir: crate_dir.into(),
+            out_dir: out_dir.into(),
+            // As the watcher will name them: absolute, under the canonical project folder.
+            ignore: ignore
+                .iter()
+                .filter_map(|p| {
+                    let absolute = std::path::absolute(p).ok()?;
+                    let parent = absolute.parent()?.canonicalize().ok()?;
+                    Some(parent.join(absolute.file_name()?))
+                })
+                .collect(),
+        };
+        let mut seen = Seen::default();
+        for file in sources.files() {
+            let now = content(&file);
+            seen.changed(&file, now);
+        }
         let loop_ = BuildLoop {
-            sources: Sources {
-                toolchain,
-                dir: crate_dir.into(),
-                out_dir: out_dir.into(),
-            },
+            sources,
+            seen,
+            read: Box::new(content),
             events,
         };
         let (crate_dir2, out_dir) = (crate_dir.to_path_buf(), out_dir.to_path_buf());
-        let task = tokio::spawn(loop_.run(move || {
+        let task = tokio::spawn(loop_.run(move |cause: Vec<PathBuf>| {
             let (crate_dir, out_dir) = (crate_dir2.clone(), out_dir.clone());
-            Box::pin(async move { build_and_log(toolchain, &crate_dir, &out_dir).await })
+            Box::pin(async move { build_and_log(toolchain, &crate_dir, &out_dir, &cause).await })
                 as Pin<Box<dyn Future<Output = ()> + Send>>
         }));
         Ok(DevBuild {
@@ -227,28 +252,69 @@ impl DevBuild {
     }
 }
 
-/// Builds once and says how it went.
-async fn build_and_log(toolchain: Toolchain, crate_dir: &Path, out_dir: &Path) {
+/// What started a build, for its log line: `start`, or the source files changed (relative to
+/// the project), the first few of them.
+fn cause_of(crate_dir: &Path, changed: &[PathBuf]) -> String {
+    if changed.is_empty() {
+        return "start".into();
+    }
+    let mut names: Vec<String> = changed
+        .iter()
+        .map(|p| p.strip_prefix(crate_dir).unwrap_or(p).display().to_string())
+        .collect();
+    names.sort();
+    names.dedup();
+    let more = names.len().saturating_sub(3);
+    names.truncate(3);
+    let and = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!("{}{and} changed", names.join(", "))
+}
+
+/// Builds once, for `cause` (the source files changed, none at start), and says how it went:
+/// what started it, and each module it installed with its digest.
+async fn build_and_log(toolchain: Toolchain, crate_dir: &Path, out_dir: &Path, cause: &[PathBuf]) {
     let started = std::time::Instant::now();
-    tracing::info!(crate_dir = %crate_dir.display(), "building guest project");
+    let cause = cause_of(crate_dir, cause);
+    tracing::info!(crate_dir = %crate_dir.display(), %cause, "building guest project");
     let built = match toolchain {
         Toolchain::Cargo => build(crate_dir, out_dir).await,
         Toolchain::Script => run_build_sh(crate_dir, out_dir).await,
     };
     match built {
         Ok(installed) if installed.is_empty() => {
-            tracing::info!(crate_dir = %crate_dir.display(), took = ?started.elapsed(), "build finished; module unchanged");
+            tracing::info!(crate_dir = %crate_dir.display(), %cause, took = ?started.elapsed(), "build finished; module unchanged");
         }
         Ok(installed) => {
-            tracing::info!(crate_dir = %crate_dir.display(), took = ?started.elapsed(), ?installed, "build finished; module installed");
+            let installed: Vec<String> = installed
+                .iter()
+                .map(|(path, digest)| format!("{} (sha256 {digest})", path.display()))
+                .collect();
+            tracing::info!(crate_dir = %crate_dir.display(), %cause, took = ?started.elapsed(), ?installed, "build finished; module installed");
         }
-        Err(e) => tracing::error!(crate_dir = %crate_dir.display(), "{e}"),
+        Err(e) => tracing::error!(crate_dir = %crate_dir.display(), %cause, "{e}"),
     }
 }
 
-/// Runs `./build.sh` once with [`OUT_DIR_ENV`] set; it writes the module itself, so no file is
-/// reported installed (the folder's watcher sees it).
-async fn run_build_sh(dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error> {
+/// The `.wasm` files of `out_dir` and their digests.
+fn modules_in(out_dir: &Path) -> HashMap<PathBuf, String> {
+    std::fs::read_dir(out_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+        .filter_map(|p| Some((p.clone(), content(&p)?)))
+        .collect()
+}
+
+/// Runs `./build.sh` once with [`OUT_DIR_ENV`] set; it writes the module itself. Returns the
+/// modules of `out_dir` whose content it changed, with their digests.
+async fn run_build_sh(dir: &Path, out_dir: &Path) -> Result<Vec<(PathBuf, String)>, Error> {
+    let before = modules_in(out_dir);
     let status = tokio::process::Command::new(dir.join("build.sh"))
         .env(OUT_DIR_ENV, out_dir)
         .current_dir(dir)
@@ -269,11 +335,17 @@ async fn run_build_sh(dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error>
             status,
         });
     }
-    Ok(Vec::new())
+    let mut changed: Vec<(PathBuf, String)> = modules_in(out_dir)
+        .into_iter()
+        .filter(|(path, digest)| before.get(path) != Some(digest))
+        .collect();
+    changed.sort();
+    Ok(changed)
 }
 
-/// Runs cargo once and installs what it built; returns the files that changed in `out_dir`.
-async fn build(crate_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Error> {
+/// Runs cargo once and installs what it built; returns the files that changed in `out_dir`,
+/// with their digests.
+async fn build(crate_dir: &Path, out_dir: &Path) -> Result<Vec<(PathBuf, String)>, Error> {
     let cargo_err = |source| Error::Run {
         dir: crate_dir.into(),
         source,
@@ -392,9 +464,9 @@ fn wasm_artifacts(line: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Copies `artifact` into `out_dir` under its file name, atomically; `None` when the installed
-/// file already has the same bytes.
-fn install(artifact: &Path, out_dir: &Path) -> Result<Option<PathBuf>, Error> {
+/// Copies `artifact` into `out_dir` under its file name, atomically; with its digest, or `None`
+/// when the installed file already has the same bytes.
+fn install(artifact: &Path, out_dir: &Path) -> Result<Option<(PathBuf, String)>, Error> {
     let name = artifact.file_name().unwrap_or_default().to_string_lossy();
     let to = out_dir.join(&*name);
     let err = |source| Error::Install {
@@ -414,7 +486,7 @@ fn install(artifact: &Path, out_dir: &Path) -> Result<Option<PathBuf>, Error> {
         let _ = std::fs::remove_file(&tmp);
         return Err(err(e));
     }
-    Ok(Some(to))
+    Ok(Some((to, crate::guest::digest_of(&bytes))))
 }
 
 /// Watches a crate's folder (for `Cargo.toml` and `build.rs`) and its `src/`, recursively.
@@ -465,27 +537,80 @@ fn watch_script_project(watcher: &mut notify::RecommendedWatcher, dir: &Path) ->
     Ok(())
 }
 
+/// What a source file holds, as far as a rebuild goes: its bytes' sha256, or `None` when it
+/// is not there (or is not a file).
+type Content = Option<String>;
+
+/// Reads what `path` holds now.
+fn content(path: &Path) -> Content {
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| crate::guest::digest_of(&bytes))
+}
+
+/// What each source file held when last looked at: a change is new content, not an event.
+#[derive(Debug, Default)]
+struct Seen(HashMap<PathBuf, Content>);
+
+impl Seen {
+    /// Whether `path` now holding `now` is a change, remembering it. A file never seen is one
+    /// if it is there.
+    fn changed(&mut self, path: &Path, now: Content) -> bool {
+        match self.0.insert(path.to_path_buf(), now.clone()) {
+            Some(before) => before != now,
+            None => now.is_some(),
+        }
+    }
+}
+
 /// What a project's builds read, to tell its changes from everything else's.
 #[derive(Debug)]
 struct Sources {
     toolchain: Toolchain,
     dir: PathBuf,
     out_dir: PathBuf,
+    /// Files never counted, whatever they are (the kubeconfig written into the project).
+    ignore: Vec<PathBuf>,
 }
 
 impl Sources {
-    /// Whether an event is a change to something the build reads.
-    fn changed_by(&self, event: &Event) -> bool {
+    /// The paths of an event that may be sources (their content decides whether they changed).
+    fn named_by<'e>(&self, event: &'e Event) -> Vec<&'e PathBuf> {
         match event.kind {
             EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
             // Opens and reads: the build reading the sources would otherwise loop forever.
-            EventKind::Access(_) => return false,
+            EventKind::Access(_) => return Vec::new(),
             _ => {}
         }
-        event.paths.iter().any(|path| self.is_source(path))
+        (event.paths.iter())
+            .filter(|path| self.is_source(path))
+            .collect()
+    }
+
+    /// The source files there are now, for the first look at their content.
+    fn files(&self) -> Vec<PathBuf> {
+        let mut folders = vec![self.dir.clone()];
+        let mut files = Vec::new();
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+                let path = entry.path();
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                let walk = !name.starts_with('.') && !NOT_SOURCES.contains(&&*name);
+                if path.is_dir() && walk {
+                    folders.push(path);
+                } else if path.is_file() && self.is_source(&path) {
+                    files.push(path);
+                }
+            }
+        }
+        files
     }
 
     fn is_source(&self, path: &Path) -> bool {
+        if self.ignore.iter().any(|i| i == path) {
+            return false;
+        }
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             return false;
         };
@@ -545,30 +670,45 @@ impl Coalesce {
     }
 }
 
-/// The task behind a [`DevBuild`], with the build itself left to the caller (so tests can
-/// drive it without cargo).
+/// The task behind a [`DevBuild`], with the build itself (and how a file is read) left to the
+/// caller, so tests can drive it without cargo.
 struct BuildLoop {
     sources: Sources,
+    seen: Seen,
+    read: Box<dyn Fn(&Path) -> Content + Send>,
     events: mpsc::UnboundedReceiver<notify::Result<Event>>,
 }
 
 type BuildFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl BuildLoop {
-    async fn run(mut self, mut start_build: impl FnMut() -> BuildFuture) {
+    /// Builds at start, then for each quiet burst of changes, one build at a time;
+    /// `start_build` is given the files whose change it covers (none at start).
+    async fn run(mut self, mut start_build: impl FnMut(Vec<PathBuf>) -> BuildFuture) {
         let mut coalesce = Coalesce::default();
         let mut running: Option<BuildFuture> = None;
         // (first change of the burst, when to build)
         let mut pending: Option<(Instant, Instant)> = None;
+        // The files changed in the burst, and those waiting for the build after the one running.
+        let (mut burst, mut queued): (Vec<PathBuf>, Vec<PathBuf>) = (Vec::new(), Vec::new());
         if coalesce.changed() {
-            running = Some(start_build());
+            running = Some(start_build(Vec::new()));
         }
         loop {
             let deadline = pending.map(|(_, at)| at);
             tokio::select! {
                 event = self.events.recv() => match event {
                     Some(Ok(event)) => {
-                        if self.sources.changed_by(&event) {
+                        let changed: Vec<PathBuf> = (self.sources.named_by(&event).into_iter())
+                            .filter(|path| !path.is_dir())
+                            .filter(|path| {
+                                let now = (self.read)(path);
+                                self.seen.changed(path, now)
+                            })
+                            .cloned()
+                            .collect();
+                        if !changed.is_empty() {
+                            burst.extend(changed);
                             let now = Instant::now();
                             let first = pending.map_or(now, |(first, _)| first);
                             pending = Some((first, (now + DEBOUNCE).min(first + MAX_WAIT)));
@@ -582,12 +722,17 @@ impl BuildLoop {
                 },
                 () = sleep_until(deadline) => {
                     pending = None;
+                    let cause = std::mem::take(&mut burst);
                     if coalesce.changed() {
-                        running = Some(start_build());
+                        running = Some(start_build(cause));
+                    } else {
+                        queued.extend(cause);
                     }
                 }
                 () = async { running.as_mut().expect("guarded").await }, if running.is_some() => {
-                    running = coalesce.finished().then(&mut start_build);
+                    running = coalesce
+                        .finished()
+                        .then(|| start_build(std::mem::take(&mut queued)));
                 }
             }
         }
@@ -660,7 +805,13 @@ mod tests {
             toolchain,
             dir: "/g".into(),
             out_dir: "/g/modules".into(),
+            ignore: vec!["/g/kubeconfig".into()],
         }
+    }
+
+    /// Whether `event` names a source (its content then decides).
+    fn names_a_source(sources: &Sources, event: &Event) -> bool {
+        !sources.named_by(event).is_empty()
     }
 
     fn modify(p: &str) -> Event {
@@ -676,7 +827,7 @@ mod tests {
             "/g/Cargo.toml",
             "/g/build.rs",
         ] {
-            assert!(cargo.changed_by(&modify(p)), "{p}");
+            assert!(names_a_source(&cargo, &modify(p)), "{p}");
         }
         for p in [
             "/g/Cargo.lock",
@@ -687,14 +838,14 @@ mod tests {
             "/g/README.md",
             "/g/sub/Cargo.toml",
         ] {
-            assert!(!cargo.changed_by(&modify(p)), "{p}");
+            assert!(!names_a_source(&cargo, &modify(p)), "{p}");
         }
         let open = Event::new(EventKind::Access(AccessKind::Open(AccessMode::Any)))
             .add_path("/g/src/lib.rs".into());
-        assert!(!cargo.changed_by(&open), "rustc reading sources");
+        assert!(!names_a_source(&cargo, &open), "rustc reading sources");
         let close = Event::new(EventKind::Access(AccessKind::Close(AccessMode::Write)))
             .add_path("/g/src/lib.rs".into());
-        assert!(cargo.changed_by(&close));
+        assert!(names_a_source(&cargo, &close));
     }
 
     #[test]
@@ -707,9 +858,10 @@ mod tests {
             "/g/go.mod",
             "/g/lib/x.py",
         ] {
-            assert!(script.changed_by(&modify(p)), "{p}");
+            assert!(names_a_source(&script, &modify(p)), "{p}");
         }
         for p in [
+            "/g/kubeconfig",
             "/g/modules/hello.wasm",
             "/g/dev/hello.wasm",
             "/g/node_modules/x/index.js",
@@ -720,8 +872,68 @@ mod tests {
             "/g",
             "/elsewhere/app.py",
         ] {
-            assert!(!script.changed_by(&modify(p)), "{p}");
+            assert!(!names_a_source(&script, &modify(p)), "{p}");
         }
+    }
+
+    #[test]
+    fn a_build_sh_project_counts_a_file_only_when_its_bytes_changed() {
+        let dir = std::env::temp_dir().join(format!(
+            "reconciled-dev-content-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        let file = dir.join("src/index.ts");
+        std::fs::write(&file, "export const a = 1;\n").unwrap();
+        let sources = Sources {
+            toolchain: Toolchain::Script,
+            dir: dir.clone(),
+            out_dir: dir.join("dev"),
+            ignore: Vec::new(),
+        };
+        let mut seen = Seen::default();
+        for f in sources.files() {
+            let now = content(&f);
+            seen.changed(&f, now);
+        }
+        // A touch, an open for writing closed at once, the same bytes written again: nothing.
+        let same = std::fs::read(&file).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        std::fs::write(&file, &same).unwrap();
+        assert!(!seen.changed(&file, content(&file)), "the same bytes");
+        // An edit is a change, once.
+        std::fs::write(&file, "export const a = 2;\n").unwrap();
+        assert!(seen.changed(&file, content(&file)));
+        assert!(!seen.changed(&file, content(&file)), "seen already");
+        // A new file is one; a file removed is one; a folder is none.
+        let new = dir.join("src/new.ts");
+        std::fs::write(&new, "x").unwrap();
+        assert!(seen.changed(&new, content(&new)));
+        std::fs::remove_file(&new).unwrap();
+        assert!(seen.changed(&new, content(&new)));
+        let folder = dir.join("src/lib");
+        std::fs::create_dir(&folder).unwrap();
+        assert!(!seen.changed(&folder, content(&folder)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_build_names_the_files_whose_change_started_it() {
+        let dir = Path::new("/g");
+        assert_eq!(cause_of(dir, &[]), "start");
+        assert_eq!(
+            cause_of(dir, &["/g/src/status.ts".into(), "/g/src/status.ts".into()]),
+            "src/status.ts changed"
+        );
+        let many: Vec<PathBuf> = (0..5).map(|i| format!("/g/src/{i}.ts").into()).collect();
+        assert_eq!(
+            cause_of(dir, &many),
+            "src/0.ts, src/1.ts, src/2.ts and 2 more changed"
+        );
     }
 
     #[test]
@@ -750,6 +962,7 @@ mod tests {
     struct Harness {
         events: mpsc::UnboundedSender<notify::Result<Event>>,
         builds: Arc<AtomicUsize>,
+        causes: Arc<std::sync::Mutex<Vec<Vec<PathBuf>>>>,
         permits: Arc<Semaphore>,
         _task: tokio::task::JoinHandle<()>,
     }
@@ -758,15 +971,21 @@ mod tests {
         fn start() -> Self {
             let (events, rx) = mpsc::unbounded_channel();
             let builds = Arc::new(AtomicUsize::new(0));
+            let causes: Arc<std::sync::Mutex<Vec<Vec<PathBuf>>>> = Arc::default();
             let permits = Arc::new(Semaphore::new(0));
-            let (b, p) = (builds.clone(), permits.clone());
+            let (b, c, p) = (builds.clone(), causes.clone(), permits.clone());
+            // Every look at a file finds new content: each touch is an edit.
+            let edits = AtomicUsize::new(0);
             let task = tokio::spawn(
                 BuildLoop {
                     sources: sources(Toolchain::Cargo),
+                    seen: Seen::default(),
+                    read: Box::new(move |_| Some(edits.fetch_add(1, Ordering::SeqCst).to_string())),
                     events: rx,
                 }
-                .run(move || {
+                .run(move |cause| {
                     b.fetch_add(1, Ordering::SeqCst);
+                    c.lock().unwrap().push(cause);
                     let p = p.clone();
                     Box::pin(async move { p.acquire().await.unwrap().forget() })
                 }),
@@ -774,6 +993,7 @@ mod tests {
             Self {
                 events,
                 builds,
+                causes,
                 permits,
                 _task: task,
             }
@@ -823,6 +1043,18 @@ mod tests {
         h.touch("/g/Cargo.lock");
         h.touch("/g/target/x");
         assert_eq!(h.builds_after(ms(1000)).await, 3);
+
+        // Each build was told what it covers.
+        let causes = h.causes.lock().unwrap().clone();
+        let at = |p: &str| PathBuf::from(p);
+        assert_eq!(
+            causes,
+            [
+                vec![],
+                vec![at("/g/src/lib.rs"); 5],
+                vec![at("/g/src/a.rs"), at("/g/Cargo.toml")],
+            ]
+        );
     }
 
     #[tokio::test]
@@ -833,7 +1065,7 @@ mod tests {
             fastrand::u64(..)
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let err = DevBuild::start(&dir, &dir.join("out")).unwrap_err();
+        let err = DevBuild::start(&dir, &dir.join("out"), &[]).unwrap_err();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(matches!(err, Error::NotAProject { .. }), "{err}");
         assert!(err.to_string().contains(&*dir.to_string_lossy()), "{err}");
@@ -850,10 +1082,11 @@ mod tests {
         std::fs::create_dir_all(&out).unwrap();
         let built = dir.join("m.wasm");
         std::fs::write(&built, b"v1").unwrap();
-        assert_eq!(install(&built, &out).unwrap(), Some(out.join("m.wasm")));
+        let installed = |bytes: &[u8]| Some((out.join("m.wasm"), crate::guest::digest_of(bytes)));
+        assert_eq!(install(&built, &out).unwrap(), installed(b"v1"));
         assert_eq!(install(&built, &out).unwrap(), None, "unchanged");
         std::fs::write(&built, b"v2").unwrap();
-        assert_eq!(install(&built, &out).unwrap(), Some(out.join("m.wasm")));
+        assert_eq!(install(&built, &out).unwrap(), installed(b"v2"));
         assert_eq!(std::fs::read(out.join("m.wasm")).unwrap(), b"v2");
         let left: Vec<_> = std::fs::read_dir(&out).unwrap().collect();
         std::fs::remove_dir_all(&dir).unwrap();

@@ -36,6 +36,11 @@ impl Drop for Dev {
 }
 
 fn start(cp: &ControlPlane) -> Dev {
+    start_with(cp, &[])
+}
+
+/// `reconciled dev <dir>/modules` with `args` more.
+fn start_with(cp: &ControlPlane, args: &[&std::ffi::OsStr]) -> Dev {
     let dir = std::env::temp_dir().join(format!(
         "reconciled-dev-{}-{}",
         std::process::id(),
@@ -47,6 +52,7 @@ fn start(cp: &ControlPlane) -> Dev {
     let child = Command::new(env!("CARGO_BIN_EXE_reconciled"))
         .arg("dev")
         .arg(dir.join("modules"))
+        .args(args)
         .arg("--kubeconfig")
         .arg(cp.kubeconfig_path())
         .arg("--listen")
@@ -239,4 +245,89 @@ async fn rewriting_a_module_reloads_it_once_and_the_endpoints_report_it() {
         assert!(Instant::now() < deadline, "not unloaded");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Lines of `dev`'s log holding `what`.
+fn logged(dev: &Dev, what: &str) -> Vec<String> {
+    (std::fs::read_to_string(dev.dir.join("dev.log")).unwrap_or_default())
+        .lines()
+        .filter(|l| l.contains(what))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_sh_project_builds_once_at_start_and_once_per_edit_never_without_one_and_says_which()
+ {
+    let cp = ControlPlane::shared();
+    // A project whose build gives new bytes every time, as componentize-js's does: the stamp
+    // module with a custom section holding the time of the build.
+    let project = std::env::temp_dir().join(format!(
+        "reconciled-dev-project-{}-{}",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    let stamp = common::guests::wasm("stamp_v1");
+    std::fs::write(
+        project.join("build.sh"),
+        format!(
+            "#!/usr/bin/env bash\nset -eu\nout=\"$RECONCILED_OUT_DIR/stamp.wasm\"\n\
+             cp {} \"$out.tmp\"\n\
+             # A custom section (id 0): its size, name \"t\", then the time of this build.\n\
+             t=$(date +%s%N); size=$(printf %02x $((${{#t}} + 2)))\n\
+             printf \"\\\\x00\\\\x$size\\\\x01t%s\" \"$t\" >> \"$out.tmp\"\n\
+             mv \"$out.tmp\" \"$out\"\n",
+            stamp.display()
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(project.join("build.sh"))
+        .unwrap()
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(project.join("build.sh"), perms).unwrap();
+    std::fs::write(project.join("src/index.ts"), "export const v = 1;\n").unwrap();
+    let dev = start_with(cp, &["--build".as_ref(), project.as_os_str()]);
+    let addr = dev.addr;
+    // The build at start, and its load.
+    wait_guest(addr, "stamp", Duration::from_secs(60), |g| {
+        g.state == GuestState::Serving && g.loads == 1
+    })
+    .await;
+
+    // What is no edit builds nothing: rewrites of the same bytes, opens for writing.
+    let index = project.join("src/index.ts");
+    for _ in 0..3 {
+        let same = std::fs::read(&index).unwrap();
+        std::fs::write(&index, &same).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&index)
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let builds = logged(&dev, "building guest project");
+    assert_eq!(builds.len(), 1, "no edit, no build: {builds:#?}");
+    assert!(builds[0].contains("cause=start"), "{builds:#?}");
+    assert_eq!(guest(addr, "stamp").await.unwrap().loads, 1);
+
+    // One edit: one build, one load, and the log names the edit and the module it made.
+    std::fs::write(&index, "export const v = 2;\n").unwrap();
+    let g = wait_guest(addr, "stamp", Duration::from_secs(60), |g| g.loads == 2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let builds = logged(&dev, "building guest project");
+    assert_eq!(builds.len(), 2, "{builds:#?}");
+    assert!(builds[1].contains("src/index.ts changed"), "{builds:#?}");
+    let installed = logged(&dev, "module installed");
+    let digest = g.digest.unwrap();
+    assert!(
+        installed
+            .last()
+            .is_some_and(|l| l.contains(&digest) && l.contains("src/index.ts changed")),
+        "the build that made the module serving names the edit: {installed:#?}"
+    );
+    assert_eq!(guest(addr, "stamp").await.unwrap().loads, 2, "one load");
+    let _ = std::fs::remove_dir_all(&project);
 }

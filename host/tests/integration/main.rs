@@ -9,6 +9,7 @@
 //!
 //! Run one area with a filter: `cargo test --test integration hot_reload::`.
 
+mod build_scripts;
 mod chaos;
 mod common;
 mod container;
@@ -46,6 +47,7 @@ mod settings;
 mod shadow;
 mod sharding;
 mod signed_images;
+mod snippets;
 mod tenant_kinds;
 mod tenants;
 mod traces;

@@ -1,6 +1,7 @@
 //! `reconciled new` in each language: the project it writes builds with its one command, its
-//! own test passes, and `reconciled dev` runs it against the control plane until the sample
-//! object is reconciled. Prints how long that took, from `new` to the first reconcile.
+//! own test passes, its README's kubectl lines run as written, and `reconciled dev` runs it
+//! against the control plane until the sample object is reconciled. Prints how long that took,
+//! from `new` to the first reconcile.
 
 use crate::common;
 
@@ -78,33 +79,36 @@ async fn scaffold_builds_tests_and_reconciles(lang: &str, test: &[&str]) {
     assert!(dir.join(format!("dev/{name}.wasm")).is_file());
     let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
     assert!(
-        readme.lines().count() <= 12,
-        "a README of about ten lines:\n{readme}"
+        readme.lines().count() <= 16,
+        "a README of about a dozen lines:\n{readme}"
+    );
+    assert!(
+        !readme.contains("http"),
+        "a README links to nothing outside the checkout:\n{readme}"
     );
 
-    let ns = format!("new-{lang}");
-    common::namespace(&cp.admin_client(), &ns).await;
-    ok(
-        "kubectl apply crd.yaml",
-        cp.kubectl().args(["apply", "-f"]).arg(dir.join("crd.yaml")),
-    );
+    // The README's kubectl lines, as written (against this control plane, in the project's
+    // folder): the CRD, its wait, the sample; its `get` once the sample is reconciled.
+    let kubectl: Vec<Vec<String>> = (readme.lines())
+        .filter_map(|l| l.trim().strip_prefix("kubectl --kubeconfig kubeconfig "))
+        .map(|rest| {
+            let command = rest.split(" #").next().unwrap_or_default();
+            command.split_whitespace().map(str::to_string).collect()
+        })
+        .collect();
+    assert_eq!(kubectl.len(), 4, "{readme}");
+    let (get, setup) = kubectl.split_last().unwrap();
+    for args in setup {
+        ok(
+            &format!("the README's kubectl {}", args.join(" ")),
+            cp.kubectl().args(args).current_dir(&dir),
+        );
+    }
     let plural_group = std::fs::read_to_string(dir.join("crd.yaml"))
         .unwrap()
         .lines()
         .find_map(|l| l.trim().strip_prefix("name: ").map(str::to_string))
         .unwrap();
-    ok(
-        "CRD established",
-        cp.kubectl()
-            .args(["wait", "--for=condition=established", "--timeout=30s"])
-            .arg(format!("crd/{plural_group}")),
-    );
-    ok(
-        "kubectl apply sample.yaml",
-        cp.kubectl()
-            .args(["apply", "-n", &ns, "-f"])
-            .arg(dir.join("sample.yaml")),
-    );
 
     let log = tmp.0.join("dev.log");
     let out = std::fs::File::create(&log).unwrap();
@@ -131,8 +135,11 @@ async fn scaffold_builds_tests_and_reconciles(lang: &str, test: &[&str]) {
         .map(|w| w[..1].to_ascii_uppercase() + &w[1..])
         .collect();
     let gvk = GroupVersionKind::gvk(&group, "v1alpha1", &kind);
-    let api =
-        Api::<DynamicObject>::namespaced_with(cp.admin_client(), &ns, &ApiResource::from_gvk(&gvk));
+    let api = Api::<DynamicObject>::namespaced_with(
+        cp.admin_client(),
+        "default",
+        &ApiResource::from_gvk(&gvk),
+    );
     common::wait::wait_until_async(
         "the sample reconciled",
         Duration::from_secs(120),
@@ -144,6 +151,14 @@ async fn scaffold_builds_tests_and_reconciles(lang: &str, test: &[&str]) {
         },
     )
     .await;
+    let out = cp.kubectl().args(get).current_dir(&dir).output().unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && listed.contains("reconciled: hello"),
+        "the README's kubectl {}: {listed}{}",
+        get.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
     eprintln!(
         "reconciled new --lang {lang}: built in {:.1} s, first reconcile {:.1} s after `new` (test and setup included)",
         built.as_secs_f64(),

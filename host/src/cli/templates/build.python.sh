@@ -4,10 +4,17 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 out="${RECONCILED_OUT_DIR:-$PWD/dev}"
-mkdir -p "$out"
-# Built beside its place and renamed into it, so a watcher never reads half a module.
-tmp="$(mktemp -d "$out/.build.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
-"{{sdk}}/guests/python/build.sh" "$PWD" app "$tmp/{{name}}.wasm"
-mv -f "$tmp/{{name}}.wasm" "$out/{{name}}.wasm"
-echo "built $out/{{name}}.wasm" >&2
+# Built in a folder of its own beside its place, always the same one, so that the SDK finds
+# its last build there and, when nothing it reads changed, keeps it as it is (componentize-py
+# does not give the same bytes twice); then copied into place and renamed, so a watcher never
+# reads half a module, and only when it changed.
+build="$out/.{{name}}.build"
+mkdir -p "$build"
+"{{sdk}}/guests/python/build.sh" "$PWD" app "$build/{{name}}.wasm"
+if ! cmp -s "$build/{{name}}.wasm" "$out/{{name}}.wasm"; then
+  cp "$build/{{name}}.wasm" "$build/.{{name}}.wasm.tmp"
+  mv -f "$build/.{{name}}.wasm.tmp" "$out/{{name}}.wasm"
+  echo "built $out/{{name}}.wasm" >&2
+else
+  echo "$out/{{name}}.wasm is up to date" >&2
+fi
