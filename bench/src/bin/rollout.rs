@@ -20,6 +20,13 @@
 //!   reconciles in flight ended and its keys requeued. A rollback already reported when the
 //!   breach is first seen happened within one poll, and counts as 0 ms. Also: from staging to
 //!   rollback.
+//! - **Verdicts.** With `--verdicts` objects more (200 in all by default), while every object
+//!   is edited in turn: `--verdicts` rollouts of a good revision that stamps its own version
+//!   (`good<n>:`), with the default analysis and three canary steps (10%, 50%, 100%, 10 to 20
+//!   reconciles of live changes each, a bake time of 2 s); then as many of a revision that fails
+//!   about 10% of its keys. Counted: good revisions rolled back (the bar is none), bad ones
+//!   rolled back in their first canary step, and bad ones whose stamp reached the watch more
+//!   than a second after their recorded fence (the watch's own delay allowed).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,6 +52,7 @@ const GUEST: &str = "stamp";
 
 fn main() -> anyhow::Result<()> {
     let (mut objects, mut edits, mut cycles, mut rollbacks) = (50usize, 100usize, 3usize, 10usize);
+    let mut verdicts = 20usize;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || -> anyhow::Result<usize> { Ok(it.next().unwrap_or_default().parse()?) };
@@ -53,8 +61,9 @@ fn main() -> anyhow::Result<()> {
             "--edits" => edits = value()?,
             "--cycles" => cycles = value()?,
             "--rollbacks" => rollbacks = value()?,
+            "--verdicts" => verdicts = value()?,
             other => anyhow::bail!(
-                "unknown argument {other}; usage: rollout [--objects 50] [--edits 100] [--cycles 3] [--rollbacks 10]"
+                "unknown argument {other}; usage: rollout [--objects 50] [--edits 100] [--cycles 3] [--rollbacks 10] [--verdicts 20]"
             ),
         }
     }
@@ -76,7 +85,7 @@ fn main() -> anyhow::Result<()> {
         &v2,
         objects,
         (edits, cycles),
-        rollbacks,
+        (rollbacks, verdicts),
     ));
     let _ = std::fs::remove_dir_all(&work);
     let r = result?;
@@ -113,7 +122,42 @@ fn main() -> anyhow::Result<()> {
         r.in_first_step,
         r.after_breach.len()
     );
+    let v = &r.verdicts;
+    println!(
+        "\n| rollouts | good, rolled back | bad, rolled back in the first canary step | bad, a write after the fence | good, median s to promotion |"
+    );
+    println!("|---|---|---|---|---|");
+    let mut promoted = v.promoted_after.clone();
+    println!(
+        "| {} + {} | {}/{} | {}/{} | {}/{} | {:.1} |",
+        v.good,
+        v.bad,
+        v.good_rolled_back,
+        v.good,
+        v.bad_in_first_step,
+        v.bad,
+        v.bad_wrote_after_fence,
+        v.bad,
+        reconciled_bench::median(&mut promoted)
+    );
+    for why in &v.good_reasons {
+        println!("good revision rolled back: {why}");
+    }
     Ok(())
+}
+
+/// What the verdicts phase counted.
+#[derive(Default)]
+struct Verdicts {
+    good: usize,
+    bad: usize,
+    good_rolled_back: usize,
+    /// Why each good revision rolled back was.
+    good_reasons: Vec<String>,
+    bad_in_first_step: usize,
+    bad_wrote_after_fence: usize,
+    /// Seconds from staging to promotion, for the good revisions promoted.
+    promoted_after: Vec<f64>,
 }
 
 /// Round trips of one phase, in milliseconds.
@@ -132,6 +176,7 @@ struct Measured {
     /// Rollbacks seen in the very look at the candidate's counts that first failed them: the
     /// breach and the rollback fell within one 1 ms poll (counted as 0 ms above).
     within_one_poll: usize,
+    verdicts: Verdicts,
 }
 
 fn settings(guest_settings: &str, rollout: Rollout) -> anyhow::Result<Settings> {
@@ -157,7 +202,7 @@ async fn run(
     v2: &[u8],
     objects: usize,
     (edits, cycles): (usize, usize),
-    rollbacks: usize,
+    (rollbacks, verdicts): (usize, usize),
 ) -> anyhow::Result<Measured> {
     let admin = cp.admin_client();
     let names: Vec<String> = (0..objects).map(|i| format!("work-{i}")).collect();
@@ -198,6 +243,7 @@ async fn run(
             Some(one_step(Step::Shadow(ShadowStep {
                 min_reconciles: u64::MAX,
                 max_divergence: 1.0,
+                ignore_paths: Vec::new(),
             }))),
         ),
         (
@@ -334,6 +380,7 @@ async fn run(
         );
     }
     traffic.abort();
+    let verdicts = judged(&sup, &admin, rx, (objects, verdicts), v2).await?;
     sup.shutdown().await;
     Ok(Measured {
         trips,
@@ -341,5 +388,155 @@ async fn run(
         after_staging,
         in_first_step,
         within_one_poll,
+        verdicts,
     })
+}
+
+/// The verdicts phase (see the module docs): `n` good rollouts, then `n` bad ones, over
+/// `objects` objects and as many more, every one edited in turn meanwhile; `stamps` are the
+/// watch's deliveries.
+async fn judged(
+    sup: &Arc<Supervisor>,
+    admin: &kube::Client,
+    mut stamps: tokio::sync::mpsc::UnboundedReceiver<reconciled_bench::Seen>,
+    (objects, n): (usize, usize),
+    module: &[u8],
+) -> anyhow::Result<Verdicts> {
+    let mut verdicts = Verdicts::default();
+    if n == 0 {
+        return Ok(verdicts);
+    }
+    let more: Vec<String> = (objects..objects + 150)
+        .map(|i| format!("work-{i}"))
+        .collect();
+    reconciled_bench::fill_stamped(admin, NS, LABEL, more).await?;
+    let names: Vec<String> = (0..objects + 150).map(|i| format!("work-{i}")).collect();
+    let seen: Arc<std::sync::Mutex<Vec<(Instant, String)>>> = Arc::default();
+    let collector = tokio::spawn({
+        let seen = seen.clone();
+        async move {
+            while let Some(s) = stamps.recv().await {
+                if let Some(stamp) = s.stamp {
+                    seen.lock().unwrap().push((s.at, stamp));
+                }
+            }
+        }
+    });
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), NS);
+    let traffic = tokio::spawn(async move {
+        for round in 1u64.. {
+            for name in &names {
+                let patch = serde_json::json!({ "data": { "v": format!("j{round}") } });
+                let _ = cms
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    let rollout = Rollout {
+        strategy: Strategy::Progressive,
+        steps: [(10, 10), (50, 20), (100, 20)]
+            .into_iter()
+            .map(|(percent, min_reconciles)| {
+                Step::Canary(CanaryStep {
+                    percent,
+                    min_reconciles,
+                    pause: None,
+                })
+            })
+            .collect(),
+        bake_time: Duration::from_secs(2),
+        ..Rollout::default()
+    };
+    for (good, count) in [(true, n), (false, n)] {
+        for r in 0..count {
+            let version = if good {
+                format!("good{r}")
+            } else {
+                format!("bad{r}")
+            };
+            let s = match good {
+                true => format!(r#"{{"version":"{version}"}}"#),
+                false => format!(r#"{{"version":"{version}","fail_percent":10}}"#),
+            };
+            let staged = Instant::now();
+            let applied = sup
+                .apply(
+                    GUEST,
+                    Source::File("stamp.wasm".into()),
+                    settings(&s, rollout.clone())?,
+                    module.to_vec(),
+                )
+                .await;
+            anyhow::ensure!(matches!(applied, Applied::Staged { .. }), "{applied:?}");
+            let deadline = staged + Duration::from_secs(120);
+            let done = loop {
+                anyhow::ensure!(Instant::now() < deadline, "{version}: not over in 120 s");
+                if let Some(p) = sup
+                    .rollout(GUEST)
+                    .filter(|p| p.ended() && p.settings_hash == settings_hash_of(&s))
+                {
+                    break p;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            };
+            eprintln!(
+                "rollout bench: {version}: {:?} at step {} after {:.1} s{}",
+                done.phase,
+                done.step,
+                staged.elapsed().as_secs_f64(),
+                done.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            );
+            if good {
+                verdicts.good += 1;
+                match done.phase {
+                    Phase::Promoted => verdicts.promoted_after.push(staged.elapsed().as_secs_f64()),
+                    _ => {
+                        verdicts.good_rolled_back += 1;
+                        verdicts
+                            .good_reasons
+                            .push(format!("{version}: {}", done.message.unwrap_or_default()));
+                    }
+                }
+                continue;
+            }
+            verdicts.bad += 1;
+            if done.phase == Phase::RolledBack && done.step == 0 {
+                verdicts.bad_in_first_step += 1;
+            }
+            // The fence on this machine's clock, then any of this revision's stamps delivered
+            // more than a second after it.
+            let fence: k8s_openapi::jiff::Timestamp = done.since.parse()?;
+            let fence = std::time::SystemTime::from(fence);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let (now, wall) = (Instant::now(), std::time::SystemTime::now());
+            let prefix = format!("{version}:");
+            let late = (seen.lock().unwrap().iter())
+                .filter(|(at, stamp)| {
+                    stamp.starts_with(&prefix)
+                        && wall - (now - *at) > fence + Duration::from_secs(1)
+                })
+                .count();
+            if late > 0 {
+                verdicts.bad_wrote_after_fence += 1;
+                eprintln!(
+                    "rollout bench: {version}: {late} writes after the fence {}",
+                    done.since
+                );
+            }
+        }
+    }
+    traffic.abort();
+    collector.abort();
+    Ok(verdicts)
+}
+
+/// The hash a rollout's progress records for `settings`.
+fn settings_hash_of(settings: &str) -> String {
+    let parsed = GuestSettings::parse(settings).unwrap_or_default();
+    reconciled::rollout::progress::settings_hash(parsed.as_str())
 }
