@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
 done
 
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
-features=(--features reconciled/fault-injection)
+tests=(--workspace --exclude reconciled-bench --features reconciled/fault-injection)
 logs="$target_dir/under-load"
 mkdir -p "$logs"
 
@@ -37,7 +37,7 @@ export RECONCILED_GUEST_WASMS
 export RECONCILED_IMAGE_PROFILE=image-test
 RECONCILED_IMAGE="$(scripts/image.sh 2>/dev/null)"
 export RECONCILED_IMAGE
-cargo test --workspace "${features[@]}" --no-run --quiet 2>/dev/null
+cargo test "${tests[@]}" --no-run --quiet 2>/dev/null
 
 pids=()
 stop_hogs() {
@@ -55,7 +55,7 @@ started=$SECONDS
 for run in $(seq 1 "$runs"); do
   log="$logs/$run.log"
   run_started=$SECONDS
-  if cargo test --workspace "${features[@]}" --no-fail-fast -- "$@" >"$log" 2>&1; then
+  if cargo test "${tests[@]}" --no-fail-fast -- "$@" >"$log" 2>&1; then
     printf 'under-load: run %d of %d passed (%ds)\n' "$run" "$runs" "$((SECONDS - run_started))" >&2
   else
     failed_runs=$((failed_runs + 1))
