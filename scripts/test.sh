@@ -156,5 +156,9 @@ done
 tests=(--workspace --exclude reconciled-bench "${features[@]}")
 step "test build" "cargo test --no-run (the unit and integration test binaries)"
 cargo test "${tests[@]}" --no-run
-step "tests" "cargo test (unit tests, then the integration tests against the loopback control plane)"
-cargo test "${tests[@]}"
+# Most integration tests wait on the API server, on Leases or on a guest far more than they
+# compute: four at a time keep two cores busy. Each isolates itself by namespace, and
+# scripts/under-load.sh runs them so beside a busy loop on every core.
+threads="${RECONCILED_TEST_THREADS:-4}"
+step "tests" "cargo test (unit tests, then the integration tests against the loopback control plane, $threads at a time)"
+cargo test "${tests[@]}" -- --test-threads "$threads"

@@ -8,6 +8,8 @@
 #   scripts/under-load.sh --hogs 0          # without the load
 #   scripts/under-load.sh -- rollout::      # a filter (and any other test-binary argument)
 #
+# Tests run as scripts/test.sh runs them, RECONCILED_TEST_THREADS (4) at a time.
+#
 # It builds what scripts/test.sh builds for the tests first (the guests, the image, the test
 # binaries; cached when built before), so run scripts/test.sh once on a new machine. Each run's
 # output is kept in target/under-load/<run>.log (or $CARGO_TARGET_DIR/under-load).
@@ -55,7 +57,7 @@ started=$SECONDS
 for run in $(seq 1 "$runs"); do
   log="$logs/$run.log"
   run_started=$SECONDS
-  if cargo test "${tests[@]}" --no-fail-fast -- "$@" >"$log" 2>&1; then
+  if cargo test "${tests[@]}" --no-fail-fast -- --test-threads "${RECONCILED_TEST_THREADS:-4}" "$@" >"$log" 2>&1; then
     printf 'under-load: run %d of %d passed (%ds)\n' "$run" "$runs" "$((SECONDS - run_started))" >&2
   else
     failed_runs=$((failed_runs + 1))
