@@ -105,9 +105,11 @@ rust_inputs() {
         ':!guests/js' ':!guests/python' ':!guests/go' ':!guests/compat' 2>/dev/null \
         | xargs -0 -r sha256sum 2>/dev/null) || return 0
     [ -n "$files" ] || return 0
+    # The build list names folders by absolute path: relative to the checkout, so that another
+    # clone of the same sources hashes alike.
     { rustc -vV; cargo -V; echo "${RUSTFLAGS:-} ${CARGO_ENCODED_RUSTFLAGS:-}"; cat "$0"
-      printf '%s\n' "${builds[@]}" "${copies[@]}" "${variants[@]}" "$files"; } \
-        | sha256sum | cut -d' ' -f1
+      printf '%s\n' "${builds[@]}" "${copies[@]}" "${variants[@]}" | sed "s|^$root/|./|"
+      echo "$files"; } | sha256sum | cut -d' ' -f1
 }
 rust_up_to_date() {
     local build variant copy

@@ -11,7 +11,7 @@
 //!   the keys that just moved to the new revision, nor the guest's own writes coming back),
 //!   and at least its bake time. Until then it stays, and [`waiting`] says why.
 //! - Latency is compared like with like (reconciles of live changes on both revisions) and
-//!   only once each side has `minLatencySamples`; see [`latency`](super::latency).
+//!   only once each side has `minLatencySamples`; see [`latency`].
 //! - A pause step waits for a person whatever the analysis says; nothing new runs meanwhile
 //!   except the share already given.
 
