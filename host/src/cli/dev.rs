@@ -11,7 +11,7 @@ use reconciled::sources::dir::{Change, DirSource, Settle};
 use reconciled::sources::offer::refused;
 use reconciled::supervisor::{Offer, Source};
 
-use crate::cli::host::{ClusterArgs, Host, Wiring};
+use crate::cli::host::{ClusterArgs, ConfineArgs, Host, Wiring};
 
 /// `reconciled dev`.
 #[derive(Args)]
@@ -24,11 +24,14 @@ pub(crate) struct DevArgs {
     #[arg(long)]
     build: Option<PathBuf>,
     #[command(flatten)]
+    confine: ConfineArgs,
+    #[command(flatten)]
     cluster: ClusterArgs,
 }
 
 /// Runs the folder's guests until Ctrl-C.
 pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    let grant = args.confine.grant()?;
     std::fs::create_dir_all(&args.dir)
         .map_err(|e| anyhow::anyhow!("cannot create the dev folder {}: {e}", args.dir.display()))?;
     let build = match &args.build {
@@ -56,7 +59,10 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<()> {
                     settings: file,
                     ..
                 } => {
-                    let mut settings = Settings::new(&name);
+                    let mut settings = Settings {
+                        grant: grant.clone(),
+                        ..Settings::new(&name)
+                    };
                     if let Some(file) = file {
                         match GuestSettings::parse_bytes(&file.bytes) {
                             Ok(s) => settings.guest_settings = s,

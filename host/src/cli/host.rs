@@ -11,6 +11,7 @@ use clap::Args;
 use reconciled::controller::fair_share;
 use reconciled::guest::Runtime;
 use reconciled::guest::artifact_cache::ArtifactCache;
+use reconciled::guest::grant::Grant;
 use reconciled::guest::identity::Identities;
 use reconciled::guest::tape::RecorderRef;
 use reconciled::informer::Options;
@@ -31,6 +32,31 @@ pub(crate) struct ClusterArgs {
     /// Serve /healthz, /readyz, /metrics and /status here ("off" to disable).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
+}
+
+/// `--namespace`, for the guests named on the command line (`run --guest`, `dev`'s folder).
+#[derive(Args)]
+pub(crate) struct ConfineArgs {
+    /// Confines the guests named on the command line to these namespaces (comma separated or
+    /// repeated): they watch, read and write there only. Without it they have an operator's
+    /// full grant, every namespace the kubeconfig's user may reach, which on a shared cluster
+    /// includes other people's objects.
+    #[arg(long = "namespace", value_delimiter = ',', value_name = "NAMESPACE")]
+    namespaces: Vec<String>,
+}
+
+impl ConfineArgs {
+    /// The grant of a guest named on the command line: the full grant, or confined to
+    /// `--namespace`. A name that is not a namespace's is an error naming it.
+    pub(crate) fn grant(&self) -> anyhow::Result<Grant> {
+        if self.namespaces.is_empty() {
+            return Ok(Grant::default());
+        }
+        for ns in &self.namespaces {
+            reconciled::names::namespace(ns).map_err(|e| anyhow::anyhow!("--namespace: {e}"))?;
+        }
+        Ok(Grant::namespaces(&self.namespaces))
+    }
 }
 
 /// The embedded loopback control plane, in builds that have one.

@@ -14,7 +14,7 @@ use reconciled::sources::offer::offer_of;
 use reconciled::sources::reconciler::{self, ReconcilerSource};
 use reconciled::supervisor::{Source, Supervisor};
 
-use crate::cli::host::{ClusterArgs, Host, Wiring, stopped_or_refused};
+use crate::cli::host::{ClusterArgs, ConfineArgs, Host, Wiring, stopped_or_refused};
 use crate::cli::record::RecordArgs;
 
 /// `reconciled run`.
@@ -29,6 +29,8 @@ pub(crate) struct RunArgs {
     /// repeatable. Named after its file or repository.
     #[arg(long = "guest")]
     guests: Vec<PathBuf>,
+    #[command(flatten)]
+    confine: ConfineArgs,
     /// Load tenants' guests from ConfigMaps labelled reconciled.dev/reconciler=true, each
     /// confined to its namespace (the config file's [tenants] section tunes this).
     #[arg(long)]
@@ -142,6 +144,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// The config file's guests and those of `--guest`, each with a name of its own.
 fn guests(config: &Config, args: &RunArgs) -> anyhow::Result<Vec<GuestConfig>> {
     let mut guests = config.guests.clone();
+    let grant = args.confine.grant()?;
     for path in &args.guests {
         let name = match path.to_str().filter(|p| p.starts_with("oci://")) {
             Some(text) => {
@@ -158,7 +161,7 @@ fn guests(config: &Config, args: &RunArgs) -> anyhow::Result<Vec<GuestConfig>> {
             workers: s.workers,
             read_your_writes: None,
             shard_keys: false,
-            grant: s.grant,
+            grant: grant.clone(),
             limits: s.limits,
             service_account: None,
             shadow: None,
@@ -324,6 +327,7 @@ fn pull(
 mod tests {
     use super::*;
     use clap::Parser;
+    use reconciled::guest::grant::Grant;
 
     #[derive(Parser)]
     struct Line {
@@ -355,6 +359,29 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("add --configmaps or --reconcilers"), "{e}");
+    }
+
+    #[test]
+    fn namespace_confines_the_command_lines_guests_and_refuses_a_bad_name() {
+        let config = Config::default();
+        let full = guests(&config, &args(&["--guest", "a.wasm"])).unwrap();
+        assert_eq!(full[0].grant, Grant::default(), "an operator's full grant");
+        let confined = guests(
+            &config,
+            &args(&["--guest", "a.wasm", "--namespace", "team-a,team-b"]),
+        )
+        .unwrap();
+        assert_eq!(confined[0].grant, Grant::namespaces(["team-a", "team-b"]));
+        let e = guests(
+            &config,
+            &args(&["--guest", "a.wasm", "--namespace", "Team_A"]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("--namespace: ") && e.contains("Team_A"),
+            "{e}"
+        );
     }
 
     #[test]

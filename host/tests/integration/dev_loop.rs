@@ -53,6 +53,9 @@ fn start_with(cp: &ControlPlane, args: &[&std::ffi::OsStr]) -> Dev {
         .arg("dev")
         .arg(dir.join("modules"))
         .args(args)
+        // The stamp guests would otherwise stamp every labelled ConfigMap on the shared control
+        // plane, other tests' included.
+        .args(["--namespace", "dev-loop"])
         .arg("--kubeconfig")
         .arg(cp.kubeconfig_path())
         .arg("--listen")

@@ -133,6 +133,8 @@ async fn two_hundred_recorded_reconciles_replay_the_same_and_a_changed_version_d
             .arg(free_port().to_string())
             .arg("--guest")
             .arg(&module)
+            // Not the generators other tests reconcile on the shared control plane.
+            .args(["--namespace", ns])
             .arg("--record")
             .arg(&recorded)
             .args(["--record-guest", "configmap-generator"])
