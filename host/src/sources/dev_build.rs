@@ -13,7 +13,8 @@
 //! - A change is new content, not an event: a file touched, opened for writing and closed, or
 //!   rewritten with the same bytes (what tools and editors do all the time) builds nothing. Each
 //!   build's log line names the source files whose change started it, and the module it
-//!   installed with its digest, which the load's log line names too.
+//!   installed with its digest, which the load's log line names too. On Linux a file is read
+//!   once its writer closes it; a writer that keeps a file open builds nothing until it closes.
 //! - Builds never overlap: a change during a build waits for it, then one more build covers every
 //!   change that came in meanwhile.
 //! - The files `ignore`d (the kubeconfig `--write-kubeconfig` writes into the project) never
@@ -580,6 +581,12 @@ impl Sources {
             EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
             // Opens and reads: the build reading the sources would otherwise loop forever.
             EventKind::Access(_) => return Vec::new(),
+            // On Linux a write is judged when its writer closes the file, which reports the
+            // close: read at the write's own event, a file being rewritten is seen empty or
+            // half written (a change), then whole again (another), and an edit that changed
+            // nothing would build twice.
+            #[cfg(target_os = "linux")]
+            EventKind::Modify(notify::event::ModifyKind::Data(_)) => return Vec::new(),
             _ => {}
         }
         (event.paths.iter())
@@ -814,8 +821,29 @@ mod tests {
         !sources.named_by(event).is_empty()
     }
 
+    /// An editor's save: a file written and closed, or renamed into place.
     fn modify(p: &str) -> Event {
-        Event::new(EventKind::Modify(ModifyKind::Data(DataChange::Any))).add_path(p.into())
+        if cfg!(target_os = "linux") {
+            Event::new(EventKind::Access(AccessKind::Close(AccessMode::Write))).add_path(p.into())
+        } else {
+            Event::new(EventKind::Modify(ModifyKind::Data(DataChange::Any))).add_path(p.into())
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_file_being_rewritten_is_judged_once_its_writer_closes_it() {
+        let script = sources(Toolchain::Script);
+        let write = Event::new(EventKind::Modify(ModifyKind::Data(DataChange::Any)))
+            .add_path("/g/src/index.ts".into());
+        assert!(
+            !names_a_source(&script, &write),
+            "the truncate or write itself"
+        );
+        let renamed = Event::new(EventKind::Create(notify::event::CreateKind::File))
+            .add_path("/g/src/index.ts".into());
+        assert!(names_a_source(&script, &renamed), "saved by a rename");
+        assert!(names_a_source(&script, &modify("/g/src/index.ts")));
     }
 
     #[test]
