@@ -41,8 +41,9 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         .await
         .unwrap();
     let toml = &config_map.data.unwrap()["host.toml"];
-    let dir = std::env::temp_dir().join(format!("reconciled-deploy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    // Removed as the test ends, once the host has stopped writing compiled modules there.
+    let temp = common::host::TempDir::new("deploy");
+    let dir = &temp.0;
     std::fs::write(dir.join("host.toml"), toml).unwrap();
     let config = Config::load(&dir.join("host.toml")).unwrap();
     // The deployed config loads tenants from every namespace; here, from the test's own only.
@@ -92,7 +93,7 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
             ..supervisor::Options::default()
         },
     ));
-    let _reconcilers = ReconcilerSource::start(
+    let reconcilers = ReconcilerSource::start(
         sup.factory(),
         sup.clone(),
         policy.clone(),
@@ -100,7 +101,7 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         reconciled::sources::reconciler::Options::default(),
     )
     .unwrap();
-    let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
+    let source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
     while let Err(reasons) = sup.readiness() {
         assert!(Instant::now() < deadline, "not ready: {reasons:?}");
@@ -274,7 +275,8 @@ async fn the_manifests_apply_and_their_rules_are_enough_for_a_tenant_reconciler(
         matches!(&err, kube::Error::Api(s) if s.code == 403),
         "the host writes Leases only in its own namespace: {err}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
+    drop((reconcilers, source));
+    sup.shutdown().await;
 }
 
 /// A developer of the team, bound to tenant.yaml's `reconciled-tenant` Role, creates a

@@ -284,6 +284,15 @@ async fn a_load_past_the_namespaces_cache_cap_is_refused_and_shared_informers_ar
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+    // Both guests stamp the same objects: one may have written both before the other's first
+    // reconcile, whose instance the memory figures below need.
+    wait_until("both reconciled", Duration::from_secs(20), || {
+        let status = sup.status();
+        [one, two]
+            .iter()
+            .all(|g| status.guest(g).is_some_and(|g| g.reconciles.ok > 0))
+    })
+    .await;
     let status = sup.status();
     let informer = status
         .informers
