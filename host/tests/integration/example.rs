@@ -16,13 +16,8 @@ use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
     PostParams,
 };
-use reconciled::controller::fair_share::Share;
-use reconciled::controller::gate::Gate;
-use reconciled::controller::{Controller, Settings};
-use reconciled::guest::Runtime;
+use reconciled::controller::Settings;
 use reconciled::guest::grant::Grant;
-use reconciled::informer::Options;
-use reconciled::informer::factory::InformerFactory;
 use testenv::ControlPlane;
 
 const LABEL: &str = "example.reconciled.dev/generator";
@@ -92,31 +87,15 @@ async fn converges(stem: &str, ns: &str) {
     namespace(&admin, ns).await;
     common::install_example_crd(cp).await;
 
-    let runtime = Runtime::new().unwrap();
-    let module = runtime
-        .compile(std::fs::read(common::guests::wasm(stem)).unwrap())
-        .await
-        .unwrap();
-    eprintln!(
-        "{stem}: compiled in {} ms",
-        module.compile_time().as_millis()
-    );
-    let factory = std::sync::Arc::new(InformerFactory::new(admin.clone(), Options::default()));
     let settings = Settings {
         grant: Grant::namespaces([ns]),
         ..Settings::new(ns)
     };
-    let share = Share::alone(&settings.name);
-    let controller = Controller::start(
-        &factory,
-        admin.clone(),
-        module,
-        settings,
-        share,
-        Gate::open(),
-    )
-    .await
-    .unwrap();
+    let (controller, _factory, _runtime) =
+        common::controllers::start(admin.clone(), stem, settings)
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
 
     let gvk = GroupVersionKind::gvk("example.reconciled.dev", "v1alpha1", "ConfigMapGenerator");
     let generators =

@@ -12,12 +12,9 @@ use common::{cm, namespace};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use reconciled::controller::fair_share::Share;
-use reconciled::controller::gate::Gate;
 use reconciled::controller::{Controller, Settings};
 use reconciled::guest::Runtime;
 use reconciled::guest::grant::Grant;
-use reconciled::informer::Options;
 use reconciled::informer::factory::InformerFactory;
 use testenv::ControlPlane;
 
@@ -28,17 +25,10 @@ async fn start(
     name: &str,
     settings: Settings,
 ) -> (Arc<Controller>, Arc<InformerFactory>, Runtime) {
-    let runtime = Runtime::new().unwrap();
-    let module = runtime
-        .compile(std::fs::read(common::guests::wasm(name)).unwrap())
+    common::controllers::start(client, name, settings)
         .await
-        .unwrap();
-    let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
-    let share = Share::alone(&settings.name);
-    let controller = Controller::start(&factory, client, module, settings, share, Gate::open())
-        .await
-        .unwrap();
-    (controller, factory, runtime)
+        .map_err(|(e, _)| e)
+        .unwrap()
 }
 
 fn probe_settings(name: &str, namespaces: &[&str]) -> Settings {

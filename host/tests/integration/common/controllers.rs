@@ -36,17 +36,32 @@ pub async fn start_gated(
     (Arc<Controller>, Arc<InformerFactory>, Runtime),
     (controller::Error, Arc<InformerFactory>),
 > {
-    let runtime = Runtime::new().unwrap();
+    let runtime = Runtime::new()
+        .unwrap()
+        .with_artifact_cache(&compiled())
+        .unwrap();
     let module = runtime
         .compile(std::fs::read(super::guests::wasm(wasm)).unwrap())
         .await
         .unwrap();
     let factory = Arc::new(InformerFactory::new(client.clone(), Options::default()));
     let share = Share::alone(&settings.name);
-    match Controller::start(&factory, client, module, settings, share, gate).await {
-        Ok(controller) => Ok((controller, factory, runtime)),
+    match Controller::start(&factory, client, module.clone(), settings, share, gate).await {
+        Ok(controller) => {
+            if let Some(stored) = module.persist_artifact() {
+                stored.await.unwrap();
+            }
+            Ok((controller, factory, runtime))
+        }
         Err(e) => Err((e, factory)),
     }
+}
+
+/// The precompile cache of the controllers [`start`] runs, kept beside the test binaries
+/// between runs: a TypeScript or Python guest takes 10 to 20 s of CPU to compile, and many
+/// tests run each. Tests of compiling itself, and of the cache, keep caches of their own.
+fn compiled() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled-guests")
 }
 
 /// Annotation `key` of ConfigMap `name`, if set.
