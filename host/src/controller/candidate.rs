@@ -168,11 +168,17 @@ impl Candidate {
         self.ignore.read().unwrap().clone()
     }
 
-    /// What the current step has seen, beside `serving_times` (the serving revision's most
-    /// recent live reconcile times); `resumed` is passed through.
-    pub(super) fn observed(&self, serving_times: Vec<Duration>, resumed: bool) -> Observed {
+    /// What the current step has seen, beside the serving revision's live reconcile times
+    /// since the step began (`serving_since` gives them from an instant); `resumed` is passed
+    /// through.
+    pub(super) fn observed(
+        &self,
+        serving_since: impl FnOnce(Instant) -> Vec<Duration>,
+        resumed: bool,
+    ) -> Observed {
         let counts = self.shadow_counts.snapshot("");
         let tally = self.tally.lock().unwrap();
+        let serving_times = serving_since(tally.since);
         Observed {
             compared: counts.reconciles.saturating_sub(tally.compared_before),
             divergent: counts.divergent.saturating_sub(tally.divergent_before),

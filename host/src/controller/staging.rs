@@ -140,7 +140,10 @@ impl Controller {
     /// no candidate. `resumed` is passed through.
     pub fn rollout_observed(&self, resumed: bool) -> Option<Observed> {
         let candidate = self.shared.candidate()?;
-        Some(candidate.observed(self.shared.traffic.serving_times(), resumed))
+        Some(candidate.observed(
+            |since| self.shared.traffic.serving_times_since(since),
+            resumed,
+        ))
     }
 
     /// Queues every key again, as traffic for the rollout's current step (its

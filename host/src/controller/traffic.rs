@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::guest::bindings::Gvk;
 use crate::guest::read_your_writes::Floors;
@@ -97,19 +97,19 @@ pub(super) fn live<'f>(changes: &[Change], floors_of: impl Fn(&Gvk) -> Option<&'
     })
 }
 
-/// The changes queued keys wait with, and the serving revision's live reconcile times, of one
-/// guest.
+/// The changes queued keys wait with, and the serving revision's live reconcile times (each
+/// with when it ended), of one guest.
 #[derive(Debug)]
 pub(super) struct Traffic {
     queued: Mutex<HashMap<String, Vec<Change>>>,
-    serving: Mutex<Recent>,
+    serving: Mutex<VecDeque<(Instant, Duration)>>,
 }
 
 impl Default for Traffic {
     fn default() -> Self {
         Self {
             queued: Mutex::default(),
-            serving: Mutex::new(Recent::new(SERVING_TIMES_KEPT)),
+            serving: Mutex::new(VecDeque::with_capacity(SERVING_TIMES_KEPT)),
         }
     }
 }
@@ -141,19 +141,31 @@ impl Traffic {
         }
     }
 
-    /// The serving revision reconciled a live change in `took`.
+    /// The serving revision reconciled a live change in `took`, just now.
     pub(super) fn served(&self, took: Duration) {
-        self.serving.lock().unwrap().push(took);
+        let mut serving = self.serving.lock().unwrap();
+        if serving.len() == SERVING_TIMES_KEPT {
+            serving.pop_front();
+        }
+        serving.push_back((Instant::now(), took));
     }
 
-    /// The serving revision's most recent live reconcile times, oldest first.
-    pub(super) fn serving_times(&self) -> Vec<Duration> {
-        self.serving.lock().unwrap().to_vec()
+    /// The serving revision's live reconcile times that ended at or after `since` (of the most
+    /// recent kept), oldest first.
+    ///
+    /// Where it may surprise: a rollout step compares with these, the same moments' work under
+    /// the same load, so a step where the serving revision reconciles nothing (at 100% of keys)
+    /// has none, and its latency is not judged.
+    pub(super) fn serving_times_since(&self, since: Instant) -> Vec<Duration> {
+        (self.serving.lock().unwrap().iter())
+            .filter(|(ended, _)| *ended >= since)
+            .map(|(_, took)| *took)
+            .collect()
     }
 
     /// Another revision serves now: the times kept were its predecessor's.
     pub(super) fn new_serving(&self) {
-        *self.serving.lock().unwrap() = Recent::new(SERVING_TIMES_KEPT);
+        self.serving.lock().unwrap().clear();
     }
 }
 
@@ -242,6 +254,22 @@ mod tests {
         let t = Traffic::default();
         t.served(Duration::from_millis(7));
         t.new_serving();
-        assert!(t.serving_times().is_empty());
+        assert!(
+            t.serving_times_since(Instant::now() - Duration::from_secs(60))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_step_at_100_percent_is_compared_with_no_serving_history() {
+        let t = Traffic::default();
+        t.served(Duration::from_millis(3));
+        let step = Instant::now();
+        assert!(
+            t.serving_times_since(step).is_empty(),
+            "times from before the step are another load's"
+        );
+        t.served(Duration::from_millis(5));
+        assert_eq!(t.serving_times_since(step), [Duration::from_millis(5)]);
     }
 }

@@ -41,7 +41,8 @@ pub struct Observed {
     /// The new revision's latest error or trap.
     pub last_error: Option<String>,
     /// Reconcile times of live changes, oldest first: the new revision's in this step, and
-    /// the serving revision's most recent ones.
+    /// the serving revision's in this step too (none at 100% of keys, whose latency is then
+    /// not judged: the serving revision's earlier times are of another load).
     pub times: Vec<Duration>,
     pub serving_times: Vec<Duration>,
     /// Time spent in the step.
@@ -243,7 +244,7 @@ fn analyse(rollout: &Rollout, percent: u32, min: u64, o: &Observed) -> Option<Fa
         return Some(Failure {
             reason: "Latency",
             message: format!(
-                "at {percent}% of keys, the new revision's reconciles of live changes have a p99 of {p99:?}, more than {} times the serving revision's {serving_p99:?} over as many recent ones, and are slower as a whole (Mann-Whitney z = {z:.1})",
+                "at {percent}% of keys, the new revision's reconciles of live changes have a p99 of {p99:?}, more than {} times the serving revision's {serving_p99:?} over as many in the step, and are slower as a whole (Mann-Whitney z = {z:.1})",
                 a.max_latency_ratio
             ),
         });
