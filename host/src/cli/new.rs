@@ -420,6 +420,30 @@ mod tests {
         }
     }
 
+    /// The first save in a new Rust project took 22 s under `dev --build`: `./build.sh` had
+    /// built the release profile, so the first rebuild compiled every dependency again.
+    #[test]
+    fn a_new_rust_projects_build_sh_builds_the_profile_dev_build_rebuilds_in() {
+        let n = Names::new("x", None, Path::new("/sdk")).unwrap();
+        let (_, template, _) = files(Lang::Rust)
+            .into_iter()
+            .find(|(path, _, _)| *path == "build.sh")
+            .unwrap();
+        let script = n.fill(template);
+        let dev_build = reconciled::sources::dev_build::dev_profile();
+        let line = format!(
+            "args=({})",
+            dev_build
+                .iter()
+                .map(|a| format!("'{a}'"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        assert!(script.contains(&line), "{script}");
+        let profile = format!("profile={}\n", reconciled::sources::dev_build::DEV_PROFILE);
+        assert!(script.contains(&profile), "{script}");
+    }
+
     #[test]
     fn a_go_project_takes_the_sdk_module_from_the_checkout_with_its_go_sum() {
         let sdk = std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).unwrap();
