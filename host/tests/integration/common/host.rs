@@ -176,6 +176,11 @@ impl Stamps {
             .collect()
     }
 
+    /// Whether a version of object `name` carrying `stamp` was seen.
+    pub fn saw(&self, name: &str, stamp: &str) -> bool {
+        (self.seen.lock().unwrap().iter()).any(|(_, n, s)| n == name && s == stamp)
+    }
+
     /// Every stamp seen, in order.
     pub fn all(&self) -> Vec<String> {
         (self.seen.lock().unwrap().iter())
