@@ -85,9 +85,15 @@ impl Cluster {
         .await;
     }
 
-    async fn has_event(&self, name: &str, reason: &str) -> bool {
-        let events = common::wait::events(&self.client, &self.ns, name).await;
-        events.iter().any(|(r, _)| r == reason)
+    /// Waits for an Event with `reason` about `name`: the guest posts it after its status
+    /// write, so it may land a moment after the condition does.
+    async fn until_event(&self, name: &str, reason: &str) {
+        let what = format!("a {reason} Event about {name}");
+        wait_until_async(&what, CONVERGES, || async {
+            let events = common::wait::events(&self.client, &self.ns, name).await;
+            events.iter().any(|(r, _)| r == reason)
+        })
+        .await;
     }
 }
 
@@ -138,7 +144,7 @@ async fn converges(stem: &str, ns: &str) {
     assert_eq!(c.pool_entry("gpus", "training").await.as_deref(), Some("2"));
     let r = c.reservations.get("training").await.unwrap();
     assert_eq!(r.metadata.finalizers, Some(vec![FINALIZER.to_owned()]));
-    assert!(c.has_event("training", "Reserved").await);
+    c.until_event("training", "Reserved").await;
 
     // A missing pool: Ready False, then its creation maps back (the guest's map over the
     // spec.pool index) and the reservation lands.
@@ -147,7 +153,7 @@ async fn converges(stem: &str, ns: &str) {
         .await
         .unwrap();
     c.until_ready("inference", "False", "PoolMissing").await;
-    assert!(c.has_event("inference", "PoolMissing").await);
+    c.until_event("inference", "PoolMissing").await;
     c.pools.create(&pp, &pool("tpus")).await.unwrap();
     c.until_ready("inference", "True", "Reserved").await;
     assert_eq!(
@@ -185,10 +191,7 @@ async fn converges(stem: &str, ns: &str) {
     })
     .await;
     assert_eq!(c.pool_entry("gpus", "training").await, None);
-    wait_until_async("a Released Event", CONVERGES, || async {
-        c.has_event("training", "Released").await
-    })
-    .await;
+    c.until_event("training", "Released").await;
 
     let snap = controller.snapshot();
     let errors = ["training", "inference"].map(|n| controller.last_error(&format!("{ns}/{n}")));
