@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -70,6 +71,23 @@ pub async fn tenant_host(
     )
     .unwrap();
     (sup, source)
+}
+
+/// Waits up to `timeout` until `sup` serves guest `name`; the panic says what `sup` last said of
+/// it (a rejection, a load still on its way).
+pub async fn wait_serving(sup: &Supervisor, name: &str, timeout: Duration) {
+    let started = std::time::Instant::now();
+    while sup.controller(name).is_none() {
+        if started.elapsed() >= timeout {
+            let shown = sup.status().guest(name).cloned();
+            panic!(
+                "{name} serving: not within {timeout:?}; loading: {}, last error: {:?}, status: {shown:?}",
+                sup.loading(name),
+                sup.last_error(name)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// [`supervisor_with`] and these options.
