@@ -13,9 +13,8 @@ impl Reflector {
     /// A paged LIST, then `replace`.
     pub(super) async fn list_sync(&mut self, rv_hint: &str) -> Result<WatchEnd> {
         let (items, rv) = self.list_all(rv_hint).await?;
-        self.fifo.replace(items, self.cfg.namespace.as_deref());
         self.last_rv = rv;
-        self.mark_synced();
+        self.complete_sync(items);
         Ok(WatchEnd::Listed)
     }
 

@@ -433,8 +433,10 @@ impl Reflector {
             .fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Records a completed sync (LIST or WatchList): the FIFO has its Replace.
-    fn mark_synced(&mut self) {
+    /// Completes a sync (LIST or WatchList) at `last_rv`: records it, then hands the FIFO its
+    /// Replace of `items`. In that order: the Replace is what turns the informer Synced, and
+    /// whoever sees that must find the sync's figures (its resourceVersion) recorded.
+    fn complete_sync(&mut self, items: Vec<ObjectRef>) {
         self.syncs += 1;
         if self.syncs == 1 {
             let rv = self.last_rv.parse().unwrap_or(0);
@@ -443,6 +445,7 @@ impl Reflector {
         if self.syncs > 1 {
             self.stats.relists.fetch_add(1, Ordering::Relaxed);
         }
+        self.fifo.replace(items, self.cfg.namespace.as_deref());
         self.backoff.reset();
         self.stats.heard();
         self.report(Condition::Watching);
@@ -732,5 +735,53 @@ mod tests {
         assert_eq!(stats.protobuf_fallbacks.load(Ordering::Relaxed), 1);
         assert_eq!(stats.watch_list_syncs.load(Ordering::Relaxed), 1);
         assert_eq!(fifo.len(), 1, "the object came through JSON");
+    }
+
+    /// The informer turns Synced when the FIFO has its Replace; a test read the first sync's
+    /// resourceVersion at that moment and found 0, recorded a moment later.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_first_syncs_resource_version_is_recorded_before_the_fifo_says_synced() {
+        for _ in 0..20 {
+            let client = newer_server(Arc::new(AtomicU64::new(0)));
+            let resource = Resource {
+                group: String::new(),
+                version: "v1".into(),
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                plural: "configmaps".into(),
+                namespaced: true,
+            };
+            let store: Arc<dyn KnownObjects> = Arc::new(Writer::new().reader());
+            let fifo = Arc::new(DeltaFifo::new(store.clone(), 1));
+            let stats = Arc::new(Stats::default());
+            let (condition, _conditions) = state::channel(Condition::Syncing);
+            let reflector = Reflector::new(
+                client.clone(),
+                Config::new(resource, Some("default".into())),
+                fifo.clone(),
+                store,
+                stats.clone(),
+                condition,
+                Connectivity::new(client),
+            );
+            let task = tokio::spawn(reflector.run());
+            // What the informer's processor does: pop what the Replace queued.
+            let popper = tokio::spawn({
+                let fifo = fifo.clone();
+                async move { while fifo.pop(|_, _| ()).await.is_some() {} }
+            });
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !fifo.has_synced() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "not synced: {stats:?}"
+                );
+                std::hint::spin_loop();
+            }
+            let rv = stats.initial_sync_rv.load(Ordering::Relaxed);
+            task.abort();
+            popper.abort();
+            assert_eq!(rv, 6, "the bookmark that ended the initial events");
+        }
     }
 }

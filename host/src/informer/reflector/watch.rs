@@ -116,7 +116,7 @@ async fn next_frame<R: AsyncRead + Unpin + ?Sized>(
 impl Reflector {
     /// Opens one watch and processes it until it ends. With `initial`, it is a WatchList: its
     /// initial events are gathered and replace the FIFO's content at the bookmark that ends
-    /// them (a sync, see [`Self::mark_synced`]), and the same stream then carries on as a
+    /// them (a sync, see [`Self::complete_sync`]), and the same stream then carries on as a
     /// normal watch.
     pub(super) async fn watch_stream(&mut self, initial: bool, rv: &str) -> Result<WatchEnd> {
         // Randomised so that a fleet of watchers does not reconnect in lockstep.
@@ -347,9 +347,8 @@ impl Reflector {
                     self.last_rv = rv;
                 }
                 if ends_initial && let Some(gathered) = gathering.take() {
-                    self.fifo.replace(gathered, self.cfg.namespace.as_deref());
                     self.stats.watch_list_syncs.fetch_add(1, Ordering::Relaxed);
-                    self.mark_synced();
+                    self.complete_sync(gathered);
                 }
             }
             Incoming::Error { code, message } => {
