@@ -262,6 +262,41 @@ fn remove_pointer(value: &mut Value, pointer: &str) {
 /// The first place, in document order, where `a` and `b` differ: a JSON pointer (from `at`)
 /// and both values, shortened; `None` when they are equal.
 fn first_difference(a: &Value, b: &Value, at: &mut String) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|key| {
+                let segment = key.replace('~', "~0").replace('/', "~1");
+                child_difference(x.get(key), y.get(key), &segment, at)
+            })
+        }
+        (Value::Array(x), Value::Array(y)) => (0..x.len().max(y.len()))
+            .find_map(|i| child_difference(x.get(i), y.get(i), &i.to_string(), at)),
+        _ if a == b => None,
+        _ => Some(shown_difference(Some(a), Some(b), at)),
+    }
+}
+
+/// [`first_difference`] under the child `segment` of `at`, which one side may lack.
+fn child_difference(
+    a: Option<&Value>,
+    b: Option<&Value>,
+    segment: &str,
+    at: &mut String,
+) -> Option<String> {
+    let len = at.len();
+    at.push('/');
+    at.push_str(segment);
+    let found = match (a, b) {
+        (Some(p), Some(q)) => first_difference(p, q, at),
+        (p, q) => Some(shown_difference(p, q, at)),
+    };
+    at.truncate(len);
+    found
+}
+
+/// `at: a -> b`, each value cut to 60 characters.
+fn shown_difference(a: Option<&Value>, b: Option<&Value>, at: &str) -> String {
     let shown = |v: Option<&Value>| match v {
         None => "(absent)".to_string(),
         Some(v) => {
@@ -272,46 +307,8 @@ fn first_difference(a: &Value, b: &Value, at: &mut String) -> Option<String> {
             }
         }
     };
-    let here = |a: Option<&Value>, b: Option<&Value>, at: &str| {
-        let at = if at.is_empty() { "/" } else { at };
-        format!("{at}: {} -> {}", shown(a), shown(b))
-    };
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
-            for key in keys {
-                let len = at.len();
-                at.push('/');
-                at.push_str(&key.replace('~', "~0").replace('/', "~1"));
-                let found = match (x.get(key), y.get(key)) {
-                    (Some(p), Some(q)) => first_difference(p, q, at),
-                    (p, q) => Some(here(p, q, at)),
-                };
-                at.truncate(len);
-                if found.is_some() {
-                    return found;
-                }
-            }
-            None
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            for i in 0..x.len().max(y.len()) {
-                let len = at.len();
-                at.push_str(&format!("/{i}"));
-                let found = match (x.get(i), y.get(i)) {
-                    (Some(p), Some(q)) => first_difference(p, q, at),
-                    (p, q) => Some(here(p, q, at)),
-                };
-                at.truncate(len);
-                if found.is_some() {
-                    return found;
-                }
-            }
-            None
-        }
-        _ if a == b => None,
-        _ => Some(here(Some(a), Some(b), at)),
-    }
+    let at = if at.is_empty() { "/" } else { at };
+    format!("{at}: {} -> {}", shown(a), shown(b))
 }
 
 fn yaml(w: &Write) -> String {
