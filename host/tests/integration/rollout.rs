@@ -215,10 +215,14 @@ impl Scene {
     fn traffic(&self) -> Traffic {
         let objects = self.objects.clone();
         let edits = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let count = edits.clone();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (count, stopped) = (edits.clone(), stop.clone());
         let task = tokio::spawn(async move {
             for round in 1u64.. {
                 for i in 0..OBJECTS {
+                    if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
                     let patch = json!({"data": {"v": round.to_string()}});
                     let name = format!("work-{i}");
                     let _ = (objects.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)))
@@ -228,14 +232,24 @@ impl Scene {
                 }
             }
         });
-        Traffic { task, edits }
+        Traffic { task, edits, stop }
     }
 }
 
-/// Edits in the background; stops when dropped.
+/// Edits in the background; stops when dropped, at once, perhaps with a patch in flight.
 struct Traffic {
     task: tokio::task::JoinHandle<()>,
     edits: Arc<std::sync::atomic::AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Traffic {
+    /// Stops after the patch in flight has been answered: no edit lands after this returns.
+    async fn stop(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let task = std::mem::replace(&mut self.task, tokio::spawn(async {}));
+        let _ = task.await;
+    }
 }
 
 impl Drop for Traffic {
@@ -318,7 +332,7 @@ async fn a_revision_failing_a_third_of_its_keys_is_rolled_back_in_its_first_step
         .collect();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let edited = traffic.edits.load(std::sync::atomic::Ordering::Relaxed);
-    drop(traffic);
+    traffic.stop().await;
     let writes = stamps.by("v2:");
     let touched: BTreeSet<String> = writes.iter().map(|(_, n)| n.clone()).collect();
     eprintln!(
@@ -337,13 +351,14 @@ async fn a_revision_failing_a_third_of_its_keys_is_rolled_back_in_its_first_step
         touched.difference(&share).collect::<Vec<_>>()
     );
     assert!(!touched.is_empty(), "v2 ran on its share before failing");
-    // The watch delivers a write within well under a second of the API server storing it.
+    // The watch delivers a write within well under a second of the API server storing it, and
+    // a loaded server may take a moment more.
     let late: Vec<_> = (writes.iter())
-        .filter(|(at, _)| *at > rolled_back + Duration::from_secs(1))
+        .filter(|(at, _)| *at > rolled_back + Duration::from_secs(3))
         .collect();
     assert!(late.is_empty(), "v2 wrote after the rollback: {late:?}");
     // The fence is recorded to the microsecond, and no write of v2 reached the watch later than
-    // a second after it (a write sent before it may land a moment after).
+    // three seconds after it (a write sent before it may land a moment after).
     assert!(
         done.since.len() == "2026-01-01T00:00:00.000000Z".len(),
         "{}",
@@ -352,7 +367,7 @@ async fn a_revision_failing_a_third_of_its_keys_is_rolled_back_in_its_first_step
     let fence = instant_of(&done.since);
     let now = (std::time::SystemTime::now(), Instant::now());
     let after_fence: Vec<_> = (writes.iter())
-        .filter(|(at, _)| now.0 - (now.1 - *at) > fence + Duration::from_secs(1))
+        .filter(|(at, _)| now.0 - (now.1 - *at) > fence + Duration::from_secs(3))
         .collect();
     assert!(
         after_fence.is_empty(),
@@ -361,12 +376,17 @@ async fn a_revision_failing_a_third_of_its_keys_is_rolled_back_in_its_first_step
     );
 
     // The serving revision has every key back, and the status says what happened.
-    let last = seen_all(&s.objects).await;
-    assert!(
-        (last.iter()).all(|(n, seen)| !n.starts_with("work-")
-            || seen.as_deref().is_some_and(|v| v.starts_with("v1:"))),
-        "v1 re-stamped every key: {last:?}"
-    );
+    common::wait::wait_until_async(
+        "v1 re-stamps every key",
+        Duration::from_secs(60),
+        || async {
+            let last = seen_all(&s.objects).await;
+            (last.iter()).all(|(n, seen)| {
+                !n.starts_with("work-") || seen.as_deref().is_some_and(|v| v.starts_with("v1:"))
+            })
+        },
+    )
+    .await;
     let status = wait_status(&s.reconcilers, "stamp", "Degraded RolledBack", |st| {
         is(st, "Degraded", "True", "RolledBack") && st["rollout"]["phase"] == "RolledBack"
     })
@@ -558,7 +578,8 @@ async fn a_good_revision_goes_from_shadow_through_two_shares_to_every_key() {
     assert_eq!(done.phase, Phase::Promoted, "{done:#?}");
     let controller = s.sup().controller(&s.guest()).unwrap();
     assert_eq!(controller.digest(), s.v2_digest, "v2 serves every key");
-    drop(traffic);
+    // Listed below as the last edits: none may land after the list.
+    traffic.stop().await;
     // No v2 stamp before its first canary share: the shadow wrote nothing.
     let written = stamps.all();
     assert!(
@@ -695,20 +716,7 @@ async fn a_replica_taking_over_mid_rollout_resumes_at_the_recorded_step_and_so_d
     assert_eq!(candidate.route.percent, 50);
     // The survivor says it resumed, at the step every message names alike; nobody started the
     // rollout a second time.
-    common::wait::wait_event(
-        &cp.admin_client(),
-        s.ns,
-        "stamp",
-        "RolloutResumed",
-        "at step 2 of 2 as recorded: canary 50%",
-        Duration::from_secs(30),
-    )
-    .await;
-    let started = (common::wait::events(&cp.admin_client(), s.ns, "stamp").await)
-        .into_iter()
-        .filter(|(reason, _)| reason == "RolloutStarted")
-        .count();
-    assert_eq!(started, 1, "one RolloutStarted for one rollout");
+    resumed_not_restarted(cp, s.ns, "at step 2 of 2 as recorded: canary 50%").await;
 
     // Every replica gone, one starts fresh: it starts the serving revision first, from its
     // recorded revision, and rolls the new one out beside it from the recorded step.
@@ -867,23 +875,26 @@ async fn a_settings_only_rollout_killed_at_25_percent_resumes_there_after_a_rest
     )
     .await;
     assert_eq!(status["rollout"]["step"], 0, "{status:#}");
-    common::wait::wait_event(
-        &cp.admin_client(),
-        s.ns,
-        "stamp",
-        "RolloutResumed",
-        "at step 1 of 2 as recorded",
-        Duration::from_secs(30),
-    )
-    .await;
-    let started = (common::wait::events(&cp.admin_client(), s.ns, "stamp").await)
-        .into_iter()
-        .filter(|(reason, _)| reason == "RolloutStarted")
-        .count();
-    assert_eq!(started, 1, "the restart did not start the rollout again");
+    resumed_not_restarted(cp, s.ns, "at step 1 of 2 as recorded").await;
     drop(traffic);
     drop(source);
     fresh.shutdown().await;
+}
+
+/// Waits for a RolloutResumed Event on the `stamp` Reconciler of `ns` saying `says`, and checks
+/// that nothing started the rollout a second time: one RolloutStarted in all.
+async fn resumed_not_restarted(cp: &ControlPlane, ns: &str, says: &str) {
+    let client = cp.admin_client();
+    let timeout = Duration::from_secs(30);
+    common::wait::wait_event(&client, ns, "stamp", "RolloutResumed", says, timeout).await;
+    let started = (common::wait::events(&client, ns, "stamp").await)
+        .into_iter()
+        .filter(|(reason, _)| reason == "RolloutStarted")
+        .count();
+    assert_eq!(
+        started, 1,
+        "one RolloutStarted for one rollout, resumed {says}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
