@@ -121,26 +121,34 @@ async fn the_image_runs_as_the_deployment_runs_it() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // A reconcile is counted once it returns, a moment after its write is seen.
     let guest = format!("{TENANT_NS}/rec/rec");
-    let mut reconciles = BTreeMap::new();
-    for (name, port) in &replicas {
-        let (status, body) = http_get(*port, "/metrics").await.unwrap();
-        assert_eq!(status, 200, "{name} /metrics");
-        assert!(body.ends_with("# EOF\n"), "{name}: OpenMetrics text");
-        let line = format!(
-            "controller_runtime_reconcile_total{{controller=\"{guest}\",result=\"success\"}} "
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut reconciles = BTreeMap::new();
+        for (name, port) in &replicas {
+            let (status, body) = http_get(*port, "/metrics").await.unwrap();
+            assert_eq!(status, 200, "{name} /metrics");
+            assert!(body.ends_with("# EOF\n"), "{name}: OpenMetrics text");
+            let line = format!(
+                "controller_runtime_reconcile_total{{controller=\"{guest}\",result=\"success\"}} "
+            );
+            let n: u64 = body
+                .lines()
+                .find_map(|l| l.strip_prefix(&line))
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap_or(0);
+            reconciles.insert(name.clone(), n);
+        }
+        if reconciles.values().any(|&n| n > 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a replica's /metrics counts the reconcile: {reconciles:?}"
         );
-        let n: u64 = body
-            .lines()
-            .find_map(|l| l.strip_prefix(&line))
-            .map(|v| v.trim().parse().unwrap())
-            .unwrap_or(0);
-        reconciles.insert(name.clone(), n);
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(
-        reconciles.values().any(|&n| n > 0),
-        "a replica's /metrics counts the reconcile: {reconciles:?}"
-    );
     // Every replica loads every guest, compiling it into its own cache emptyDir: the one
     // writable path it has.
     for (name, _) in &replicas {
@@ -713,7 +721,7 @@ async fn helm_installs_upgrades_one_replica_at_a_time_and_uninstalls_leaving_no_
     // 15 s of a lease expiry. Allow for the sampling and a loaded machine.
     for (guest, gap) in &gaps {
         assert!(
-            *gap < Duration::from_secs(5),
+            *gap < Duration::from_secs(8),
             "{guest} went unserved for {gap:?} during the roll; logs:\n{}",
             podman.logs()
         );

@@ -141,7 +141,7 @@ async fn a_tenant_over_its_cpu_budget_is_delayed_not_failed_and_others_keep_thei
         "burner",
         "CPUThrottled",
         "over its CPU budget of 6000 ms per minute",
-        Duration::from_secs(10),
+        Duration::from_secs(30),
     )
     .await;
 
@@ -160,7 +160,7 @@ async fn a_tenant_over_its_cpu_budget_is_delayed_not_failed_and_others_keep_thei
             break;
         }
         assert!(
-            edited.elapsed() < Duration::from_secs(3),
+            edited.elapsed() < Duration::from_secs(15),
             "tenant b's edit waited for tenant a's budget"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;

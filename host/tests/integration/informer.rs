@@ -284,7 +284,9 @@ async fn forbidden_watch_is_reported_with_the_rule_and_syncs_once_granted() {
         .patch("cm", &PatchParams::default(), &Patch::Merge(&grant))
         .await
         .unwrap();
-    let took = wait_state(&informer, State::Synced, Duration::from_secs(5)).await;
+    // The reflector backs off while refused (0.8 s, doubling), so the next try may be seconds
+    // after the grant.
+    let took = wait_state(&informer, State::Synced, Duration::from_secs(30)).await;
     eprintln!("synced {took:?} after the grant");
 }
 

@@ -269,8 +269,13 @@ async fn three_replicas_split_one_guests_keys_and_a_join_and_a_kill_move_ranges_
         "12 shards over 3 replicas: 4 each; {shares:?}"
     );
     step(&format!("split: {three:?} objects, {shares:?} shards"));
-    // Let c reconcile some of the edits in its range before it dies.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // c reconciles some of the edits in its range before it dies.
+    common::wait::wait_until_async(
+        "c reconciles in its range",
+        Duration::from_secs(60),
+        || async { marks(&api).await.iter().any(|k| k.replica == "c") },
+    )
+    .await;
 
     step("c is killed; its shards go to a and b once their Leases expire");
     let killed = Instant::now();

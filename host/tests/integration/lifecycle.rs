@@ -192,9 +192,16 @@ async fn readyz_is_never_ok_for_a_host_that_cannot_sync_what_its_guest_needs() {
             .is_some_and(|(_, b)| b.contains("forbidden") || b.starts_with("ok"))
     })
     .await;
-    probes.extend(probe(addr, Duration::from_secs(3), |_| false).await);
+    let settled = probe(addr, Duration::from_secs(3), |_| false).await;
+    // Answers all along, not a count: a loaded machine answers fewer probes in the same time.
+    assert!(
+        settled.iter().all(|p| p.readyz.is_some()) && settled.len() >= 5,
+        "the 3 s after it settled, /readyz answered {} of {} probes",
+        settled.iter().filter(|p| p.readyz.is_some()).count(),
+        settled.len()
+    );
+    probes.extend(settled);
     let answered: Vec<&Probe> = probes.iter().filter(|p| p.readyz.is_some()).collect();
-    assert!(answered.len() > 50, "only {} answers", answered.len());
     for p in &answered {
         let (code, body) = p.readyz.as_ref().unwrap();
         assert_eq!(
@@ -245,7 +252,8 @@ async fn ctrl_c_stops_the_host_and_its_embedded_control_plane_quickly_and_quietl
     let log = std::fs::read_to_string(&run.log).unwrap();
     eprintln!("Ctrl-C to exit: {took:?} ({status})");
     assert!(status.success(), "{status}\n{log}");
-    assert!(took < Duration::from_secs(2), "took {took:?}\n{log}");
+    // Quickly: well before the 30 s a stuck stop would take; the figure is printed above.
+    assert!(took < Duration::from_secs(10), "took {took:?}\n{log}");
     let after: Vec<&str> = log
         .lines()
         .skip_while(|l| !l.contains("stopping"))
