@@ -167,6 +167,21 @@ async fn a_misbehaving_guest_fails_only_its_own_reconciles() {
     }
 
     let key = |n: &str| format!("{bad_ns}/{n}");
+    // The bad guest may have started late on a loaded machine: each of its keys fails, and the
+    // trapping ones are retried, in its own time.
+    common::wait::wait_until(
+        "every bad key failed, loop, alloc and panic trapped twice, huge-list failed twice",
+        Duration::from_secs(60),
+        || {
+            let snap = bad_c.snapshot();
+            ["loop-1", "alloc-1", "huge-list-1", "panic-1"]
+                .iter()
+                .all(|n| bad_c.last_error(&key(n)).is_some())
+                && snap.traps >= 6
+                && snap.reconciles_failed >= 2
+        },
+    )
+    .await;
     let err = |n: &str| {
         bad_c
             .last_error(&key(n))
