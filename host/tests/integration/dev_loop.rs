@@ -319,12 +319,17 @@ async fn a_build_sh_project_builds_once_at_start_and_once_per_edit_never_without
     // One edit: one build, one load, and the log names the edit and the module it made.
     std::fs::write(&index, "export const v = 2;\n").unwrap();
     let g = wait_guest(addr, "stamp", Duration::from_secs(60), |g| g.loads == 2).await;
+    let digest = g.digest.unwrap();
+    // The folder may load the module before the build's end is logged.
+    common::wait::wait_until("the install logged", Duration::from_secs(30), || {
+        (logged(&dev, "module installed").last()).is_some_and(|l| l.contains(&digest))
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let builds = logged(&dev, "building guest project");
     assert_eq!(builds.len(), 2, "{builds:#?}");
     assert!(builds[1].contains("src/index.ts changed"), "{builds:#?}");
     let installed = logged(&dev, "module installed");
-    let digest = g.digest.unwrap();
     assert!(
         installed
             .last()

@@ -394,11 +394,13 @@ async fn typescript_python_and_go_errors_reach_the_host_typed_never_as_traps() {
         }
         let key = |name: &str| format!("{ns}/{name}");
         common::wait::wait_until(
-            &format!("{stem}: both errors recorded"),
+            &format!("{stem}: both errors recorded and counted"),
             Duration::from_secs(30),
             || {
+                // The error is recorded a moment before the failure is counted.
                 controller.last_error(&key("conflict")).is_some()
                     && controller.last_error(&key("plain")).is_some()
+                    && controller.snapshot().reconciles_failed >= 2
             },
         )
         .await;

@@ -405,10 +405,8 @@ async fn bad_reconcilers_get_a_condition_and_one_event_and_change_nothing_that_s
         Duration::from_secs(30),
     )
     .await;
-    assert!(
-        sup.controller(&format!("{ns}/clash/rec")).is_some(),
-        "the ConfigMap's guest serves on"
-    );
+    // The ConfigMap's guest serves on (its own load may still be under way).
+    common::host::wait_serving(&sup, &format!("{ns}/clash/rec"), Duration::from_secs(60)).await;
 
     // Suspend unloads; resume loads again.
     let mut suspended = good.clone();
@@ -554,7 +552,10 @@ async fn among_replicas_only_the_owner_writes_status_and_posts_events() {
         "one revision, recorded once"
     );
 
-    // One ModuleLoaded Event, though both replicas loaded the module.
+    // One ModuleLoaded Event, though both replicas loaded the module: the owner's is posted in
+    // the background, and a second one would come within a few seconds.
+    let timeout = Duration::from_secs(30);
+    common::wait::wait_event(&admin, ns, "shared", "ModuleLoaded", "", timeout).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let loaded = common::wait::events(&admin, ns, "shared")
         .await
