@@ -690,10 +690,10 @@ mod tests {
         kube::Client::new(service, "default")
     }
 
-    #[tokio::test]
-    async fn a_protobuf_answer_it_cannot_read_sends_the_reflector_to_json_and_it_still_syncs() {
-        let protobuf_watches = Arc::new(AtomicU64::new(0));
-        let client = newer_server(protobuf_watches.clone());
+    /// A reflector of ConfigMaps in `default` through `client`, running; its FIFO and stats.
+    fn run_reflector(
+        client: kube::Client,
+    ) -> (tokio::task::JoinHandle<()>, Arc<DeltaFifo>, Arc<Stats>) {
         let resource = Resource {
             group: String::new(),
             version: "v1".into(),
@@ -715,7 +715,13 @@ mod tests {
             condition,
             Connectivity::new(client),
         );
-        let task = tokio::spawn(reflector.run());
+        (tokio::spawn(reflector.run()), fifo, stats)
+    }
+
+    #[tokio::test]
+    async fn a_protobuf_answer_it_cannot_read_sends_the_reflector_to_json_and_it_still_syncs() {
+        let protobuf_watches = Arc::new(AtomicU64::new(0));
+        let (task, fifo, stats) = run_reflector(newer_server(protobuf_watches.clone()));
         // The scripted server ends every later watch at once, so the condition does not stay
         // Watching: the sync is read from the counters.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -742,29 +748,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_first_syncs_resource_version_is_recorded_before_the_fifo_says_synced() {
         for _ in 0..20 {
-            let client = newer_server(Arc::new(AtomicU64::new(0)));
-            let resource = Resource {
-                group: String::new(),
-                version: "v1".into(),
-                api_version: "v1".into(),
-                kind: "ConfigMap".into(),
-                plural: "configmaps".into(),
-                namespaced: true,
-            };
-            let store: Arc<dyn KnownObjects> = Arc::new(Writer::new().reader());
-            let fifo = Arc::new(DeltaFifo::new(store.clone(), 1));
-            let stats = Arc::new(Stats::default());
-            let (condition, _conditions) = state::channel(Condition::Syncing);
-            let reflector = Reflector::new(
-                client.clone(),
-                Config::new(resource, Some("default".into())),
-                fifo.clone(),
-                store,
-                stats.clone(),
-                condition,
-                Connectivity::new(client),
-            );
-            let task = tokio::spawn(reflector.run());
+            let (task, fifo, stats) = run_reflector(newer_server(Arc::new(AtomicU64::new(0))));
             // What the informer's processor does: pop what the Replace queued.
             let popper = tokio::spawn({
                 let fifo = fifo.clone();
