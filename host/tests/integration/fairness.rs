@@ -196,7 +196,9 @@ async fn a_tenant_over_its_cpu_budget_is_delayed_not_failed_and_others_keep_thei
         took.as_secs_f64() >= least,
         "spent {spent:.2} s of CPU in {took:?}: faster than the budget allows ({least:.1} s)"
     );
-    assert!(status.throttled_seconds > 0.5, "{status:?}");
+    // Held at all: how long depends on the machine, since a loaded one stretches each burn in
+    // wall time while the budget refills (the rate above is what the budget promises).
+    assert!(status.throttled_seconds > 0.0, "{status:?}");
     assert!(
         status.guests.iter().any(|g| g.cpu_seconds > 0.5),
         "the guest's own CPU is shown: {status:?}"
