@@ -14,7 +14,9 @@
 #   reconciled verify registry.example/reconciled/host@sha256:… --key cosign.pub \
 #       --platform linux/amd64 --platform linux/arm64 --artifact application/vnd.cyclonedx+json
 #
-# Each image is built by scripts/image.sh (arm64 cross-built: nothing runs under emulation).
+# Each image is built by scripts/image.sh (arm64 cross-built: nothing runs under emulation). With
+# RECONCILED_IMAGE_BINARY set, image.sh makes the machine's image of that binary instead (the test
+# suite's, built already), and --arch can name only the machine's architecture.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -83,14 +85,17 @@ for arch in "${arch_list[@]}"; do
   sbom[$arch]="$(dirname "$archive")/reconciled.cdx.json"
 done
 
-# The amd64 image's own binary signs and attaches when this machine can run it; else a build
-# for the machine.
+# The binary the images were made of (RECONCILED_IMAGE_BINARY: built for this machine) signs and
+# attaches; else the amd64 image's own when this machine can run it; else a build for the machine.
 target_dir="${CARGO_TARGET_DIR:-target}"
-reconciled="$target_dir/x86_64-unknown-linux-musl/${RECONCILED_IMAGE_PROFILE:-image}/reconciled"
-if [ "$(uname -m)" != x86_64 ] || [ ! -x "$reconciled" ]; then
-  step "cargo build --release (reconciled, to sign and attach)"
-  cargo build --quiet --release --locked -p reconciled --bin reconciled --no-default-features
-  reconciled="$target_dir/release/reconciled"
+reconciled="${RECONCILED_IMAGE_BINARY:-}"
+if [ -z "$reconciled" ]; then
+  reconciled="$target_dir/x86_64-unknown-linux-musl/image/reconciled"
+  if [ "$(uname -m)" != x86_64 ] || [ ! -x "$reconciled" ]; then
+    step "cargo build --release (reconciled, to sign and attach)"
+    cargo build --quiet --release --locked -p reconciled --bin reconciled --no-default-features
+    reconciled="$target_dir/release/reconciled"
+  fi
 fi
 
 step "podman manifest push (one list, ${arches//,/ and })"

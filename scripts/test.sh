@@ -33,10 +33,12 @@ step() {
   end_step
   current=$1 current_started=$SECONDS
   printf '\n==> %s (%ds)\n' "${2:-$1}" "$((SECONDS - started))" >&2
+  background_progress
 }
 profile() {
   local status=$? i
   end_step
+  stop_background
   mmss() { printf '%d:%02d' "$(($1 / 60))" "$(($1 % 60))"; }
   {
     printf '\ntest: where the time went (%s)\n' "$([ "$status" = 0 ] && echo passed || echo "FAILED, exit $status")"
@@ -45,6 +47,22 @@ profile() {
     done
     printf '  %6s  total\n' "$(mmss "$((SECONDS - started))")"
   } >&2
+}
+# The control plane and tools are built in the background (below), beside the steps that do not
+# need them: fetching and building Go modules leaves a core idle as often as Rust builds do.
+background_pid="" background_log="" background_took=""
+background_progress() {
+  [ -n "$background_pid" ] && [ -s "$background_log" ] || return 0
+  printf '    (in the background: %s)\n' "$(tail -n 1 "$background_log" | cut -c1-150)" >&2
+}
+stop_background() {
+  if [ -n "$background_pid" ] && kill -0 "$background_pid" 2>/dev/null; then
+    kill -- "-$background_pid" 2>/dev/null || true
+  fi
+  if [ -n "$background_took" ]; then
+    names+=("control plane and tools (in the background)")
+    took+=("$background_took")
+  fi
 }
 trap profile EXIT
 need() {
@@ -65,8 +83,8 @@ if $quick; then
   exit 0
 fi
 
-# CI checks out a new clone for every run on a machine it keeps: its build trees (the host's,
-# the image's musl build, the guests') stay in the machine's cache between runs, as the
+# CI checks out a new clone for every run on a machine it keeps: its build trees (the host's and
+# the guests') stay in the machine's cache between runs, as the
 # control-plane binaries do, so that a run rebuilds only what changed. Cargo's fingerprints
 # decide what that is; delete the folder to reclaim its space. A developer's checkout keeps
 # its own target/.
@@ -87,19 +105,26 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2
 fi
 
-step "control plane and tools" "control-plane, registry, helm and Jaeger binaries (built once per machine, then cached)"
-cargo run --quiet -p testenv -- prepare
+# kube-apiserver, etcd, the registry, helm and Jaeger, built once per machine and then cached: in
+# a process group of its own, so that a failing step stops it, its output in a log whose last line
+# each step shows. Nothing before the tests needs it.
+background_log="$target_dir/testenv-prepare.log"
+mkdir -p "$target_dir"
+printf '\n==> control-plane, registry, helm and Jaeger binaries, in the background (built once per machine, then cached; log: %s)\n' \
+  "$background_log" >&2
+setsid bash -c 'started=$SECONDS; cargo run --quiet -p testenv -- prepare; status=$?
+  echo "$((SECONDS - started))" > "$0.took"; exit $status' "$background_log" >"$background_log" 2>&1 &
+background_pid=$!
 
 step "wasm guests" "wasm guests (guests/build.sh: the SDK's test guests and the examples in Rust, TypeScript, Python and Go)"
 # Built once here; the test binaries take the paths instead of running build.sh each.
 RECONCILED_GUEST_WASMS="$(CARGO_TARGET_DIR="$target_dir/wasm-guests" guests/build.sh)"
 export RECONCILED_GUEST_WASMS
 
-step "podman and musl-tools" "podman, runc and musl-tools (the image and its container test)"
+step "podman and runc" "podman and runc (the image and its container test)"
 missing=()
 command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
-command -v musl-gcc >/dev/null 2>&1 || missing+=(musl-tools)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 \
@@ -109,16 +134,6 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
 fi
-
-# The suite's image is amd64 only, its binary built with the dev profile's code generation
-# (`image-test`): what the container test proves (a static binary on an empty root, run as the
-# Deployment runs it, released, signed and verified) does not depend on optimisation, and a
-# release build of the host is minutes on two cores. scripts/release.sh builds released images,
-# both platforms, with the `image` profile, and verifies its own manifest list.
-export RECONCILED_IMAGE_PROFILE=image-test
-step "image" "the image (scripts/image.sh: a static binary on an empty root, as deploy/ runs it)"
-RECONCILED_IMAGE="$(scripts/image.sh)"
-export RECONCILED_IMAGE
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -157,11 +172,39 @@ done
 # The benchmarks have no tests (clippy has checked them above): linking their eighteen test
 # binaries would only cost the test build a minute or more.
 tests=(--workspace --exclude reconciled-bench "${features[@]}")
-step "test build" "cargo test --no-run (the unit and integration test binaries)"
-cargo test "${tests[@]}" --no-run
+step "test build" "cargo auditable test --no-run (the unit and integration test binaries, and the host binary the image is made of)"
+# With cargo-auditable the host binary carries its crate list, so the image (next) is made of it
+# with its SBOM rather than of a second, musl build of every crate. Both cargo test commands use
+# it: one without would rebuild the workspace's crates.
+sbom_tools=$(scripts/sbom-tools.sh)
+eval "$sbom_tools"
+export PATH="$(dirname "$CARGO_AUDITABLE"):$PATH"
+cargo auditable test "${tests[@]}" --no-run
+
+# The suite's image is the test build's host binary (unoptimised, dynamically linked, with its
+# shared libraries), not the static musl build of the `image` profile: what the container test
+# proves (a binary on an empty root, run as the Deployment runs it, released, signed and verified
+# with its SBOM) does not depend on optimisation or libc, and that build is minutes on two cores.
+# scripts/release.sh builds released images, both platforms, static, and verifies its own
+# manifest list.
+export RECONCILED_IMAGE_BINARY="$target_dir/debug/reconciled"
+step "image" "the image (scripts/image.sh --binary: the test build's host on an empty root, as deploy/ runs it)"
+RECONCILED_IMAGE="$(scripts/image.sh)"
+export RECONCILED_IMAGE
+
+step "control plane and tools (waiting)" "waiting for the control-plane, registry, helm and Jaeger binaries"
+if ! wait "$background_pid"; then
+  background_pid=""
+  tail -n 30 "$background_log" >&2
+  echo "test: building the control plane and tools failed; its last lines are above, the whole log in $background_log" >&2
+  exit 1
+fi
+background_pid=""
+background_took=$(cat "$background_log.took")
+grep -v "packages compiled" "$background_log" >&2 || true
 # Most integration tests wait on the API server, on Leases or on a guest far more than they
 # compute: four at a time keep two cores busy. Each isolates itself by namespace, and
 # scripts/under-load.sh runs them so beside a busy loop on every core.
 threads="${RECONCILED_TEST_THREADS:-4}"
 step "tests" "cargo test (unit tests, then the integration tests against the loopback control plane, $threads at a time)"
-cargo test "${tests[@]}" -- --test-threads "$threads"
+cargo auditable test "${tests[@]}" -- --test-threads "$threads"

@@ -10,8 +10,8 @@
 #
 # Tests run as scripts/test.sh runs them, RECONCILED_TEST_THREADS (4) at a time.
 #
-# It builds what scripts/test.sh builds for the tests first (the guests, the image, the test
-# binaries; cached when built before), so run scripts/test.sh once on a new machine. Each run's
+# It builds what scripts/test.sh builds for the tests first (the guests, the test binaries, the
+# image; cached when built before), so run scripts/test.sh once on a new machine. Each run's
 # output is kept in target/under-load/<run>.log (or $CARGO_TARGET_DIR/under-load).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,13 +33,17 @@ tests=(--workspace --exclude reconciled-bench --features reconciled/fault-inject
 logs="$target_dir/under-load"
 mkdir -p "$logs"
 
-echo "under-load: building the guests, the image and the test binaries (cached when built before)" >&2
+echo "under-load: building the guests, the test binaries and the image (cached when built before)" >&2
 RECONCILED_GUEST_WASMS="$(CARGO_TARGET_DIR="$target_dir/wasm-guests" guests/build.sh 2>/dev/null)"
 export RECONCILED_GUEST_WASMS
-export RECONCILED_IMAGE_PROFILE=image-test
+# As scripts/test.sh builds them: with cargo-auditable, the image made of the test build's host.
+sbom_tools=$(scripts/sbom-tools.sh)
+eval "$sbom_tools"
+export PATH="$(dirname "$CARGO_AUDITABLE"):$PATH"
+cargo auditable test "${tests[@]}" --no-run --quiet 2>/dev/null
+export RECONCILED_IMAGE_BINARY="$target_dir/debug/reconciled"
 RECONCILED_IMAGE="$(scripts/image.sh 2>/dev/null)"
 export RECONCILED_IMAGE
-cargo test "${tests[@]}" --no-run --quiet 2>/dev/null
 
 pids=()
 stop_hogs() {
@@ -57,7 +61,7 @@ started=$SECONDS
 for run in $(seq 1 "$runs"); do
   log="$logs/$run.log"
   run_started=$SECONDS
-  if cargo test "${tests[@]}" --no-fail-fast -- --test-threads "${RECONCILED_TEST_THREADS:-4}" "$@" >"$log" 2>&1; then
+  if cargo auditable test "${tests[@]}" --no-fail-fast -- --test-threads "${RECONCILED_TEST_THREADS:-4}" "$@" >"$log" 2>&1; then
     printf 'under-load: run %d of %d passed (%ds)\n' "$run" "$runs" "$((SECONDS - run_started))" >&2
   else
     failed_runs=$((failed_runs + 1))
