@@ -48,7 +48,7 @@ profile() {
     printf '  %6s  total\n' "$(mmss "$((SECONDS - started))")"
   } >&2
 }
-# The control plane and tools are built in the background (below), beside the steps that do not
+# Tools and the control plane are built in the background (below), beside the steps that do not
 # need them: fetching and building Go modules leaves a core idle as often as Rust builds do.
 background_pid="" background_log="" background_took=""
 background_progress() {
@@ -60,7 +60,7 @@ stop_background() {
     kill -- "-$background_pid" 2>/dev/null || true
   fi
   if [ -n "$background_took" ]; then
-    names+=("control plane and tools (in the background)")
+    names+=("tools and control plane (in the background)")
     took+=("$background_took")
   fi
 }
@@ -105,15 +105,20 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2
 fi
 
-# kube-apiserver, etcd, the registry, helm and Jaeger, built once per machine and then cached: in
-# a process group of its own, so that a failing step stops it, its output in a log whose last line
-# each step shows. Nothing before the tests needs it.
-background_log="$target_dir/testenv-prepare.log"
+# Built once per machine and then cached, in the background: the Go guests' tools (which the
+# guests step waits for when it reaches them), the SBOM tools (which the test build waits for),
+# then kube-apiserver, etcd, the registry, helm and Jaeger (which the tests wait for). In a process
+# group of its own, so that a failing step stops it; its output in a log whose last line each
+# step shows.
+background_log="$target_dir/background-tools.log"
 mkdir -p "$target_dir"
-printf '\n==> control-plane, registry, helm and Jaeger binaries, in the background (built once per machine, then cached; log: %s)\n' \
+printf '\n==> in the background: the Go guest tools, the SBOM tools, then the control-plane, registry, helm and Jaeger binaries (once per machine, then cached; log: %s)\n' \
   "$background_log" >&2
-setsid bash -c 'started=$SECONDS; cargo run --quiet -p testenv -- prepare; status=$?
-  echo "$((SECONDS - started))" > "$0.took"; exit $status' "$background_log" >"$background_log" 2>&1 &
+setsid bash -c 'started=$SECONDS
+  guests/go/tools.sh >/dev/null && scripts/sbom-tools.sh >/dev/null && cargo run --quiet -p testenv -- prepare
+  status=$?
+  echo "$((SECONDS - started))" > "$0.took"
+  exit $status' "$background_log" >"$background_log" 2>&1 &
 background_pid=$!
 
 step "wasm guests" "wasm guests (guests/build.sh: the SDK's test guests and the examples in Rust, TypeScript, Python and Go)"
@@ -197,11 +202,11 @@ step "image" "the image (scripts/image.sh --binary: the test build's host on an 
 RECONCILED_IMAGE="$(scripts/image.sh)"
 export RECONCILED_IMAGE
 
-step "control plane and tools (waiting)" "waiting for the control-plane, registry, helm and Jaeger binaries"
+step "tools and control plane (waiting)" "waiting for the control-plane, registry, helm and Jaeger binaries"
 if ! wait "$background_pid"; then
   background_pid=""
   tail -n 30 "$background_log" >&2
-  echo "test: building the control plane and tools failed; its last lines are above, the whole log in $background_log" >&2
+  echo "test: building the tools and the control plane failed; its last lines are above, the whole log in $background_log" >&2
   exit 1
 fi
 background_pid=""
