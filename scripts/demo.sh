@@ -31,7 +31,7 @@ until_ok() {
 
 step "building the control-plane binaries (once per machine) and the host"
 # Cargo's progress goes to stderr: a fresh machine compiles for several minutes.
-kubectl=$(cargo run -p testenv -- prepare | awk '$1 == "kubectl" {print $2}')
+kubectl=$(cargo run -p testenv -- prepare control-plane | awk '$1 == "kubectl" {print $2}')
 cargo build -p reconciled --bin reconciled
 
 step "building the example reconciler (and the stamp guest) for wasm32-wasip2"

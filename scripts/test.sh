@@ -50,7 +50,7 @@ profile() {
 }
 # Tools and the control plane are built in the background (below), beside the steps that do not
 # need them: fetching and building Go modules leaves a core idle as often as Rust builds do.
-background_pid="" background_log="" background_took=""
+background_pid="" background_log="" background_ready="" background_took=""
 background_progress() {
   [ -n "$background_pid" ] && [ -s "$background_log" ] || return 0
   printf '    (in the background: %s)\n' "$(tail -n 1 "$background_log" | cut -c1-150)" >&2
@@ -59,8 +59,12 @@ stop_background() {
   if [ -n "$background_pid" ] && kill -0 "$background_pid" 2>/dev/null; then
     kill -- "-$background_pid" 2>/dev/null || true
   fi
+  if [ -n "$background_ready" ]; then
+    names+=("control plane built (in the background, from the start)")
+    took+=("$background_ready")
+  fi
   if [ -n "$background_took" ]; then
-    names+=("tools and control plane (in the background)")
+    names+=("tools and control plane (in the background, from the start)")
     took+=("$background_took")
   fi
 }
@@ -107,18 +111,24 @@ fi
 
 # Built once per machine and then cached, in the background: the Go guests' tools (which the
 # guests step waits for when it reaches them), the SBOM tools (which the test build waits for),
-# then kube-apiserver, etcd, the registry, helm and Jaeger (which the tests wait for). In a process
-# group of its own, so that a failing step stops it; its output in a log whose last line each
-# step shows.
+# the control plane (which the tests wait for), then the registry, oras, helm and Jaeger, which
+# go on building beside the tests (a test that needs one waits on its build's lock). In a
+# process group of its own, so that a failing step stops it; its output in a log whose last
+# line each step shows. It runs a copy of testenv: the test build replaces the original.
 background_log="$target_dir/background-tools.log"
 mkdir -p "$target_dir"
-printf '\n==> in the background: the Go guest tools, the SBOM tools, then the control-plane, registry, helm and Jaeger binaries (once per machine, then cached; log: %s)\n' \
+rm -f "$background_log".*
+printf '\n==> in the background: the Go guest tools, the SBOM tools, the control-plane binaries, then the registry, helm and Jaeger (once per machine, then cached; log: %s)\n' \
   "$background_log" >&2
-setsid bash -c 'started=$SECONDS
-  guests/go/tools.sh >/dev/null && scripts/sbom-tools.sh >/dev/null && cargo run --quiet -p testenv -- prepare
+setsid bash -c 'log=$0 target_dir=$1 started=$SECONDS
+  guests/go/tools.sh >/dev/null && scripts/sbom-tools.sh >/dev/null &&
+    cargo build --quiet -p testenv && cp "$target_dir/debug/testenv" "$log.testenv" &&
+    "$log.testenv" prepare control-plane &&
+    echo "$((SECONDS - started))" > "$log.control-plane" &&
+    "$log.testenv" prepare tools
   status=$?
-  echo "$((SECONDS - started))" > "$0.took"
-  exit $status' "$background_log" >"$background_log" 2>&1 &
+  echo "$((SECONDS - started))" > "$log.took"
+  exit $status' "$background_log" "$target_dir" >"$background_log" 2>&1 &
 background_pid=$!
 
 step "wasm guests" "wasm guests (guests/build.sh: the SDK's test guests and the examples in Rust, TypeScript, Python and Go)"
@@ -202,19 +212,33 @@ step "image" "the image (scripts/image.sh --binary: the test build's host on an 
 RECONCILED_IMAGE="$(scripts/image.sh)"
 export RECONCILED_IMAGE
 
-step "tools and control plane (waiting)" "waiting for the control-plane, registry, helm and Jaeger binaries"
-if ! wait "$background_pid"; then
-  background_pid=""
+# background_failed: what the background printed last, and the reason; then exits.
+background_failed() {
   tail -n 30 "$background_log" >&2
   echo "test: building the tools and the control plane failed; its last lines are above, the whole log in $background_log" >&2
   exit 1
+}
+step "control plane (waiting)" "waiting for the control-plane binaries (the registry, helm and Jaeger may go on building beside the tests)"
+until [ -e "$background_log.control-plane" ] || ! kill -0 "$background_pid" 2>/dev/null; do
+  sleep 1
+done
+if ! kill -0 "$background_pid" 2>/dev/null; then
+  wait "$background_pid" || background_failed
+  background_pid=""
 fi
-background_pid=""
-background_took=$(cat "$background_log.took")
-grep -v "packages compiled" "$background_log" >&2 || true
+background_ready=$(cat "$background_log.control-plane")
+
 # Most integration tests wait on the API server, on Leases or on a guest far more than they
 # compute: four at a time keep two cores busy. Each isolates itself by namespace, and
 # scripts/under-load.sh runs them so beside a busy loop on every core.
 threads="${RECONCILED_TEST_THREADS:-4}"
 step "tests" "cargo test (unit tests, then the integration tests against the loopback control plane, $threads at a time)"
 cargo auditable test "${tests[@]}" -- --test-threads "$threads"
+
+if [ -n "$background_pid" ]; then
+  step "tools (waiting)" "waiting for the background's last builds"
+  wait "$background_pid" || background_failed
+  background_pid=""
+fi
+background_took=$(cat "$background_log.took")
+grep -v "packages compiled" "$background_log" >&2 || true

@@ -2,17 +2,21 @@
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: testenv <up|prepare>
+const USAGE: &str = "usage: testenv <up|prepare [control-plane|tools]>
   up       start etcd, kube-apiserver and kube-controller-manager on loopback, print a
            kubeconfig, run until Ctrl-C
   prepare  build (or find cached) kube-apiserver, kube-controller-manager, kubectl, etcd,
-           the test OCI registry, helm and Jaeger, print their paths";
+           the test OCI registry, oras, helm and Jaeger, print their paths; `control-plane`
+           the first four only, `tools` the others only";
 
 fn main() -> ExitCode {
-    let arg = std::env::args().nth(1);
-    let result = match arg.as_deref() {
-        Some("up") => up(),
-        Some("prepare") => prepare(),
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = match args.as_slice() {
+        ["up"] => up(),
+        ["prepare"] => prepare_control_plane().and_then(|()| prepare_tools()),
+        ["prepare", "control-plane"] => prepare_control_plane(),
+        ["prepare", "tools"] => prepare_tools(),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -27,7 +31,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn prepare() -> anyhow::Result<()> {
+/// What a control plane needs: kube-apiserver, kube-controller-manager, kubectl and etcd.
+fn prepare_control_plane() -> anyhow::Result<()> {
     let bins = testenv::binaries::ensure()?;
     println!("kube-apiserver          {}", bins.kube_apiserver.display());
     println!(
@@ -36,6 +41,12 @@ fn prepare() -> anyhow::Result<()> {
     );
     println!("kubectl                 {}", bins.kubectl.display());
     println!("etcd                    {}", bins.etcd.display());
+    Ok(())
+}
+
+/// The programs some tests run beside the control plane: the OCI registry, helm, Jaeger and
+/// oras. A test that asks for one while this builds it waits for the build (a file lock).
+fn prepare_tools() -> anyhow::Result<()> {
     println!(
         "registry                {}",
         testenv::registry::binary()?.display()
