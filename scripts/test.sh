@@ -77,13 +77,16 @@ need() {
 features=(--features reconciled/fault-injection)
 
 need cargo "install Rust 1.95+ with rustup"
+# The benchmarks have no tests (clippy checks them): linking their eighteen test binaries would
+# only cost the test build a minute or more.
+tests=(--workspace --exclude reconciled-bench "${features[@]}")
 if $quick; then
   step "cargo fmt --check"
   cargo fmt --all --check
   step "clippy" "cargo clippy --all-targets -- -D warnings"
   cargo clippy --workspace --all-targets "${features[@]}" --quiet -- -D warnings
   step "unit tests" "unit tests (the library, the binary and tests/layout.rs)"
-  cargo test --workspace --exclude reconciled-bench "${features[@]}" --lib --bins --test layout
+  cargo test "${tests[@]}" --lib --bins --test layout
   exit 0
 fi
 
@@ -109,26 +112,30 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2
 fi
 
-# Built once per machine and then cached, in the background: the Go guests' tools (which the
-# guests step waits for when it reaches them), the SBOM tools (which the test build waits for),
-# the control plane (which the tests wait for), then the registry, oras, helm and Jaeger, which
-# go on building beside the tests (a test that needs one waits on its build's lock). In a
-# process group of its own, so that a failing step stops it; its output in a log whose last
-# line each step shows. It runs a copy of testenv: the test build replaces the original.
+# In the background, beside the steps that do not need them: the SBOM tools, then testenv,
+# compiled as the test build compiles the workspace (cargo-auditable, the same features: the test
+# build reuses all of it), then, once per machine and cached, the control plane (which the tests
+# wait for), the Go guests' tools (which the guests step installs itself if it gets there first;
+# a lock makes the other wait) and last the registry, oras, helm and Jaeger, which may go on
+# building beside the tests (a test that needs one waits on its build's lock). In a process group
+# of its own, so that a failing step stops it; its output in a log whose last line each step
+# shows. It runs a copy of testenv: the test build replaces the original.
 background_log="$target_dir/background-tools.log"
 mkdir -p "$target_dir"
 rm -f "$background_log".*
-printf '\n==> in the background: the Go guest tools, the SBOM tools, the control-plane binaries, then the registry, helm and Jaeger (once per machine, then cached; log: %s)\n' \
+printf '\n==> in the background: the SBOM tools, testenv, the control-plane binaries, the Go guest tools, then the registry, helm and Jaeger (once per machine, then cached; log: %s)\n' \
   "$background_log" >&2
 setsid bash -c 'log=$0 target_dir=$1 started=$SECONDS
-  guests/go/tools.sh >/dev/null && scripts/sbom-tools.sh >/dev/null &&
-    cargo build --quiet -p testenv && cp "$target_dir/debug/testenv" "$log.testenv" &&
+  shift 2
+  sbom_tools=$(scripts/sbom-tools.sh) && eval "$sbom_tools" &&
+    PATH="$(dirname "$CARGO_AUDITABLE"):$PATH" cargo auditable test --quiet "$@" --no-run --test control_plane &&
+    cp "$target_dir/debug/testenv" "$log.testenv" &&
     "$log.testenv" prepare control-plane &&
     echo "$((SECONDS - started))" > "$log.control-plane" &&
-    "$log.testenv" prepare tools
+    guests/go/tools.sh >/dev/null && "$log.testenv" prepare tools
   status=$?
   echo "$((SECONDS - started))" > "$log.took"
-  exit $status' "$background_log" "$target_dir" >"$background_log" 2>&1 &
+  exit $status' "$background_log" "$target_dir" "${tests[@]}" >"$background_log" 2>&1 &
 background_pid=$!
 
 step "wasm guests" "wasm guests (guests/build.sh: the SDK's test guests and the examples in Rust, TypeScript, Python and Go)"
@@ -184,9 +191,6 @@ for m in examples/configmap-generator-go examples/reservation-go guests/go/bench
   (cd "$m" && go vet ./... && go test ./...)
 done
 
-# The benchmarks have no tests (clippy has checked them above): linking their eighteen test
-# binaries would only cost the test build a minute or more.
-tests=(--workspace --exclude reconciled-bench "${features[@]}")
 step "test build" "cargo auditable test --no-run (the unit and integration test binaries, and the host binary the image is made of)"
 # With cargo-auditable the host binary carries its crate list, so the image (next) is made of it
 # with its SBOM rather than of a second, musl build of every crate. Both cargo test commands use
