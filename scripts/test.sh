@@ -126,7 +126,7 @@ rm -f "$background_log".*
 printf '\n==> in the background: the SBOM tools, testenv, the control-plane binaries, the Go guest tools, then the registry, helm and Jaeger (once per machine, then cached; log: %s)\n' \
   "$background_log" >&2
 setsid bash -c 'log=$0 target_dir=$1 started=$SECONDS
-  shift 2
+  shift
   sbom_tools=$(scripts/sbom-tools.sh) && eval "$sbom_tools" &&
     PATH="$(dirname "$CARGO_AUDITABLE"):$PATH" cargo auditable test --quiet "$@" --no-run --test control_plane &&
     cp "$target_dir/debug/testenv" "$log.testenv" &&
