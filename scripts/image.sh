@@ -14,7 +14,9 @@
 # scripts/test.sh hands over the host binary its test build made, with `cargo auditable`, so the
 # suite compiles the host once rather than once more for musl. Such a binary is dynamically
 # linked; its shared libraries (as `ldd` lists them) go into the image beside it, at the paths it
-# loads them from. Released images are built here, static.
+# loads them from. Such an image is for tests: the reproducibility below does not hold for it
+# (it carries this machine's libraries and a binary built with this checkout's paths). Released
+# images are built here, static.
 #
 # The binary is built with cargo-auditable, so it carries the list of crates compiled into it
 # (any scanner that reads the `.dep-v0` section, syft and trivy among them, finds them), and

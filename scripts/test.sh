@@ -91,10 +91,9 @@ if $quick; then
 fi
 
 # CI checks out a new clone for every run on a machine it keeps: its build trees (the host's and
-# the guests') stay in the machine's cache between runs, as the
-# control-plane binaries do, so that a run rebuilds only what changed. Cargo's fingerprints
-# decide what that is; delete the folder to reclaim its space. A developer's checkout keeps
-# its own target/.
+# the guests') stay in the machine's cache between runs, as the control-plane binaries do, so
+# that a run rebuilds only what changed. Cargo's fingerprints decide what that is; delete the
+# folder to reclaim its space. A developer's checkout keeps its own target/.
 if [ "${CI:-}" = true ] && [ -z "${CARGO_TARGET_DIR:-}" ]; then
   cache="${RECONCILED_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/reconciled}"
   export CARGO_TARGET_DIR="$cache/ci-target"
