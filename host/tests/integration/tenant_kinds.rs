@@ -34,13 +34,15 @@ async fn by_default_a_tenant_guest_loads_nothing_and_is_told_which_setting_allow
     let (sup, _source) = tenant_host(cp, ns, &artifacts, TenantPolicy::default()).await;
     deliver(&client, ns, "writer", "stamp_v1").await;
     let says = r#"add it to `kinds` under [tenants] or [tenants.grants.deny-default]"#;
+    // Refused by what its `describe` declares, so only once it is compiled: cold, on a loaded
+    // machine, that takes a while.
     wait_event(
         &client,
         ns,
         "writer",
         "ModuleRejected",
         says,
-        Duration::from_secs(30),
+        Duration::from_secs(90),
     )
     .await;
     let guest = format!("{ns}/writer/rec");
@@ -67,17 +69,18 @@ async fn a_wildcard_does_not_let_a_tenant_guest_declare_pods() {
     // probe watches Pods (and ServiceAccounts and ConfigMaps); stamp only ConfigMaps.
     deliver(&client, ns, "pods", "probe").await;
     deliver(&client, ns, "plain", "stamp_v1").await;
+    // The refusal comes from the module's own `describe`, so only once it is compiled, and
+    // compiling a module takes a while on a loaded machine: waits here are generous.
     wait_event(
         &client,
         ns,
         "pods",
         "ModuleRejected",
         r#"never allows "v1/Pod""#,
-        Duration::from_secs(30),
+        Duration::from_secs(90),
     )
     .await;
     assert!(sup.controller(&format!("{ns}/pods/rec")).is_none());
-    // Compiling a module takes a while on a loaded machine: waits here are generous.
     wait_serving(&sup, &format!("{ns}/plain/rec"), Duration::from_secs(90)).await;
 
     // Named, Pods are allowed: the same module loads once the operator lists them.
