@@ -126,8 +126,8 @@ printf '\n==> in the background: the SBOM tools, testenv, the control-plane bina
   "$background_log" >&2
 setsid bash -c 'log=$0 target_dir=$1 started=$SECONDS
   shift
-  sbom_tools=$(scripts/sbom-tools.sh) && eval "$sbom_tools" &&
-    PATH="$(dirname "$CARGO_AUDITABLE"):$PATH" cargo auditable test --quiet "$@" --no-run --test control_plane &&
+  sbom_tools=$(scripts/sbom-tools.sh --tests) && eval "$sbom_tools" &&
+    cargo auditable test --quiet "$@" --no-run --test control_plane &&
     cp "$target_dir/debug/testenv" "$log.testenv" &&
     "$log.testenv" prepare control-plane &&
     echo "$((SECONDS - started))" > "$log.control-plane" &&
@@ -194,14 +194,8 @@ step "test build" "cargo auditable test --no-run (the unit and integration test 
 # With cargo-auditable the host binary carries its crate list, so the image (next) is made of it
 # with its SBOM rather than of a second, musl build of every crate. Both cargo test commands use
 # it: one without would rebuild the workspace's crates.
-sbom_tools=$(scripts/sbom-tools.sh)
+sbom_tools=$(scripts/sbom-tools.sh --tests)
 eval "$sbom_tools"
-export PATH="$(dirname "$CARGO_AUDITABLE"):$PATH"
-# cargo-auditable hands its wrapper to cargo in the environment, which the test processes would
-# inherit and pass to the cargo builds some tests run (new projects, guests): run the tests
-# without it.
-host_triple=$(rustc -vV | sed -n 's/^host: //p')
-export "CARGO_TARGET_$(echo "$host_triple" | tr 'a-z-' 'A-Z_')_RUNNER=env -u RUSTC_WORKSPACE_WRAPPER -u CARGO_AUDITABLE_ORIG_ARGS"
 cargo auditable test "${tests[@]}" --no-run
 
 # The suite's image is the test build's host binary (unoptimised, dynamically linked, with its

@@ -37,14 +37,8 @@ echo "under-load: building the guests, the test binaries and the image (cached w
 RECONCILED_GUEST_WASMS="$(CARGO_TARGET_DIR="$target_dir/wasm-guests" guests/build.sh 2>/dev/null)"
 export RECONCILED_GUEST_WASMS
 # As scripts/test.sh builds them: with cargo-auditable, the image made of the test build's host.
-sbom_tools=$(scripts/sbom-tools.sh)
+sbom_tools=$(scripts/sbom-tools.sh --tests)
 eval "$sbom_tools"
-export PATH="$(dirname "$CARGO_AUDITABLE"):$PATH"
-# cargo-auditable hands its wrapper to cargo in the environment, which the test processes would
-# inherit and pass to the cargo builds some tests run (new projects, guests): run the tests
-# without it.
-host_triple=$(rustc -vV | sed -n 's/^host: //p')
-export "CARGO_TARGET_$(echo "$host_triple" | tr 'a-z-' 'A-Z_')_RUNNER=env -u RUSTC_WORKSPACE_WRAPPER -u CARGO_AUDITABLE_ORIG_ARGS"
 cargo auditable test "${tests[@]}" --no-run --quiet 2>/dev/null
 export RECONCILED_IMAGE_BINARY="$target_dir/debug/reconciled"
 RECONCILED_IMAGE="$(scripts/image.sh 2>/dev/null)"

@@ -25,8 +25,8 @@ const BURN_MS: u64 = 100;
 /// The budget: 50 ms of CPU a second, at most 0.5 s banked, against about 1.5 s of work: some
 /// 20 s of throttling. The budget refills while the work runs, so a machine loaded enough to
 /// stretch the work in wall time lets a tenant do more before it is held: with this much work
-/// to the budget, it is still held part-way through unless each call gets less than 4% of a
-/// core (at 100 ms a second and 1.6 s of work, 15% was enough to finish before any hold).
+/// to the budget, it is still held part-way through unless each of its two calls at a time gets
+/// less than 4% of a core.
 const BUDGET_MS_PER_MINUTE: u64 = 3_000;
 
 /// Creates the ConfigMap a tenant delivers its guest in (the Events go on it) and returns the
@@ -184,13 +184,13 @@ async fn a_tenant_over_its_cpu_budget_is_delayed_not_failed_and_others_keep_thei
     let snap = a_guest.snapshot();
     assert_eq!((snap.reconciles_failed, snap.traps), (0, 0));
     let status = tenant(&sup, a).unwrap();
-    // What it spent beyond what it could bank (ten seconds of the budget), it could spend only
-    // at the budget's rate; less the calls started while the budget was still above zero, which
-    // are paid for after they end: one per slot.
+    // What it spent beyond what it could bank, it could spend only at the budget's rate; less
+    // the calls started while the budget was still above zero, which are paid for after they
+    // end: one per slot.
     let spent = status.cpu_seconds + status.compile_seconds;
     let rate = BUDGET_MS_PER_MINUTE as f64 / 60_000.0;
     let paid_after = 2.0 * BURN_MS as f64 / 1000.0;
-    let least = (spent - 10.0 * rate - paid_after) / rate;
+    let least = (spent - fair_share::BANKED_SECONDS * rate - paid_after) / rate;
     eprintln!(
         "tenant a: {spent:.2} s of CPU ({:.1} ms a reconcile) in {took:?}, held {:.1} s",
         status.cpu_seconds * 1000.0 / snap.reconciles_ok as f64,

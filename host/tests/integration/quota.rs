@@ -229,14 +229,14 @@ async fn a_load_past_the_namespaces_cache_cap_is_refused_and_shared_informers_ar
         .await
         .unwrap();
     let guest = "team-cache-big/rec/rec";
-    // Refused once its cache has synced, after a cold compile: on a loaded machine, a while.
+    // Refused once its cache has synced, after a cold compile.
     wait_event(
         &client,
         big,
         "rec",
         "ModuleRejected",
         "tenants.max_cached_bytes_per_namespace",
-        Duration::from_secs(90),
+        common::wait::COLD_LOAD,
     )
     .await;
     let status = sup.status();

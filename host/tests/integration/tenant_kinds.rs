@@ -4,13 +4,12 @@
 use crate::common;
 
 use common::host::{TempDir, supervisor_with, tenant_host, wait_serving};
-use common::wait::wait_event;
+use common::wait::{COLD_LOAD, wait_event};
 use common::{tenant_namespace, wait_allowed};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::PostParams;
 use reconciled::sources::configmap::{ConfigMapSource, TenantPolicy};
-use std::time::Duration;
 use testenv::ControlPlane;
 
 async fn deliver(client: &kube::Client, ns: &str, name: &str, guest: &str) {
@@ -34,17 +33,7 @@ async fn by_default_a_tenant_guest_loads_nothing_and_is_told_which_setting_allow
     let (sup, _source) = tenant_host(cp, ns, &artifacts, TenantPolicy::default()).await;
     deliver(&client, ns, "writer", "stamp_v1").await;
     let says = r#"add it to `kinds` under [tenants] or [tenants.grants.deny-default]"#;
-    // Refused by what its `describe` declares, so only once it is compiled: cold, on a loaded
-    // machine, that takes a while.
-    wait_event(
-        &client,
-        ns,
-        "writer",
-        "ModuleRejected",
-        says,
-        Duration::from_secs(90),
-    )
-    .await;
+    wait_event(&client, ns, "writer", "ModuleRejected", says, COLD_LOAD).await;
     let guest = format!("{ns}/writer/rec");
     assert!(sup.controller(&guest).is_none());
     let error = sup.last_error(&guest).unwrap();
@@ -69,19 +58,17 @@ async fn a_wildcard_does_not_let_a_tenant_guest_declare_pods() {
     // probe watches Pods (and ServiceAccounts and ConfigMaps); stamp only ConfigMaps.
     deliver(&client, ns, "pods", "probe").await;
     deliver(&client, ns, "plain", "stamp_v1").await;
-    // The refusal comes from the module's own `describe`, so only once it is compiled, and
-    // compiling a module takes a while on a loaded machine: waits here are generous.
     wait_event(
         &client,
         ns,
         "pods",
         "ModuleRejected",
         r#"never allows "v1/Pod""#,
-        Duration::from_secs(90),
+        COLD_LOAD,
     )
     .await;
     assert!(sup.controller(&format!("{ns}/pods/rec")).is_none());
-    wait_serving(&sup, &format!("{ns}/plain/rec"), Duration::from_secs(90)).await;
+    wait_serving(&sup, &format!("{ns}/plain/rec"), COLD_LOAD).await;
 
     // Named, Pods are allowed: the same module loads once the operator lists them.
     let ns = "allow-named";
@@ -108,5 +95,5 @@ async fn a_wildcard_does_not_let_a_tenant_guest_declare_pods() {
     )
     .unwrap();
     deliver(&client, ns, "pods", "probe").await;
-    wait_serving(&sup, &format!("{ns}/pods/rec"), Duration::from_secs(90)).await;
+    wait_serving(&sup, &format!("{ns}/pods/rec"), COLD_LOAD).await;
 }

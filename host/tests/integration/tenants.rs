@@ -765,15 +765,13 @@ async fn a_guest_refused_for_access_loads_once_its_service_account_is_granted_wi
     let _source = ConfigMapSource::start(sup.factory(), sup.clone(), policy).unwrap();
     deliver(&admin, ns, "stamp_v1").await;
     let guest = format!("{ns}/rec/rec");
-    // Refused for what its `describe` declares, so only once it is compiled: cold, on a loaded
-    // machine, that takes a while.
     common::wait::wait_event(
         &admin,
         ns,
         "rec",
         "ModuleRejected",
         "module rejected (access",
-        Duration::from_secs(90),
+        common::wait::COLD_LOAD,
     )
     .await;
     assert!(sup.controller(&guest).is_none());

@@ -9,6 +9,11 @@ use serde::Deserialize;
 /// under the key `""` like any other.
 pub const OPERATOR: &str = "";
 
+/// How much of its budget a tenant holds at most, in seconds of the budget's rate: with
+/// `cpu_budget_ms_per_minute = 6000` (100 ms a second), 1 s of CPU. A tenant starts full, so
+/// its first calls spend this much before any hold.
+pub const BANKED_SECONDS: f64 = 10.0;
+
 /// What a fresh guest's first calls are assumed to cost, until its own calls are measured.
 pub(super) const FIRST_ESTIMATE: Duration = Duration::from_millis(1);
 
@@ -28,7 +33,7 @@ pub struct Config {
     pub weights: BTreeMap<String, u32>,
     /// CPU a tenant's guests may use per minute, compile time included, in milliseconds
     /// \[unlimited\]. Over it, the tenant's reconciles wait until the budget refills (it refills
-    /// continuously, and holds at most ten seconds' worth), and are never failed for it. Not
+    /// continuously, and holds at most [`BANKED_SECONDS`]' worth), and are never failed for it. Not
     /// applied to the operator's guests.
     pub cpu_budget_ms_per_minute: Option<u64>,
     /// Longest a low-priority key (initial list, resync) waits behind high-priority ones before

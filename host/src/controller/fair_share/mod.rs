@@ -48,7 +48,7 @@ mod config;
 mod state;
 mod usage;
 
-pub use config::{Config, OPERATOR};
+pub use config::{BANKED_SECONDS, Config, OPERATOR};
 pub use usage::{Spell, Spells, TenantUsage};
 
 use std::sync::{Arc, Mutex};

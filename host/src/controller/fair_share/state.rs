@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::config::{Config, FIRST_ESTIMATE, OPERATOR};
+use super::config::{BANKED_SECONDS, Config, FIRST_ESTIMATE, OPERATOR};
 use super::usage::{Spell, Spells, TenantUsage};
 
 /// What a grant charged in advance, to correct when the call ends.
@@ -92,8 +92,8 @@ impl Bucket {
     fn new(budget: Duration, now: Instant) -> Self {
         let rate = budget.as_secs_f64() / 60.0;
         Self {
-            tokens: rate * 10.0,
-            capacity: rate * 10.0,
+            tokens: rate * BANKED_SECONDS,
+            capacity: rate * BANKED_SECONDS,
             rate,
             budget,
             last: now,

@@ -6,6 +6,11 @@ use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
 
+/// How long to wait for what a host does only once a module is compiled (its refusal for what
+/// `describe` declares, its first serving): a cold compile on a loaded machine (two busy cores,
+/// four tests at a time) takes tens of seconds. Each wait ends as soon as its condition holds.
+pub const COLD_LOAD: Duration = Duration::from_secs(90);
+
 /// Polls `f` every 10 ms until it holds; panics naming `what` after `timeout`. Returns how long
 /// it took.
 pub async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Duration {
