@@ -3,8 +3,8 @@
 
 use crate::common;
 
-use common::host::{TempDir, supervisor_with, tenant_host, wait_serving};
-use common::wait::{COLD_LOAD, wait_event};
+use common::host::{TempDir, supervisor_with, tenant_host, wait_rejected, wait_serving};
+use common::wait::COLD_LOAD;
 use common::{tenant_namespace, wait_allowed};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -33,8 +33,8 @@ async fn by_default_a_tenant_guest_loads_nothing_and_is_told_which_setting_allow
     let (sup, _source) = tenant_host(cp, ns, &artifacts, TenantPolicy::default()).await;
     deliver(&client, ns, "writer", "stamp_v1").await;
     let says = r#"add it to `kinds` under [tenants] or [tenants.grants.deny-default]"#;
-    wait_event(&client, ns, "writer", "ModuleRejected", says, COLD_LOAD).await;
     let guest = format!("{ns}/writer/rec");
+    wait_rejected(&sup, &client, (ns, "writer"), &guest, says, COLD_LOAD).await;
     assert!(sup.controller(&guest).is_none());
     let error = sup.last_error(&guest).unwrap();
     assert!(error.contains(r#"declares kind "v1/ConfigMap""#), "{error}");
@@ -58,11 +58,11 @@ async fn a_wildcard_does_not_let_a_tenant_guest_declare_pods() {
     // probe watches Pods (and ServiceAccounts and ConfigMaps); stamp only ConfigMaps.
     deliver(&client, ns, "pods", "probe").await;
     deliver(&client, ns, "plain", "stamp_v1").await;
-    wait_event(
+    wait_rejected(
+        &sup,
         &client,
-        ns,
-        "pods",
-        "ModuleRejected",
+        (ns, "pods"),
+        &format!("{ns}/pods/rec"),
         r#"never allows "v1/Pod""#,
         COLD_LOAD,
     )

@@ -14,7 +14,12 @@ use common::replica::Replica;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use reconciled::ops::status::GuestState;
 use serde_json::Value;
+
+/// How long the generators may take to serve: their cold compiles (a Python guest's is 10 to
+/// 20 s of CPU) on a loaded machine, two at a time. The wait ends once all serve.
+const GENERATORS_SERVING: Duration = Duration::from_secs(300);
 
 /// The configmap-generator example in each SDK's language (file stems from guests/build.sh):
 /// each opens a span of its own, `apply copies`, with the number of copies.
@@ -81,6 +86,9 @@ async fn a_reconciles_trace_with_its_host_calls_and_the_guests_own_spans_is_foun
     }
     std::fs::write(&config, toml).unwrap();
     let mut host = Replica::new_stopped(cp, &dir.0, "traced", &config).await;
+    // The generators are the suite's own guests: compiled once for every test that loads them,
+    // not again here beside the other tests' work.
+    host.share_compiled();
     // As a Deployment would set it (`--otlp-endpoint` does the same).
     host.env
         .push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), jaeger.otlp_endpoint()));
@@ -163,6 +171,29 @@ async fn a_reconciles_trace_with_its_host_calls_and_the_guests_own_spans_is_foun
     );
 
     // The guests' own spans: one generator in each language, each reconcile with its span.
+    // Each generator must serve first: a cold compile of the Python one alone takes a minute of
+    // a loaded machine, and the 90 s for its span start once it serves.
+    let started = Instant::now();
+    loop {
+        let status = host.status().await;
+        let waiting: Vec<&str> = GENERATORS
+            .into_iter()
+            .filter(|stem| {
+                status
+                    .as_ref()
+                    .and_then(|s| s.guest(stem))
+                    .is_none_or(|g| g.state != GuestState::Serving)
+            })
+            .collect();
+        if waiting.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < GENERATORS_SERVING,
+            "{waiting:?} not serving within {GENERATORS_SERVING:?}: {status:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let gvk = GroupVersionKind::gvk("example.reconciled.dev", "v1alpha1", "ConfigMapGenerator");
     for stem in GENERATORS {
         let generators = Api::<DynamicObject>::namespaced_with(

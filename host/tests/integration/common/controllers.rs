@@ -61,7 +61,15 @@ pub async fn start_gated(
 /// between runs: a TypeScript or Python guest takes 10 to 20 s of CPU to compile, and many
 /// tests run each. Tests of compiling itself, and of the cache, keep caches of their own.
 fn compiled() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled-guests")
+    shared_cache().join("compiled")
+}
+
+/// The suite's `RECONCILED_CACHE_DIR`, shared by [`start`]'s controllers and by the host
+/// processes of tests that opt in ([`super::replica::Replica::share_compiled`]): its
+/// `compiled/` is the precompile cache. Writers in several processes are safe, as they are for
+/// the host (each artifact is written aside and renamed into place).
+pub fn shared_cache() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("guest-cache")
 }
 
 /// Annotation `key` of ConfigMap `name`, if set.

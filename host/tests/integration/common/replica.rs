@@ -32,6 +32,13 @@ impl Replica {
         r
     }
 
+    /// Has this replica keep compiled modules in the suite's shared precompile cache
+    /// ([`super::controllers::shared_cache`]) rather than in one of its own, so that it compiles
+    /// only modules no test compiled before. Not for tests of compiling or of the cache.
+    pub fn share_compiled(&mut self) {
+        self.cache = super::controllers::shared_cache();
+    }
+
     pub async fn new_stopped(cp: &ControlPlane, dir: &Path, id: &str, config: &Path) -> Self {
         let proxy = Proxy::start(cp.server_addr()).await.unwrap();
         let kubeconfig = dir.join(format!("{id}.kubeconfig"));
