@@ -5,6 +5,7 @@
 use crate::common;
 
 use common::host::free_port;
+use common::wait::{guest, wait_guest};
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -13,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reconciled::guest::digest_of;
-use reconciled::ops::status::{GuestState, GuestStatus};
+use reconciled::ops::status::GuestState;
 use testenv::ControlPlane;
 
 struct Dev {
@@ -73,38 +74,6 @@ fn start_with(cp: &ControlPlane, args: &[&std::ffi::OsStr]) -> Dev {
 
 async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     reconciled::ops::http::get(addr, path).await.ok()
-}
-
-/// Guest `name` in `/status`; `None` while the host is not answering (still starting).
-async fn guest(addr: SocketAddr, name: &str) -> Option<GuestStatus> {
-    match reconciled::ops::http::get_status(addr).await {
-        Ok(doc) => doc.guest(name).cloned(),
-        // Waiting would only hide a schema the test and the host disagree on.
-        Err(e @ reconciled::ops::http::Error::Document { .. }) => panic!("{e}"),
-        Err(_) => None,
-    }
-}
-
-async fn wait_guest(
-    addr: SocketAddr,
-    name: &str,
-    timeout: Duration,
-    ok: impl Fn(&GuestStatus) -> bool,
-) -> GuestStatus {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(g) = guest(addr, name).await
-            && ok(&g)
-        {
-            return g;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "guest {name} not as expected within {timeout:?}: {:?}",
-            guest(addr, name).await
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Writes `bytes` the way a slow writer does: truncate, then chunks with pauses, flushed one

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use common::guests::wasm;
 use common::host::TempDir;
 use common::replica::Replica;
+use common::wait::wait_guest;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
@@ -173,26 +174,10 @@ async fn a_reconciles_trace_with_its_host_calls_and_the_guests_own_spans_is_foun
     // The guests' own spans: one generator in each language, each reconcile with its span.
     // Each generator must serve first: a cold compile of the Python one alone takes a minute of
     // a loaded machine, and the 90 s for its span start once it serves.
-    let started = Instant::now();
-    loop {
-        let status = host.status().await;
-        let waiting: Vec<&str> = GENERATORS
-            .into_iter()
-            .filter(|stem| {
-                status
-                    .as_ref()
-                    .and_then(|s| s.guest(stem))
-                    .is_none_or(|g| g.state != GuestState::Serving)
-            })
-            .collect();
-        if waiting.is_empty() {
-            break;
-        }
-        assert!(
-            started.elapsed() < GENERATORS_SERVING,
-            "{waiting:?} not serving within {GENERATORS_SERVING:?}: {status:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let deadline = Instant::now() + GENERATORS_SERVING;
+    for stem in GENERATORS {
+        let left = deadline.saturating_duration_since(Instant::now());
+        wait_guest(host.addr, stem, left, |g| g.state == GuestState::Serving).await;
     }
     let gvk = GroupVersionKind::gvk("example.reconciled.dev", "v1alpha1", "ConfigMapGenerator");
     for stem in GENERATORS {

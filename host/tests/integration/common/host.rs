@@ -74,35 +74,26 @@ pub async fn tenant_host(
 }
 
 /// Waits up to `timeout` for the `ModuleRejected` Event on ConfigMap `ns/configmap` whose
-/// message contains `says`, as [`crate::common::wait::wait_event`] does; the panic also says
-/// what `sup` last said of guest `guest` (a load still on its way, an error with no Event).
+/// message contains `says`; the panic also says what `sup` last said of guest `guest` (a load
+/// still on its way, an error with no Event).
 pub async fn wait_rejected(
     sup: &Supervisor,
     client: &kube::Client,
-    (ns, configmap): (&str, &str),
+    at: (&str, &str),
     guest: &str,
     says: &str,
     timeout: Duration,
 ) {
-    let started = std::time::Instant::now();
-    loop {
-        let all = crate::common::wait::events(client, ns, configmap).await;
-        if all
-            .iter()
-            .any(|(r, m)| r == "ModuleRejected" && m.contains(says))
-        {
-            return;
-        }
-        if started.elapsed() >= timeout {
-            panic!(
-                "no ModuleRejected event saying {says:?} on {ns}/{configmap} within {timeout:?}: {all:#?}; {guest} loading: {}, last error: {:?}, status: {:?}",
-                sup.loading(guest),
-                sup.last_error(guest),
-                sup.status().guest(guest).cloned()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let explain = || {
+        format!(
+            "; {guest} loading: {}, last error: {:?}, status: {:?}",
+            sup.loading(guest),
+            sup.last_error(guest),
+            sup.status().guest(guest).cloned()
+        )
+    };
+    crate::common::wait::wait_event_explained(client, at, "ModuleRejected", says, timeout, explain)
+        .await;
 }
 
 /// Waits up to `timeout` until `sup` serves guest `name`; the panic says what `sup` last said of

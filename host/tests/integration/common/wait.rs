@@ -1,10 +1,13 @@
-//! Waiting for things the host does in the background: a condition, a Kubernetes Event.
+//! Waiting for things the host does in the background: a condition, a Kubernetes Event, a
+//! guest's state in a host process's `/status`.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
+use reconciled::ops::status::GuestStatus;
 
 /// How long to wait for what a host does only once a module is compiled (its refusal for what
 /// `describe` declares, its first serving): a cold compile on a loaded machine (two busy cores,
@@ -48,6 +51,18 @@ pub async fn wait_event(
     says: &str,
     timeout: Duration,
 ) {
+    wait_event_explained(client, (ns, name), reason, says, timeout, String::new).await;
+}
+
+/// [`wait_event`], whose panic adds what `explain` says then (the host's view of the object).
+pub async fn wait_event_explained(
+    client: &kube::Client,
+    (ns, name): (&str, &str),
+    reason: &str,
+    says: &str,
+    timeout: Duration,
+    explain: impl Fn() -> String,
+) {
     let deadline = Instant::now() + timeout;
     loop {
         let all = events(client, ns, name).await;
@@ -56,7 +71,8 @@ pub async fn wait_event(
         }
         assert!(
             Instant::now() < deadline,
-            "no {reason} event saying {says:?} on {ns}/{name} within {timeout:?}: {all:#?}"
+            "no {reason} event saying {says:?} on {ns}/{name} within {timeout:?}: {all:#?}{}",
+            explain()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -77,4 +93,38 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     started.elapsed()
+}
+
+/// Guest `name` in `/status`; `None` while the host is not answering (still starting).
+pub async fn guest(addr: SocketAddr, name: &str) -> Option<GuestStatus> {
+    match reconciled::ops::http::get_status(addr).await {
+        Ok(doc) => doc.guest(name).cloned(),
+        // Waiting would only hide a schema the test and the host disagree on.
+        Err(e @ reconciled::ops::http::Error::Document { .. }) => panic!("{e}"),
+        Err(_) => None,
+    }
+}
+
+/// Polls the `/status` of the host process at `addr` until guest `name` satisfies `ok`, and
+/// returns it; panics with what it last showed after `timeout`.
+pub async fn wait_guest(
+    addr: SocketAddr,
+    name: &str,
+    timeout: Duration,
+    ok: impl Fn(&GuestStatus) -> bool,
+) -> GuestStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(g) = guest(addr, name).await
+            && ok(&g)
+        {
+            return g;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "guest {name} not as expected within {timeout:?}: {:?}",
+            guest(addr, name).await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
